@@ -1,0 +1,33 @@
+# guitrainer: `make run` installs and opens the app; `make test` installs and runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch that this machine has on disk. With an NVIDIA GPU use e.g.
+#   make run TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+
+.PHONY: install run test lint bench clean
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+run: install
+	$(BIN)/python -m guitrainer
+
+test: install
+	QT_QPA_PLATFORM=offscreen OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/startup.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

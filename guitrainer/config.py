@@ -1,0 +1,682 @@
+"""TrainingConfig: the one settings object that flows through the whole app.
+
+The UI edits it, the VRAM estimator reads it, the trainer runs it, presets are sparse
+overlays of it and the CLI loads it from TOML. Every field carries its label and help text
+once, in ``dataclasses.field(metadata=...)``; the UI builds its widgets from that metadata.
+
+Field names are public (presets and ``--set section.field=value`` use them): rename nothing
+without a migration in :data:`MIGRATIONS`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import re
+import tomllib
+import typing
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+Precision = Literal["fp32", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+OPTIMIZERS: tuple[str, ...] = ("AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid. ``field`` is the dotted path, e.g. ``network.rank``."""
+
+    def __init__(self, field: str, message: str, *, source: str = "", line: int | None = None):
+        self.field = field
+        self.message = message
+        self.source = source
+        self.line = line
+        where = ""
+        if source:
+            where = f"{source}" + (f", line {line}" if line else "") + ": "
+        super().__init__(f"{where}`{field}`: {message}")
+
+
+class UnknownKeyWarning(UserWarning):
+    """A config or preset holds a key this version does not know; it is dropped."""
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    label: str,
+    help: str,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    choice_labels: dict[str, str] | None = None,
+    unit: str = "",
+    advanced: bool = False,
+    kind: str = "",
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A dataclass field with its UI metadata.
+
+    Args:
+        label: short name the user sees.
+        help: one or two sentences shown as the tooltip / help text.
+        minimum, maximum: inclusive numeric range, checked by validation and used by spin boxes.
+        choices: closed set of allowed values (for ``Literal`` fields this is derived).
+        choice_labels: user-facing names for the choices.
+        unit: shown as a suffix ("px", "steps").
+        advanced: hidden behind "Show advanced" in generated forms.
+        kind: a hint for the editor: "path", "folder", "file", "multiline", "scientific".
+    """
+    meta = {
+        "label": label,
+        "help": help,
+        "minimum": minimum,
+        "maximum": maximum,
+        "choices": choices,
+        "choice_labels": choice_labels or {},
+        "unit": unit,
+        "advanced": advanced,
+        "kind": kind,
+    }
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class DatasetFolder:
+    """One image folder and how often each of its images is seen per epoch."""
+
+    path: str = setting("", label="Folder", help="A folder of images with .txt captions beside them.", kind="folder")
+    repeats: int = setting(
+        1, label="Repeats", help="How many times each image is used per epoch (kohya's N_name prefix).", minimum=1, maximum=1000
+    )
+
+    @classmethod
+    def from_value(cls, value: Any) -> DatasetFolder:
+        """Accept ``"path"`` (repeats from a kohya ``N_name`` folder name) or ``{path=, repeats=}``."""
+        if isinstance(value, DatasetFolder):
+            return value
+        if isinstance(value, str):
+            return cls(path=value, repeats=repeats_from_name(Path(value).name) or 1)
+        if isinstance(value, dict):
+            return cls(path=str(value.get("path", "")), repeats=int(value.get("repeats", 1)))
+        raise TypeError(f"expected a folder path or a table with `path` and `repeats`, got {value!r}")
+
+
+_REPEATS_RE = re.compile(r"^(\d+)_(.+)$")
+
+
+def repeats_from_name(name: str) -> int | None:
+    """kohya folder convention: ``10_mychar`` -> 10. None when the name has no such prefix."""
+    m = _REPEATS_RE.match(name)
+    if not m:
+        return None
+    n = int(m.group(1))
+    return n if n >= 1 else None
+
+
+@dataclass
+class ModelConfig:
+    base: str = setting(
+        "demo",
+        label="Base model",
+        help="A diffusers folder, a single .safetensors checkpoint, a hub id (online only), "
+        "or 'demo' for the tiny built-in model that trains on a CPU in seconds.",
+        kind="model",
+    )
+    family: Literal["auto", "demo", "sd15", "sdxl"] = setting(
+        "demo",
+        label="Model family",
+        help="Architecture of the base model. 'auto' detects it from the files.",
+        choice_labels={"auto": "Detect", "demo": "Demo (tiny)", "sd15": "SD 1.5", "sdxl": "SDXL"},
+    )
+    init_lora: str = setting(
+        "",
+        label="Continue from LoRA",
+        help="Optional: an existing kohya LoRA file to continue training from.",
+        kind="file",
+        advanced=True,
+    )
+
+
+@dataclass
+class DatasetConfig:
+    folders: list[DatasetFolder] = setting(
+        label="Image folders",
+        help="Folders of training images. A folder named like '10_name' repeats its images 10 times per epoch.",
+        default_factory=list,
+    )
+    resolution: int = setting(
+        512, label="Resolution", help="Training resolution (side of a square of the same area).", minimum=64, maximum=4096, unit="px"
+    )
+    bucketing: bool = setting(True, label="Aspect buckets", help="Train each image at its own aspect ratio instead of a square crop.")
+    min_bucket_resolution: int = setting(
+        256, label="Smallest bucket side", help="Lower bound of a bucket's side.", minimum=64, maximum=4096, unit="px", advanced=True
+    )
+    max_bucket_resolution: int = setting(
+        1024, label="Largest bucket side", help="Upper bound of a bucket's side.", minimum=64, maximum=8192, unit="px", advanced=True
+    )
+    bucket_step: int = setting(64, label="Bucket step", help="Bucket sides are multiples of this.", minimum=8, maximum=512, unit="px", advanced=True)
+    caption_extension: str = setting(".txt", label="Caption extension", help="File extension of the caption beside each image.")
+    trigger_word: str = setting("", label="Trigger word", help="Put at the front of every caption, so the LoRA answers to it.")
+    shuffle_captions: bool = setting(False, label="Shuffle tags", help="Shuffle the comma-separated tags of a caption each time it is used.")
+    keep_tokens: int = setting(
+        0, label="Keep first tags", help="Number of leading tags that shuffling never moves.", minimum=0, maximum=100
+    )
+    caption_dropout: float = setting(
+        0.0, label="Caption dropout", help="Fraction of steps on which the caption is left empty.", minimum=0.0, maximum=1.0
+    )
+    flip_augment: bool = setting(False, label="Random flip", help="Mirror images at random. Off for asymmetric subjects.", advanced=True)
+    regularization_folders: list[DatasetFolder] = setting(
+        label="Regularization folders",
+        help="Class images ('photo of a dog') trained with a prior-preservation loss so the model keeps its class.",
+        default_factory=list,
+        advanced=True,
+    )
+    class_prompt: str = setting(
+        "", label="Class prompt", help="Caption used for a class image that has none.", advanced=True
+    )
+    prior_loss_weight: float = setting(
+        1.0, label="Prior loss weight", help="Weight of the class images' loss.", minimum=0.0, maximum=100.0, advanced=True
+    )
+
+
+TARGETS = ("attention", "attention_ff", "attention_ff_proj")
+
+
+@dataclass
+class NetworkConfig:
+    rank: int = setting(16, label="Rank (dim)", help="Size of the LoRA. Larger learns more and makes bigger files.", minimum=1, maximum=1024)
+    alpha: float = setting(
+        16.0, label="Alpha", help="Scales the LoRA's effect by alpha / rank. Alpha = rank means scale 1.", minimum=0.0, maximum=4096.0
+    )
+    dropout: float = setting(0.0, label="Dropout", help="Dropout on the LoRA path while training.", minimum=0.0, maximum=0.9, advanced=True)
+    target_modules: Literal["attention", "attention_ff", "attention_ff_proj"] = setting(
+        "attention",
+        label="Layers trained",
+        help="Which UNet layers get a LoRA: attention projections; plus feed-forward; plus the transformer's proj_in/out.",
+        choice_labels={"attention": "Attention", "attention_ff": "Attention + feed-forward", "attention_ff_proj": "Attention + FF + proj"},
+    )
+    train_text_encoder: bool = setting(
+        False, label="Train text encoder", help="Also train a LoRA on the text encoder(s). Uses more memory."
+    )
+
+
+@dataclass
+class OptimizerConfig:
+    name: Literal["AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor"] = setting(
+        "AdamW",
+        label="Optimizer",
+        help="AdamW is the safe default; 8-bit variants (bitsandbytes) use a quarter of the optimizer memory.",
+    )
+    lr: float = setting(1e-4, label="Learning rate", help="UNet learning rate.", minimum=0.0, maximum=1.0, kind="scientific")
+    text_encoder_lr: float = setting(
+        5e-5, label="Text encoder LR", help="Learning rate of the text encoder's LoRA.", minimum=0.0, maximum=1.0, kind="scientific"
+    )
+    weight_decay: float = setting(0.01, label="Weight decay", help="Decoupled weight decay.", minimum=0.0, maximum=1.0, advanced=True)
+    betas: list[float] = setting(
+        label="Betas", help="Adam's beta1 and beta2.", default_factory=lambda: [0.9, 0.999], advanced=True
+    )
+
+
+@dataclass
+class ScheduleConfig:
+    epochs: int = setting(10, label="Epochs", help="Passes over the dataset (with repeats).", minimum=1, maximum=100000)
+    max_steps: int = setting(
+        0, label="Max steps", help="Stop after this many optimizer steps; 0 means train for the epochs.", minimum=0, maximum=10_000_000
+    )
+    batch_size: int = setting(1, label="Batch size", help="Images per step. More needs more memory.", minimum=1, maximum=256)
+    gradient_accumulation: int = setting(
+        1, label="Gradient accumulation", help="Steps whose gradients add up before one update.", minimum=1, maximum=1024, advanced=True
+    )
+    lr_scheduler: Literal[
+        "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
+    ] = setting("constant", label="LR schedule", help="How the learning rate changes over training.")
+    warmup_steps: int = setting(0, label="Warm-up steps", help="Steps over which the learning rate ramps up.", minimum=0, maximum=1_000_000)
+    max_grad_norm: float = setting(
+        1.0, label="Max grad norm", help="Clip gradients to this norm; 0 turns clipping off.", minimum=0.0, maximum=1e6, advanced=True
+    )
+    seed: int = setting(42, label="Seed", help="Random seed; the same seed repeats the same run.", minimum=0, maximum=2**32 - 1)
+    resume_from: str = setting(
+        "", label="Resume from", help="A saved training state folder to continue from.", kind="folder", advanced=True
+    )
+
+
+@dataclass
+class PrecisionConfig:
+    training: Literal["fp32", "fp16", "bf16"] = setting(
+        "fp16",
+        label="Training precision",
+        help="fp16 AMP: fast on any NVIDIA card from 2018, with a loss scaler. bf16 AMP: RTX 30-series and newer, "
+        "no scaler needed. fp32: slowest, most memory, no surprises.",
+        choice_labels={"fp32": "fp32", "fp16": "fp16 AMP", "bf16": "bf16 AMP"},
+    )
+    save: Literal["fp32", "fp16", "bf16"] = setting(
+        "fp16",
+        label="Save precision",
+        help="Precision of the saved LoRA file. fp16 is what most tools expect and half the size of fp32.",
+    )
+    gradient_checkpointing: bool = setting(
+        False, label="Gradient checkpointing", help="Recompute activations in the backward pass: much less memory, ~20% slower."
+    )
+    cache_latents: bool = setting(
+        True, label="Cache latents", help="Encode every image once with the VAE, then free the VAE's memory."
+    )
+    cache_text_encoder_outputs: bool = setting(
+        False,
+        label="Cache text embeddings",
+        help="Encode captions once (only when the text encoder is not trained and captions are not shuffled).",
+        advanced=True,
+    )
+
+
+@dataclass
+class SamplingConfig:
+    prompts: list[str] = setting(
+        label="Sample prompts", help="One prompt per line; images are made with the current LoRA.", default_factory=list, kind="multiline"
+    )
+    every_n_steps: int = setting(0, label="Sample every", help="Make samples every N steps; 0 turns samples off.", minimum=0, maximum=1_000_000, unit="steps")
+    negative_prompt: str = setting("", label="Negative prompt", help="Used for every sample.", advanced=True)
+    steps: int = setting(20, label="Sampling steps", help="Denoising steps per sample.", minimum=1, maximum=200, advanced=True)
+    guidance_scale: float = setting(7.0, label="Guidance scale", help="Classifier-free guidance.", minimum=0.0, maximum=50.0, advanced=True)
+    size: int = setting(512, label="Sample size", help="Width and height of samples.", minimum=64, maximum=4096, unit="px", advanced=True)
+    seed: int = setting(1234, label="Sample seed", help="Fixed seed so samples are comparable over time.", minimum=0, maximum=2**32 - 1, advanced=True)
+
+
+@dataclass
+class OutputConfig:
+    folder: str = setting(
+        "~/guitrainer/output", label="Output folder", help="Where the LoRA files and training states are written.", kind="folder"
+    )
+    name: str = setting("my_lora", label="Name", help="File name of the LoRA, without extension.")
+    format: Literal["kohya", "diffusers"] = setting(
+        "kohya",
+        label="Format",
+        help="kohya: loads in ComfyUI, A1111/Forge and diffusers. diffusers: pytorch_lora_weights.safetensors for diffusers users.",
+    )
+    save_every_n_epochs: int = setting(
+        0, label="Save every", help="Also save a LoRA every N epochs; 0 saves only at the end.", minimum=0, maximum=100000, unit="epochs"
+    )
+    keep_last: int = setting(
+        0, label="Keep last", help="Keep only the newest K intermediate saves; 0 keeps all.", minimum=0, maximum=10000, advanced=True
+    )
+    overwrite: bool = setting(
+        False, label="Overwrite", help="Replace an existing file of the same name instead of numbering the new one.", advanced=True
+    )
+    title: str = setting("", label="Title", help="modelspec.title in the file's metadata.", advanced=True)
+    author: str = setting("", label="Author", help="modelspec.author.", advanced=True)
+    description: str = setting("", label="Description", help="modelspec.description.", advanced=True, kind="multiline")
+    trigger_words: str = setting("", label="Trigger words", help="Words that activate the LoRA, for the file's metadata.", advanced=True)
+    license: str = setting("", label="License", help="modelspec.license.", advanced=True)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "dataset": DatasetConfig,
+    "network": NetworkConfig,
+    "optimizer": OptimizerConfig,
+    "schedule": ScheduleConfig,
+    "precision": PrecisionConfig,
+    "sampling": SamplingConfig,
+    "output": OutputConfig,
+}
+
+
+@dataclass
+class TrainingConfig:
+    """Everything a training run needs. Build with :meth:`from_dict` / :func:`load_toml`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    schema_version: int = SCHEMA_VERSION
+
+    # ------------------------------------------------------------------ access by path
+    def get(self, path: str) -> Any:
+        section, name = _split(path)
+        return getattr(getattr(self, section), name)
+
+    def set(self, path: str, value: Any) -> None:
+        """Set one field by dotted path, coercing and validating it; raises ConfigError."""
+        section, name = _split(path)
+        f = field_info(path)
+        coerced = _coerce(f, value, path)
+        _check_field(f, coerced, path)
+        setattr(getattr(self, section), name, coerced)
+
+    def copy(self) -> TrainingConfig:
+        return copy.deepcopy(self)
+
+    # ------------------------------------------------------------------ validation
+    def errors(self) -> list[ConfigError]:
+        """Every problem, each naming its field and the allowed range."""
+        out: list[ConfigError] = []
+        for sname in SECTIONS:
+            section = getattr(self, sname)
+            for f in dataclasses.fields(section):
+                path = f"{sname}.{f.name}"
+                try:
+                    _check_field(f, getattr(section, f.name), path)
+                except ConfigError as e:
+                    out.append(e)
+        d, p = self.dataset, self.precision
+        if d.min_bucket_resolution > d.max_bucket_resolution:
+            out.append(ConfigError("dataset.min_bucket_resolution", "must not exceed `dataset.max_bucket_resolution`"))
+        if d.keep_tokens and not d.shuffle_captions:
+            pass  # harmless: keep_tokens only matters with shuffling
+        train_paths = {_norm(f.path) for f in d.folders if f.path}
+        for reg in d.regularization_folders:
+            if reg.path and _norm(reg.path) in train_paths:
+                out.append(
+                    ConfigError("dataset.regularization_folders", f"{reg.path!r} is also a training folder; use it in one list only")
+                )
+        if p.cache_text_encoder_outputs and self.network.train_text_encoder:
+            out.append(
+                ConfigError("precision.cache_text_encoder_outputs", "cannot cache text embeddings while training the text encoder")
+            )
+        if len(self.optimizer.betas) != 2:
+            out.append(ConfigError("optimizer.betas", "needs exactly two numbers, e.g. [0.9, 0.999]"))
+        return out
+
+    def validate(self) -> TrainingConfig:
+        errs = self.errors()
+        if errs:
+            raise errs[0]
+        return self
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        version = d.pop("schema_version")
+        return {"schema_version": version, **d}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
+        """Build from a (possibly sparse) dict on top of the defaults; unknown keys warn and are dropped."""
+        return apply_overlay(cls(), data, source=source, text=text).validate_with_source(source, text)
+
+    def validate_with_source(self, source: str, text: str) -> TrainingConfig:
+        errs = self.errors()
+        if errs:
+            e = errs[0]
+            raise ConfigError(e.field, e.message, source=source, line=find_line(text, e.field) if text else None)
+        return self
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _split(path: str) -> tuple[str, str]:
+    parts = path.split(".")
+    if len(parts) != 2 or parts[0] not in SECTIONS:
+        raise ConfigError(path, f"not a setting; use section.field with a section among {', '.join(SECTIONS)}")
+    names = {f.name for f in dataclasses.fields(SECTIONS[parts[0]])}
+    if parts[1] not in names:
+        raise ConfigError(path, f"unknown field; [{parts[0]}] has {', '.join(sorted(names))}")
+    return parts[0], parts[1]
+
+
+def _norm(p: str) -> str:
+    try:
+        return str(Path(p).expanduser().resolve())
+    except OSError:
+        return p
+
+
+def field_info(path: str) -> dataclasses.Field:
+    section, name = _split(path)
+    return next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
+
+
+def field_paths() -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+_HINTS_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def field_type(f: dataclasses.Field, owner: type | None = None) -> Any:
+    """The resolved type annotation of a section field."""
+    if owner is None:
+        owner = next(cls for cls in SECTIONS.values() if f in dataclasses.fields(cls))
+    if owner not in _HINTS_CACHE:
+        _HINTS_CACHE[owner] = typing.get_type_hints(owner)
+    return _HINTS_CACHE[owner][f.name]
+
+
+def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
+    if f.metadata.get("choices"):
+        return tuple(f.metadata["choices"])
+    t = field_type(f)
+    if typing.get_origin(t) is Literal:
+        return tuple(typing.get_args(t))
+    return None
+
+
+def _coerce(f: dataclasses.Field, value: Any, path: str) -> Any:
+    t = field_type(f)
+    origin = typing.get_origin(t)
+    try:
+        if t is bool:
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            if not isinstance(value, bool | int):
+                raise ValueError(value)
+            return bool(value)
+        if t is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if t is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if t is str or origin is Literal:
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+        if origin is list:
+            (item,) = typing.get_args(t)
+            if isinstance(value, str):
+                value = _parse_list_string(value)
+            if not isinstance(value, list | tuple):
+                raise ValueError(value)
+            if item is DatasetFolder:
+                return [DatasetFolder.from_value(v) for v in value]
+            if item is float:
+                return [float(v) for v in value]
+            return [str(v) for v in value]
+    except (TypeError, ValueError) as e:
+        raise ConfigError(path, f"expected {_type_name(t)}, got {value!r}") from e
+    return value
+
+
+def _parse_list_string(value: str) -> list[Any]:
+    """``--set dataset.folders=a,b`` or a TOML inline array ``[1, 2]``."""
+    s = value.strip()
+    if s.startswith("["):
+        return tomllib.loads(f"v = {s}")["v"]
+    return [v.strip() for v in s.split(",") if v.strip()]
+
+
+def _type_name(t: Any) -> str:
+    if typing.get_origin(t) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(t))
+    if typing.get_origin(t) is list:
+        return "a list"
+    return {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(t, str(t))
+
+
+def _check_field(f: dataclasses.Field, value: Any, path: str) -> None:
+    meta = f.metadata
+    choices = field_choices(f)
+    if choices is not None and value not in choices:
+        raise ConfigError(path, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    lo, hi = meta.get("minimum"), meta.get("maximum")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value != value:  # NaN
+            raise ConfigError(path, "must be a number, got NaN")
+        if lo is not None and value < lo or hi is not None and value > hi:
+            raise ConfigError(path, f"must be between {_fmt(lo)} and {_fmt(hi)}, got {_fmt(value)}")
+    if isinstance(value, list) and value and isinstance(value[0], DatasetFolder):
+        for i, folder in enumerate(value):
+            if folder.repeats < 1 or folder.repeats > 1000:
+                raise ConfigError(f"{path}[{i}].repeats", f"must be between 1 and 1000, got {folder.repeats}")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "∞"
+    if isinstance(v, float) and (abs(v) >= 1e6 or (v != 0 and abs(v) < 1e-3)):
+        return f"{v:g}"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def find_line(text: str, path: str) -> int | None:
+    """Line number (1-based) of ``field = ...`` inside ``[section]`` of a TOML text, for messages."""
+    section, _, name = path.partition(".")
+    name = name.split("[")[0]
+    current = ""
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        m = re.match(r"^\[\s*([A-Za-z0-9_.]+)\s*\]", s)
+        if m:
+            current = m.group(1)
+            continue
+        if re.match(rf"^{re.escape(name)}\s*=", s) and current == section:
+            return i
+        if re.match(rf"^{re.escape(section)}\s*\.\s*{re.escape(name)}\s*=", s) and current == "":
+            return i
+    return None
+
+
+# --------------------------------------------------------------------------- overlays, migrations
+
+Migration = typing.Callable[[dict[str, Any]], dict[str, Any]]
+#: schema_version N -> function turning a version-N dict into a version-(N+1) dict.
+MIGRATIONS: dict[int, Migration] = {}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a dict from an older ``schema_version`` up to :data:`SCHEMA_VERSION`."""
+    data = copy.deepcopy(data)
+    version = int(data.get("schema_version", SCHEMA_VERSION))
+    if version > SCHEMA_VERSION:
+        warnings.warn(
+            f"config schema_version {version} is newer than this app's {SCHEMA_VERSION}; unknown keys will be dropped",
+            UnknownKeyWarning,
+            stacklevel=3,
+        )
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            raise ConfigError("schema_version", f"no migration from version {version}")
+        data = MIGRATIONS[version](data)
+        version += 1
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
+def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
+    """Return a copy of ``base`` with every key of the sparse ``overlay`` applied.
+
+    Lists replace lists (they are values, not merged). Unknown sections and fields warn
+    (:class:`UnknownKeyWarning`) and are dropped. Type errors raise :class:`ConfigError` naming
+    the field, the source file and its line.
+    """
+    cfg = base.copy()
+    data = migrate(overlay)
+    data.pop("schema_version", None)
+    data.pop("preset", None)  # preset header: name / description, not a setting
+    where = f" in {source}" if source else ""
+    for sname, values in data.items():
+        if sname not in SECTIONS:
+            warnings.warn(f"unknown section [{sname}]{where} ignored", UnknownKeyWarning, stacklevel=2)
+            log.warning("unknown section [%s]%s ignored", sname, where)
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(sname, "must be a table of settings", source=source, line=find_line(text, f"{sname}.x") if text else None)
+        known = {f.name for f in dataclasses.fields(SECTIONS[sname])}
+        for key, value in values.items():
+            path = f"{sname}.{key}"
+            if key not in known:
+                warnings.warn(f"unknown setting `{path}`{where} ignored", UnknownKeyWarning, stacklevel=2)
+                log.warning("unknown setting `%s`%s ignored", path, where)
+                continue
+            try:
+                cfg.set(path, value)
+            except ConfigError as e:
+                raise ConfigError(path, e.message, source=source, line=find_line(text, path) if text else None) from None
+    return cfg
+
+
+def diff(base: TrainingConfig, cfg: TrainingConfig) -> dict[str, Any]:
+    """The sparse overlay that turns ``base`` into ``cfg`` (what a preset file stores)."""
+    a, b = base.to_dict(), cfg.to_dict()
+    out: dict[str, Any] = {}
+    for sname in SECTIONS:
+        for k, v in b[sname].items():
+            if a[sname].get(k) != v:
+                out.setdefault(sname, {})[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def parse_toml_text(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise ConfigError("(file)", f"not valid TOML: {e}", source=source, line=int(m.group(1)) if m else None) from None
+
+
+def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
+    """Load a config file (full or sparse) on top of ``base`` (defaults when None)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("(file)", "file not found", source=str(path)) from None
+    except UnicodeDecodeError:
+        raise ConfigError("(file)", "not UTF-8 text; is this a config file?", source=str(path)) from None
+    data = parse_toml_text(text, str(path))
+    cfg = apply_overlay(base or TrainingConfig(), data, source=str(path), text=text)
+    return cfg.validate_with_source(str(path), text)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over ``path``."""
+    from guitrainer.core.fileio import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def save_toml(cfg: TrainingConfig, path: str | Path) -> None:
+    atomic_write_text(path, cfg.to_toml())

@@ -1,0 +1,1 @@
+"""Pure-Python logic: no Qt, and no torch at import time."""

@@ -1,0 +1,87 @@
+"""Atomic file writes: nothing the user made is ever half-written."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+class WriteError(OSError):
+    """A file could not be written; the message says why in plain words and what to do."""
+
+
+def _explain(path: Path, e: OSError) -> WriteError:
+    if e.errno == errno.ENOSPC:
+        msg = f"The disk is full: could not write {path}. Free some space or choose another folder, then save again."
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
+    else:
+        msg = f"Could not write {path}: {e.strerror or e}."
+    err = WriteError(e.errno or 0, msg)
+    err.filename = str(path)
+    return err
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temp path in the target's folder; on success fsync it and rename it over ``path``.
+
+    If the body raises (or the process dies), the previous file at ``path`` is untouched and
+    the temp file is removed (or left as ``.name.*.tmp``, never under the real name).
+    """
+    path = Path(path)
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+    except OSError as e:
+        raise _explain(path, e) from e
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+        with contextlib.suppress(OSError):  # make the rename durable where the platform allows
+            dfd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp_path.unlink()
+        raise _explain(path, e) from e
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp_path.unlink()
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
+    """Run ``writer(tmp_path)`` (e.g. safetensors' save_file) and move the result into place."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+
+
+def numbered_path(path: str | Path) -> Path:
+    """``name.ext`` if free, else ``name_2.ext``, ``name_3.ext`` ... (never overwrite silently)."""
+    path = Path(path)
+    if not path.exists():
+        return path
+    i = 2
+    while True:
+        cand = path.with_name(f"{path.stem}_{i}{path.suffix}")
+        if not cand.exists():
+            return cand
+        i += 1

@@ -1,0 +1,1 @@
+"""Training engine: torch / diffusers / peft / accelerate / bitsandbytes. Never imports Qt."""

@@ -1,0 +1,1 @@
+"""PySide6 views. The only package that imports Qt."""

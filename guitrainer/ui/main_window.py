@@ -1,0 +1,420 @@
+"""The main window: page list, preset picker, File menu, status bar.
+
+Imports no torch: the window must appear fast. Pages that need torch load it in the
+background when their first job runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QStyle,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guitrainer import APP_NAME, __version__
+from guitrainer.config import ConfigError, TrainingConfig, load_toml, save_toml
+from guitrainer.core import paths
+from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
+from guitrainer.ui.binding import ConfigBinding
+
+log = logging.getLogger(__name__)
+
+MAX_RECENT = 8
+
+
+class MainWindow(QMainWindow):
+    """Pages on the left, the current page on the right, presets in the tool bar."""
+
+    preset_loaded = Signal(str)
+
+    def __init__(self, store: PresetStore | None = None, settings: QSettings | None = None):
+        super().__init__()
+        self.settings = settings or QSettings()
+        self.store = store or PresetStore()
+        self.binding = ConfigBinding(TrainingConfig(), self)
+        self.current_preset: str = ""
+        self._dirty = False
+        self.setWindowTitle(APP_NAME)
+        icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
+        if icon_path.exists():
+            self.setWindowIcon(QIcon(str(icon_path)))
+        self.setAcceptDrops(True)
+        self._build_pages()
+        self._build_toolbar()
+        self._build_menus()
+        self.statusBar().showMessage("Ready")
+        self.binding.changed.connect(self._on_config_changed)
+        self._restore_state()
+        for err in self.store.errors:
+            self.statusBar().showMessage(f"Skipped a broken preset: {err}", 10000)
+
+    # ------------------------------------------------------------------ layout
+    def _build_pages(self) -> None:
+        from guitrainer.ui.dataset_page import DatasetPage
+        from guitrainer.ui.model_page import ModelPage
+        from guitrainer.ui.output_page import OutputPage
+        from guitrainer.ui.training_page import TrainingPage
+
+        self.nav = QListWidget()
+        self.nav.setObjectName("page_nav")
+        self.nav.setIconSize(QSize(20, 20))
+        self.nav.setFixedWidth(190)
+        self.nav.setSpacing(2)
+        self.stack = QStackedWidget()
+        self.dataset_page = DatasetPage(self.binding)
+        self.model_page = ModelPage(self.binding)
+        self.training_page = TrainingPage(self.binding)
+        self.output_page = OutputPage(self.binding)
+        style = self.style()
+        icons = [
+            QStyle.StandardPixmap.SP_DirIcon,
+            QStyle.StandardPixmap.SP_ComputerIcon,
+            QStyle.StandardPixmap.SP_MediaPlay,
+            QStyle.StandardPixmap.SP_DialogSaveButton,
+        ]
+        self.pages = [self.dataset_page, self.model_page, self.training_page, self.output_page]
+        for page, icon in zip(self.pages, icons, strict=True):
+            self.stack.addWidget(page)
+            QListWidgetItem(style.standardIcon(icon), page.title, self.nav)
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.nav.setCurrentRow(0)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(0)
+        rl.addWidget(self.stack, 1)
+        self.vram_meter = self._make_vram_meter()
+        if self.vram_meter is not None:
+            rl.addWidget(self.vram_meter)
+
+        central = QWidget()
+        cl = QHBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(self.nav)
+        cl.addWidget(right, 1)
+        self.setCentralWidget(central)
+
+    def _make_vram_meter(self) -> QWidget | None:
+        try:
+            from guitrainer.ui.vram_meter import VramMeter
+        except ImportError:  # the estimator lands with its own issue
+            return None
+        return VramMeter(self.binding)
+
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Preset")
+        bar.setObjectName("preset_toolbar")
+        bar.setMovable(False)
+        self.addToolBar(bar)
+        box = QWidget()
+        lay = QHBoxLayout(box)
+        lay.setContentsMargins(6, 2, 6, 2)
+        lay.addWidget(QLabel("Preset:"))
+        self.preset_combo = QComboBox()
+        self.preset_combo.setObjectName("preset_combo")
+        self.preset_combo.setMinimumContentsLength(34)
+        self.preset_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset_combo.setToolTip("Load a preset: it fills every setting. Your own presets are listed after the shipped ones.")
+        lay.addWidget(self.preset_combo)
+        self.preset_state = QLabel()
+        self.preset_state.setObjectName("preset_state")
+        lay.addWidget(self.preset_state)
+        bar.addWidget(box)
+        self._fill_preset_combo()
+        self.preset_combo.activated.connect(lambda i: self.load_preset(self.preset_combo.itemData(i)))
+
+    def _fill_preset_combo(self) -> None:
+        self.preset_combo.blockSignals(True)
+        self.preset_combo.clear()
+        for name in self.store.names():
+            preset = self.store.presets[name]
+            self.preset_combo.addItem(name, name)
+            self.preset_combo.setItemData(self.preset_combo.count() - 1, preset.description, Qt.ItemDataRole.ToolTipRole)
+        idx = self.preset_combo.findData(self.current_preset)
+        self.preset_combo.setCurrentIndex(idx)
+        self.preset_combo.blockSignals(False)
+
+    def _build_menus(self) -> None:
+        m = self.menuBar().addMenu("&File")
+        self.act_add_folder = m.addAction("Add image &folder…", self._add_folder)
+        self.act_add_folder.setShortcut(QKeySequence("Ctrl+Shift+O"))
+        m.addSeparator()
+        self.act_open = m.addAction("&Open preset or config…", self.open_file_dialog)
+        self.act_open.setShortcut(QKeySequence.StandardKey.Open)
+        self.recent_menu = m.addMenu("Open &recent")
+        self._fill_recent()
+        self.act_save = m.addAction("&Save preset", self.save_preset)
+        self.act_save.setShortcut(QKeySequence.StandardKey.Save)
+        self.act_save_as = m.addAction("Save preset &as…", self.save_preset_as)
+        self.act_save_as.setShortcut(QKeySequence.StandardKey.SaveAs)
+        m.addAction("&Rename preset…", self.rename_preset)
+        m.addAction("&Delete preset…", self.delete_preset)
+        m.addAction("&Import preset file…", self.import_preset_dialog)
+        m.addAction("E&xport config as TOML…", self.export_config_dialog)
+        m.addSeparator()
+        quit_act = QAction("&Quit", self)
+        quit_act.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_act.triggered.connect(self.close)
+        m.addAction(quit_act)
+        h = self.menuBar().addMenu("&Help")
+        h.addAction("&About guitrainer", self._about)
+
+    # ------------------------------------------------------------------ state
+    def _restore_state(self) -> None:
+        geom = self.settings.value("window/geometry")
+        if isinstance(geom, QByteArray | bytes) and geom:
+            self.restoreGeometry(QByteArray(geom))
+        else:
+            self.resize(1180, 780)
+        last = str(self.settings.value("last_preset", DEFAULT_PRESET) or DEFAULT_PRESET)
+        if last not in self.store.presets:
+            last = DEFAULT_PRESET if DEFAULT_PRESET in self.store.presets else (self.store.names() or [""])[0]
+        if last:
+            self.load_preset(last)
+
+    def _on_config_changed(self, _path: str) -> None:
+        self._dirty = True
+        self._update_title()
+
+    def _update_title(self) -> None:
+        mark = " •" if self._dirty else ""
+        name = self.current_preset or "untitled"
+        self.setWindowTitle(f"{name}{mark} — {APP_NAME}")
+        self.preset_state.setText("modified" if self._dirty else "")
+
+    # ------------------------------------------------------------------ presets
+    def load_preset(self, name: str) -> bool:
+        try:
+            cfg = self.store.get(name).config()
+        except (KeyError, ConfigError) as e:
+            self._error("Cannot load preset", str(e))
+            return False
+        self.binding.replace(cfg)
+        self.current_preset = name
+        self._dirty = False
+        self.settings.setValue("last_preset", name)
+        self._fill_preset_combo()
+        self._update_title()
+        self.statusBar().showMessage(f"Loaded preset “{name}”", 4000)
+        self.preset_loaded.emit(name)
+        return True
+
+    def save_preset(self) -> None:
+        preset = self.store.presets.get(self.current_preset)
+        if preset is None or preset.shipped:
+            self.save_preset_as()
+            return
+        self._save_as_name(self.current_preset, preset.description)
+
+    def save_preset_as(self) -> None:
+        suggestion = self.current_preset if self.current_preset and not self._is_shipped(self.current_preset) else ""
+        name, ok = QInputDialog.getText(self, "Save preset as", "Preset name:", text=suggestion)
+        if ok and name.strip():
+            self._save_as_name(name.strip(), "")
+
+    def _is_shipped(self, name: str) -> bool:
+        p = self.store.presets.get(name)
+        return bool(p and p.shipped)
+
+    def _save_as_name(self, name: str, description: str) -> None:
+        if self._is_shipped(name):
+            self._error("Cannot save", f"“{name}” is a shipped preset. Save under another name.")
+            return
+        try:
+            self.store.save(name, self.binding.config, description)
+        except (ValueError, OSError) as e:
+            self._error("Could not save the preset", str(e))
+            return
+        self.current_preset = name
+        self._dirty = False
+        self.settings.setValue("last_preset", name)
+        self._fill_preset_combo()
+        self._update_title()
+        self.statusBar().showMessage(f"Saved preset “{name}”", 4000)
+
+    def rename_preset(self) -> None:
+        if not self.current_preset or self._is_shipped(self.current_preset):
+            self._error("Cannot rename", "Only your own presets can be renamed.")
+            return
+        new, ok = QInputDialog.getText(self, "Rename preset", "New name:", text=self.current_preset)
+        if ok and new.strip():
+            try:
+                self.store.rename(self.current_preset, new.strip())
+            except (ValueError, OSError) as e:
+                self._error("Could not rename", str(e))
+                return
+            self.current_preset = new.strip()
+            self._fill_preset_combo()
+            self._update_title()
+
+    def delete_preset(self) -> None:
+        name = self.current_preset
+        if not name or self._is_shipped(name):
+            self._error("Cannot delete", "Only your own presets can be deleted.")
+            return
+        if QMessageBox.question(self, "Delete preset", f"Delete your preset “{name}”?") != QMessageBox.StandardButton.Yes:
+            return
+        self.store.delete(name)
+        self.current_preset = ""
+        self._fill_preset_combo()
+        self._update_title()
+
+    def import_preset_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import preset", "", "Presets (*.toml)")
+        if path:
+            self.import_preset(path)
+
+    def import_preset(self, path: str) -> bool:
+        try:
+            preset = self.store.import_file(path)
+        except (ConfigError, OSError) as e:
+            self._error("This preset file cannot be used", str(e))
+            return False
+        self._fill_preset_combo()
+        return self.load_preset(preset.name)
+
+    # ------------------------------------------------------------------ files
+    def open_file_dialog(self) -> None:
+        start = str(self.settings.value("last_dir", str(Path.home())))
+        path, _ = QFileDialog.getOpenFileName(self, "Open preset or config", start, "TOML (*.toml)")
+        if path:
+            self.settings.setValue("last_dir", str(Path(path).parent))
+            self.open_file(path)
+
+    def open_file(self, path: str) -> bool:
+        """Open a preset (has a [preset] header) or a config TOML; errors name the file and line."""
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if "[preset]" in Path(path).read_text(encoding="utf-8", errors="replace"):
+                    preset = read_preset(path)
+                    cfg, label = preset.config(), preset.name
+                else:
+                    cfg, label = load_toml(path), Path(path).name
+        except (ConfigError, OSError) as e:
+            self._error("This file cannot be opened", str(e))
+            return False
+        self.binding.replace(cfg)
+        self.current_preset = ""
+        self._dirty = False
+        self._fill_preset_combo()
+        self.setWindowTitle(f"{label} — {APP_NAME}")
+        self._add_recent(path)
+        notes = "; ".join(str(w.message) for w in caught)
+        self.statusBar().showMessage(f"Opened {path}" + (f" ({notes})" if notes else ""), 8000)
+        return True
+
+    def export_config_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export config", "config.toml", "TOML (*.toml)")
+        if path:
+            try:
+                save_toml(self.binding.config, path)
+            except OSError as e:
+                self._error("Could not export", str(e))
+
+    def _recent(self) -> list[str]:
+        value = self.settings.value("recent_files", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _add_recent(self, path: str) -> None:
+        items = [p for p in self._recent() if p != path]
+        items.insert(0, path)
+        self.settings.setValue("recent_files", items[:MAX_RECENT])
+        self._fill_recent()
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        items = self._recent()
+        if not items:
+            a = self.recent_menu.addAction("(none)")
+            a.setEnabled(False)
+        for p in items:
+            self.recent_menu.addAction(p, lambda p=p: self.open_file(p))
+
+    # ------------------------------------------------------------------ dataset drops
+    def _add_folder(self) -> None:
+        fn = getattr(self.dataset_page, "add_folder_dialog", None)
+        if fn is not None:
+            self.nav.setCurrentRow(0)
+            fn()
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Add image folder")
+        if folder:
+            self.add_paths([folder])
+
+    def add_paths(self, paths_: list[str]) -> None:
+        """Dropped or opened paths: presets open, everything else goes to the dataset page."""
+        tomls = [p for p in paths_ if p.lower().endswith(".toml")]
+        rest = [p for p in paths_ if not p.lower().endswith(".toml")]
+        for p in tomls:
+            self.open_file(p)
+        if not rest:
+            return
+        self.nav.setCurrentRow(0)
+        fn = getattr(self.dataset_page, "add_paths", None)
+        if fn is not None:
+            fn(rest)
+            return
+        from guitrainer.config import DatasetFolder
+
+        folders = list(self.binding.get("dataset.folders"))
+        known = {f.path for f in folders}
+        folders += [DatasetFolder.from_value(p) for p in rest if Path(p).is_dir() and p not in known]
+        self.binding.set("dataset.folders", folders)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        local = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if local:
+            event.acceptProposedAction()
+            QTimer.singleShot(0, lambda: self.add_paths(local))
+
+    # ------------------------------------------------------------------ misc
+    def _error(self, title: str, text: str) -> None:
+        log.warning("%s: %s", title, text)
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("error_box")
+        box.open()
+
+    def _about(self) -> None:
+        QMessageBox.about(
+            self,
+            f"About {APP_NAME}",
+            f"<b>{APP_NAME}</b> {__version__}<br>Train a Stable Diffusion LoRA on your own GPU, "
+            "with a live VRAM estimate and mixed precision done right.",
+        )
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        guard = getattr(self.training_page, "confirm_close", None)
+        if guard is not None and not guard():
+            event.ignore()
+            return
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        super().closeEvent(event)

@@ -1,0 +1,35 @@
+"""Shared page scaffolding: a scrollable page with a title and a short explanation."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from guitrainer.ui.binding import ConfigBinding
+
+
+class Page(QScrollArea):
+    """A page of the main window. Subclasses add their content to ``self.body``."""
+
+    title = "Page"
+    subtitle = ""
+
+    def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.binding = binding
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        inner = QWidget(self)
+        self.body = QVBoxLayout(inner)
+        self.body.setContentsMargins(18, 14, 18, 14)
+        self.body.setSpacing(10)
+        heading = QLabel(f"<h2 style='margin:0'>{self.title}</h2>")
+        self.body.addWidget(heading)
+        if self.subtitle:
+            sub = QLabel(self.subtitle)
+            sub.setWordWrap(True)
+            sub.setStyleSheet("color: palette(placeholder-text);")
+            self.body.addWidget(sub)
+        self.setWidget(inner)
+
+    def finish(self) -> None:
+        self.body.addStretch(1)

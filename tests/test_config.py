@@ -1,0 +1,172 @@
+"""TrainingConfig: validation names fields, TOML round trip, overlays, unknown keys, migrations."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+
+from guitrainer import config as C
+from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig, UnknownKeyWarning
+
+
+def test_defaults_are_valid_and_round_trip():
+    cfg = TrainingConfig()
+    assert cfg.errors() == []
+    again = TrainingConfig.from_dict(C.parse_toml_text(cfg.to_toml(), "x"))
+    assert again == cfg
+
+
+def test_round_trip_is_lossless_for_non_default_values(tmp_path):
+    cfg = TrainingConfig()
+    cfg.set("network.rank", 64)
+    cfg.set("network.alpha", 12.5)
+    cfg.set("optimizer.lr", 3.5e-5)
+    cfg.set("optimizer.betas", [0.85, 0.99])
+    cfg.set("dataset.folders", [{"path": "/data/10_cat", "repeats": 10}, "/data/dogs"])
+    cfg.set("sampling.prompts", ["a cat", "a “quoted” prompt, with commas"])
+    cfg.set("precision.training", "bf16")
+    cfg.set("output.description", "line one\nline two")
+    p = tmp_path / "c.toml"
+    C.save_toml(cfg, p)
+    loaded = C.load_toml(p)
+    assert loaded == cfg
+    assert loaded.dataset.folders[0] == DatasetFolder("/data/10_cat", 10)
+    assert loaded.dataset.folders[1].repeats == 1
+
+
+def test_public_names_are_fixed():
+    """Presets and the CLI rely on these names; renaming one breaks users' files."""
+    for path in [
+        "model.base", "model.family", "dataset.folders", "dataset.resolution", "network.rank", "network.alpha",
+        "optimizer.name", "optimizer.lr", "schedule.batch_size", "schedule.epochs", "schedule.max_steps",
+        "schedule.seed", "precision.training", "precision.save", "precision.gradient_checkpointing",
+        "precision.cache_latents", "output.folder", "output.name",
+    ]:
+        C.field_info(path)  # raises if missing
+    assert C.field_choices(C.field_info("precision.training")) == ("fp32", "fp16", "bf16")
+    assert C.field_choices(C.field_info("precision.save")) == ("fp32", "fp16", "bf16")
+
+
+def test_every_field_has_label_and_help():
+    for path in C.field_paths():
+        meta = C.field_info(path).metadata
+        assert meta.get("label"), path
+        assert meta.get("help"), path
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        ("network.rank", 0, "between 1 and 1024"),
+        ("network.rank", 5000, "between 1 and 1024"),
+        ("dataset.resolution", 32, "between 64 and 4096"),
+        ("optimizer.lr", -1.0, "between 0 and 1"),
+        ("precision.training", "fp8", "one of 'fp32', 'fp16', 'bf16'"),
+        ("optimizer.name", "SGD", "one of"),
+        ("schedule.batch_size", 1.5, "whole number"),
+        ("dataset.caption_dropout", 2.0, "between 0 and 1"),
+        ("precision.gradient_checkpointing", "maybe", "true or false"),
+    ],
+)
+def test_validation_names_field_and_range(path, value, needle):
+    cfg = TrainingConfig()
+    with pytest.raises(ConfigError) as ei:
+        cfg.set(path, value)
+    assert ei.value.field == path
+    assert f"`{path}`" in str(ei.value)
+    assert needle in str(ei.value)
+
+
+def test_cross_field_validation():
+    cfg = TrainingConfig()
+    cfg.dataset.min_bucket_resolution = 2048
+    cfg.dataset.max_bucket_resolution = 512
+    errs = cfg.errors()
+    assert [e.field for e in errs] == ["dataset.min_bucket_resolution"]
+    cfg = TrainingConfig()
+    cfg.set("dataset.folders", ["/a/imgs"])
+    cfg.set("dataset.regularization_folders", ["/a/imgs"])
+    assert [e.field for e in cfg.errors()] == ["dataset.regularization_folders"]
+
+
+def test_unknown_keys_warn_and_are_dropped():
+    with pytest.warns(UnknownKeyWarning) as rec:
+        cfg = TrainingConfig.from_dict({"network": {"rank": 8, "rnak": 4}, "bogus": {"x": 1}})
+    messages = " ".join(str(w.message) for w in rec)
+    assert "network.rnak" in messages and "[bogus]" in messages
+    assert cfg.network.rank == 8
+    assert not hasattr(cfg.network, "rnak")
+
+
+def test_error_in_file_names_file_line_and_field(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[network]\nalpha = 4.0\n\nrank = -3\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as ei:
+        C.load_toml(p)
+    e = ei.value
+    assert e.field == "network.rank" and e.line == 4 and str(p) in str(e)
+
+
+def test_broken_toml_names_line(tmp_path):
+    p = tmp_path / "broken.toml"
+    p.write_text("[network]\nrank = 4\nalpha = = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as ei:
+        C.load_toml(p)
+    assert ei.value.line == 3
+    assert "not valid TOML" in str(ei.value)
+
+
+def test_overlay_is_sparse_and_lists_replace():
+    base = TrainingConfig()
+    base.set("sampling.prompts", ["a", "b"])
+    out = C.apply_overlay(base, {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}})
+    assert out.sampling.prompts == ["c"]
+    assert out.network.rank == 8
+    assert out.network.alpha == base.network.alpha
+    assert base.network.rank == 16  # base untouched
+    assert C.diff(TrainingConfig(), out) == {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}}
+
+
+def test_migration_hook_runs(monkeypatch):
+    def v0_to_v1(d):
+        d = dict(d)
+        net = dict(d.pop("lora", {}))
+        d["network"] = {"rank": net.get("dim", 16)}
+        return d
+
+    monkeypatch.setitem(C.MIGRATIONS, 0, v0_to_v1)
+    cfg = TrainingConfig.from_dict({"schema_version": 0, "lora": {"dim": 48}})
+    assert cfg.network.rank == 48
+    assert cfg.schema_version == C.SCHEMA_VERSION
+
+
+def test_newer_schema_warns():
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        TrainingConfig.from_dict({"schema_version": 99})
+    assert any("newer" in str(w.message) for w in rec)
+
+
+def test_repeats_from_kohya_folder_name():
+    assert C.repeats_from_name("10_mychar") == 10
+    assert C.repeats_from_name("mychar") is None
+    assert C.repeats_from_name("0_x") is None
+    assert DatasetFolder.from_value("/x/5_style").repeats == 5
+
+
+def test_set_coerces_strings_from_cli():
+    cfg = TrainingConfig()
+    cfg.set("precision.gradient_checkpointing", "true")
+    cfg.set("network.rank", "32")
+    cfg.set("dataset.folders", "/a,/b/3_x")
+    assert cfg.precision.gradient_checkpointing is True
+    assert cfg.network.rank == 32
+    assert [f.repeats for f in cfg.dataset.folders] == [1, 3]
+
+
+def test_sections_are_dataclasses_with_defaults():
+    for cls in C.SECTIONS.values():
+        cls()  # every field has a default
+        assert dataclasses.is_dataclass(cls)

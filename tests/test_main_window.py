@@ -1,0 +1,141 @@
+"""The app shell: opens offscreen, every page bound to the config, presets fill widgets."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QPlainTextEdit, QSpinBox
+
+from guitrainer.presets import PresetStore
+from guitrainer.ui.binding import bound_editors
+from guitrainer.ui.main_window import MainWindow
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+def _poke(editor, value):
+    if isinstance(editor, QSpinBox | QDoubleSpinBox):
+        editor.setValue(value)
+    elif isinstance(editor, QCheckBox):
+        editor.setChecked(value)
+    elif isinstance(editor, QComboBox):
+        editor.setCurrentIndex(editor.findData(value))
+    elif isinstance(editor, QLineEdit):
+        editor.setText(value)
+        editor.editingFinished.emit()
+    elif isinstance(editor, QPlainTextEdit):
+        editor.setPlainText(value)
+
+
+def test_every_page_has_bound_widgets(window):
+    """Each page shows its part of the config as real widgets bound to config fields."""
+    wanted = {
+        window.dataset_page: ["dataset.resolution", "dataset.caption_extension"],
+        window.model_page: ["model.base", "precision.gradient_checkpointing"],
+        window.training_page: ["network.rank", "optimizer.lr", "schedule.batch_size"],
+        window.output_page: ["output.folder", "output.name"],
+    }
+    for page, fields in wanted.items():
+        editors = bound_editors(page)
+        for f in fields:
+            assert f in editors, f"{type(page).__name__} lacks {f}"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("network.rank", 48),
+        ("optimizer.lr", 0.0002),
+        ("schedule.batch_size", 3),
+        ("precision.gradient_checkpointing", True),
+        ("output.name", "my_new_lora"),
+        ("dataset.resolution", 768),
+    ],
+)
+def test_widget_change_updates_config(window, path, value):
+    editor = bound_editors(window)[path]
+    _poke(editor, value)
+    assert window.binding.get(path) == pytest.approx(value) if isinstance(value, float) else window.binding.get(path) == value
+    assert "•" in window.windowTitle()
+
+
+def test_loading_a_preset_updates_widgets(window):
+    editors = bound_editors(window)
+    window.load_preset("SDXL quality — 24 GB")
+    assert editors["network.rank"].value() == 64
+    assert editors["schedule.batch_size"].value() == 4
+    assert editors["model.base"].text() == "stabilityai/stable-diffusion-xl-base-1.0"
+    window.load_preset("Demo — tiny built-in model (CPU, seconds)")
+    assert editors["network.rank"].value() == 4
+    assert window.binding.config.network.train_text_encoder is False
+    assert "•" not in window.windowTitle()
+
+
+def test_preset_combo_loads_and_save_as_roundtrip(window, qtbot, monkeypatch):
+    combo = window.preset_combo
+    idx = combo.findData("SD 1.5 style — 8 GB")
+    combo.setCurrentIndex(idx)
+    combo.activated.emit(idx)
+    assert window.binding.config.network.rank == 32
+    window.binding.set("network.rank", 24)
+    from PySide6.QtWidgets import QInputDialog
+
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Mine", True)))
+    window.save_preset_as()
+    assert window.current_preset == "Mine"
+    assert combo.findData("Mine") >= 0
+    window.load_preset("SD 1.5 style — 8 GB")
+    window.load_preset("Mine")
+    assert window.binding.config.network.rank == 24
+
+
+def test_last_preset_and_geometry_remembered(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    store = PresetStore(user_dir=tmp_path / "p")
+    w = MainWindow(store=store, settings=settings)
+    qtbot.addWidget(w)
+    w.load_preset("SD 1.5 character — 6 GB")
+    w.resize(1000, 700)
+    w.close()
+    w2 = MainWindow(store=store, settings=settings)
+    qtbot.addWidget(w2)
+    assert w2.current_preset == "SD 1.5 character — 6 GB"
+    assert w2.binding.config.precision.gradient_checkpointing is True
+
+
+def test_opening_a_malformed_file_shows_message_and_keeps_running(window, tmp_path, qtbot):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[schedule]\nepochs = 0\n", encoding="utf-8")
+    before = window.binding.config.copy()
+    assert window.open_file(str(bad)) is False
+    boxes = [b for b in window.findChildren(object) if getattr(b, "objectName", lambda: "")() == "error_box"]
+    assert boxes and "schedule.epochs" in boxes[-1].text() and "line 2" in boxes[-1].text()
+    assert window.binding.config == before
+
+
+def test_drop_of_toml_on_window_opens_it(window, tmp_path, qtbot):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[network]\nrank = 7\n", encoding="utf-8")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(cfg))])
+    ev = QDropEvent(QPointF(QPoint(50, 50)), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    window.dropEvent(ev)
+    qtbot.waitUntil(lambda: window.binding.config.network.rank == 7, timeout=2000)
+
+
+def test_window_screenshot(window, artifacts_dir, qtbot):
+    window.resize(1180, 780)
+    window.nav.setCurrentRow(2)
+    qtbot.wait(50)
+    path = artifacts_dir / "main_window.png"
+    assert window.grab().save(str(path))
+    assert path.stat().st_size > 10_000

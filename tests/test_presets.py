@@ -1,0 +1,105 @@
+"""Presets: shipped ones load and round-trip; user presets save / rename / delete / import."""
+
+from __future__ import annotations
+
+import pytest
+
+from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, parse_toml_text
+from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
+
+SHIPPED = [
+    "Demo — tiny built-in model (CPU, seconds)",
+    "SD 1.5 character — 6 GB",
+    "SD 1.5 style — 8 GB",
+    "SDXL character — 12 GB",
+    "SDXL quality — 24 GB",
+]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return PresetStore(user_dir=tmp_path / "user")
+
+
+def test_shipped_presets_present_and_valid(store):
+    assert store.errors == []
+    for name in SHIPPED:
+        assert name in store.names()
+        assert store.get(name).shipped
+    assert DEFAULT_PRESET in store.names()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_preset_round_trips(store, name):
+    cfg = store.get(name).config()
+    again = TrainingConfig.from_dict(parse_toml_text(cfg.to_toml(), name))
+    assert again == cfg
+    assert store.get(name).warnings == []
+
+
+def test_overlay_semantics_every_field_filled(store):
+    """Loading B after A leaves nothing of A: presets apply to the defaults, not to the current config."""
+    a = store.get("SDXL quality — 24 GB").config()
+    b = store.get("Demo — tiny built-in model (CPU, seconds)").config()
+    assert a.network.train_text_encoder is True
+    assert b.network.train_text_encoder is False  # not in the demo file: the default, not A's value
+    assert b.model.base == "demo" and b.precision.training == "fp32"
+
+
+def test_user_preset_save_load_rename_delete(store, tmp_path):
+    cfg = store.get("SD 1.5 character — 6 GB").config()
+    cfg.set("network.rank", 48)
+    p = store.save("My char", cfg, "desc")
+    assert p.path.exists() and p.path.parent == tmp_path / "user"
+    text = p.path.read_text(encoding="utf-8")
+    assert "rank = 48" in text and "resolution" in text  # sparse vs defaults, not vs the shipped preset
+    assert "bucket_step" not in text  # default values are not written
+    fresh = PresetStore(user_dir=tmp_path / "user")
+    assert fresh.get("My char").config() == cfg
+    fresh.rename("My char", "Renamed")
+    assert not p.path.exists()
+    assert PresetStore(user_dir=tmp_path / "user").get("Renamed").config() == cfg
+    fresh.delete("Renamed")
+    assert "Renamed" not in PresetStore(user_dir=tmp_path / "user").names()
+
+
+def test_shipped_presets_are_read_only(store):
+    with pytest.raises(ValueError):
+        store.save(SHIPPED[0], TrainingConfig())
+    with pytest.raises(ValueError):
+        store.delete(SHIPPED[0])
+
+
+def test_malformed_preset_reported_not_fatal(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "bad.toml").write_text('[preset]\nname = "Bad"\n[network]\nrank = "lots"\n', encoding="utf-8")
+    (user / "broken.toml").write_text("[network\nrank = 3\n", encoding="utf-8")
+    store = PresetStore(user_dir=user)
+    assert "Bad" not in store.names()
+    msgs = sorted(str(e) for e in store.errors)
+    assert len(msgs) == 2
+    assert any("bad.toml, line 4" in m and "`network.rank`" in m for m in msgs)
+    assert any("broken.toml" in m and "line 1" in m for m in msgs)
+    assert SHIPPED[0] in store.names()
+
+
+def test_import_preset_file(store, tmp_path):
+    src = tmp_path / "shared.toml"
+    src.write_text('# from a friend\n[preset]\nname = "Friend"\n[network]\nrank = 8\n', encoding="utf-8")
+    p = store.import_file(src)
+    assert p.name == "Friend" and not p.shipped
+    assert "# from a friend" in p.path.read_text(encoding="utf-8")
+    assert store.get("Friend").config().network.rank == 8
+    with pytest.raises(ConfigError):
+        bad = tmp_path / "bad.toml"
+        bad.write_text("[precision]\ntraining = 'fp8'\n", encoding="utf-8")
+        store.import_file(bad)
+
+
+def test_read_preset_unknown_key_is_a_warning(tmp_path):
+    p = tmp_path / "w.toml"
+    p.write_text('[preset]\nname = "W"\n[network]\nrank = 8\nfuture_knob = 1\n', encoding="utf-8")
+    preset = read_preset(p)
+    assert any("network.future_knob" in w for w in preset.warnings)
+    assert apply_overlay(TrainingConfig(), {"network": {"rank": 8}}) == preset.config()
