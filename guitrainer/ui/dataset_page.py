@@ -1,18 +1,851 @@
-"""Dataset page: image folders, captions and how the images are fed to training."""
+"""Dataset page: drop images and folders, see them as a thumbnail grid, edit captions and tags.
+
+The page owns the list of imported images (a :class:`DatasetModel`) and keeps ``dataset.folders``
+in the config in step with it: every folder that directly holds imported images is listed, with its
+repeats (editable in the folders table). Loading a config (preset, file) that names other folders
+re-reads them, non-recursively, as training does.
+
+Nothing slow runs on the GUI thread: finding files is a directory listing; reading headers and
+captions happens in a :class:`ScanWorker` thread that hands rows over in batches; thumbnails come
+from a thread pool. Removing images from the dataset never deletes files; "Delete files…" asks first
+and moves them to the trash.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QWidget
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from PySide6.QtCore import (
+    QEvent,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QSize,
+    Qt,
+    QThread,
+    QTimer,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, QKeySequence, QUndoStack
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guitrainer.config import DatasetFolder
+from guitrainer.core import dataset as ds
+from guitrainer.core.dataset import Candidate, CaptionEdit, DatasetItem, Flag
 from guitrainer.ui.binding import ConfigBinding, build_form
+from guitrainer.ui.caption_editor import CaptionEditCommand, CaptionEditor
+from guitrainer.ui.captioning import CaptioningPanel
+from guitrainer.ui.dataset_model import DatasetFilterProxy, DatasetModel, ItemRole, ThumbnailDelegate
 from guitrainer.ui.pages import Page
+from guitrainer.ui.tag_tools import TagToolsPanel
+from guitrainer.ui.thumbnails import GRID_SIZE, ThumbnailLoader
+
+log = logging.getLogger(__name__)
+
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.bmp *.PNG *.JPG *.JPEG *.WEBP *.BMP)"
+_SUMMARY_KEYS = {
+    "dataset.resolution",
+    "dataset.bucketing",
+    "dataset.min_bucket_resolution",
+    "dataset.max_bucket_resolution",
+    "dataset.bucket_step",
+    "schedule.batch_size",
+}
+
+
+@dataclass
+class ImportReport:
+    """What an import did: images queued for the grid, files refused and files already there."""
+
+    added: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    duplicates: list[tuple[str, str]] = field(default_factory=list)
+
+    def message(self) -> str:
+        parts = [f"Added {self.added} image{'s' if self.added != 1 else ''}."]
+        if self.rejected:
+            first = self.rejected[0]
+            more = f" and {len(self.rejected) - 1} more" if len(self.rejected) > 1 else ""
+            parts.append(f"Not imported: {Path(first[0]).name} ({first[1]}){more}.")
+        if self.duplicates:
+            parts.append(f"{len(self.duplicates)} already in the dataset, skipped.")
+        return " ".join(parts)
+
+    def details(self) -> str:
+        lines = [f"{p}: {why}" for p, why in self.rejected] + [f"{p}: {why}" for p, why in self.duplicates]
+        return "\n".join(lines[:200]) + (f"\n… {len(lines) - 200} more" if len(lines) > 200 else "")
+
+
+class ScanWorker(QObject):
+    """Reads captions and image headers for candidates; hands items over in batches (lives in a QThread)."""
+
+    batch_loaded = Signal(object)  # list[DatasetItem]
+    finished = Signal()
+
+    def __init__(self, candidates: Sequence[Candidate], caption_extension: str, resolution: int):
+        super().__init__()
+        self.candidates = list(candidates)
+        self.caption_extension = caption_extension
+        self.resolution = resolution
+        self._stop = threading.Event()
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    @Slot()
+    def work(self) -> None:
+        batch: list[DatasetItem] = []
+        last = time.monotonic()
+        first = True
+        try:
+            for item in ds.iter_items(self.candidates, self.caption_extension, self.resolution, self._stop.is_set):
+                batch.append(item)
+                now = time.monotonic()
+                # the first rows go out at once (first screen fast), then in batches (few model resets)
+                if (first and len(batch) >= 24) or len(batch) >= 200 or now - last > 0.1:
+                    self.batch_loaded.emit(batch)
+                    batch, last, first = [], now, False
+            if batch:
+                self.batch_loaded.emit(batch)
+        except Exception:
+            log.exception("scanning failed")
+        finally:
+            self.finished.emit()
+
+
+class SummaryPanel(QLabel):
+    """Counts, resolution histogram, buckets with counts and steps per epoch, as a small HTML table."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.summary: ds.DatasetSummary | None = None
+
+    def show_summary(self, s: ds.DatasetSummary, batch_size: int, bucketing: bool) -> None:
+        self.summary = s
+
+        def bars(rows: list[tuple[str, int]]) -> str:
+            peak = max((n for _, n in rows), default=1) or 1
+            out = []
+            for label, n in rows:
+                width = max(2, int(160 * n / peak))
+                out.append(
+                    f"<tr><td style='padding-right:10px'>{label}</td><td align='right' style='padding-right:6px'>{n}</td>"
+                    f"<td><table cellspacing=0 cellpadding=0><tr><td bgcolor='#4a86c5' width={width} height=9></td>"
+                    f"</tr></table></td></tr>"
+                )
+            return "<table cellspacing=2>" + "".join(out) + "</table>"
+
+        hist = bars(list(s.resolution_histogram.items())) or "—"
+        bucket_rows = [(f"{w} × {h}", n) for (w, h), n in sorted(s.buckets.items(), key=lambda kv: kv[0][0] / kv[0][1])]
+        buckets = bars(bucket_rows) if bucket_rows else "—"
+        self.setText(
+            f"<p><b>{s.image_count}</b> images · <b>{s.captioned_count}</b> captioned · "
+            f"<b>{s.flagged_count}</b> flagged<br>"
+            f"<b>{s.images_with_repeats}</b> images per epoch with repeats · batch {batch_size} → "
+            f"<b>{s.steps_per_epoch}</b> steps per epoch</p>"
+            f"<p><b>Shorter side</b></p>{hist}"
+            f"<p><b>{'Aspect buckets' if bucketing else 'Training size (no buckets)'}</b></p>{buckets}"
+        )
 
 
 class DatasetPage(Page):
+    """The dataset workspace. The main window forwards drops to :meth:`add_paths`."""
+
     title = "Dataset"
-    subtitle = "Your images and their captions. Drop folders anywhere on the window to add them."
+    subtitle = "Your images and their captions. Drop folders or images anywhere on the window to add them."
+
+    import_finished = Signal(object)  # ImportReport, when its images are all in the grid
+    items_changed = Signal()  # images added or removed
+    status_changed = Signal(str)
 
     def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
         super().__init__(binding, parent)
-        self.body.addWidget(build_form(binding, "dataset", title="Images and captions"))
-        self.finish()
+        self.undo_stack = QUndoStack(self)
+        self.loader = ThumbnailLoader(self)
+        self.model = DatasetModel(self.loader, self)
+        self.proxy = DatasetFilterProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self._known: set = set()
+        self._workers: list[tuple[QThread, ScanWorker, ImportReport]] = []
+        self._syncing = False
+        self.last_report: ImportReport | None = None
+        self.last_status = ""
+
+        self._build_toolbar()
+        self._build_folders()
+        self._build_workspace()
+        self.status = QLabel(self)
+        self.status.setObjectName("dataset_status")
+        self.status.setWordWrap(True)
+        self.body.addWidget(self.status)
+        # no self.finish(): the grid, not a spacer, takes the spare height
+
+        self._summary_timer = QTimer(self)
+        self._summary_timer.setSingleShot(True)
+        self._summary_timer.setInterval(150)
+        self._summary_timer.timeout.connect(self._update_summary)
+        self._build_actions()
+
+        self.setAcceptDrops(True)
+        self.viewport().setAcceptDrops(True)
+        binding.changed.connect(self._on_config_changed)
+        binding.replaced.connect(self._reconcile_from_config)
+        self._update_summary()
+        if binding.get("dataset.folders"):
+            self._reconcile_from_config()
+
+    # ------------------------------------------------------------------ layout
+    def _build_toolbar(self) -> None:
+        bar = QHBoxLayout()
+        self.add_folder_button = QPushButton("Add folder…", self)
+        self.add_folder_button.clicked.connect(self.add_folder_dialog)
+        self.add_images_button = QPushButton("Add images…", self)
+        self.add_images_button.clicked.connect(self.add_images_dialog)
+        self.remove_button = QPushButton("Remove from dataset", self)
+        self.remove_button.setToolTip("Take the selected images out of the list. Files on disk are not touched.")
+        self.remove_button.clicked.connect(self.remove_selected)
+        self.delete_button = QToolButton(self)
+        self.delete_button.setText("Delete files…")
+        self.delete_button.setToolTip("Move the selected images and their captions to the trash (asks first).")
+        self.delete_button.clicked.connect(lambda: self.delete_selected_files())
+        for w in (self.add_folder_button, self.add_images_button, self.remove_button, self.delete_button):
+            bar.addWidget(w)
+        bar.addStretch(1)
+        bar.addWidget(QLabel("Show", self))
+        self.filter_combo = QComboBox(self)
+        self.filter_combo.setObjectName("dataset_filter")
+        for mode, label in (("all", "All images"), ("captioned", "Captioned"), ("uncaptioned", "Uncaptioned"), ("flagged", "Flagged")):
+            self.filter_combo.addItem(label, mode)
+        self.filter_combo.currentIndexChanged.connect(lambda _i: self.proxy.set_mode(self.filter_combo.currentData()))
+        bar.addWidget(self.filter_combo)
+        self.search = QLineEdit(self)
+        self.search.setObjectName("dataset_search")
+        self.search.setPlaceholderText("Search captions and names…")
+        self.search.setClearButtonEnabled(True)
+        self.search.setMinimumWidth(200)
+        self.search.textChanged.connect(self.proxy.set_text)
+        bar.addWidget(self.search)
+        self.tag_chip = QToolButton(self)
+        self.tag_chip.setVisible(False)
+        self.tag_chip.clicked.connect(lambda: self.filter_by_tag(""))
+        bar.addWidget(self.tag_chip)
+        self.body.addLayout(bar)
+
+    def _build_folders(self) -> None:
+        self.folders_table = QTableWidget(0, 4, self)
+        self.folders_table.setObjectName("folders_table")
+        self.folders_table.setHorizontalHeaderLabels(["Folder", "Images", "Repeats", ""])
+        hh = self.folders_table.horizontalHeader()
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for c in (1, 2, 3):
+            hh.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
+        self.folders_table.verticalHeader().setVisible(False)
+        self.folders_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.folders_table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.folders_table.setToolTip("Each folder's images are used 'Repeats' times per epoch (kohya's 10_name folders).")
+        self.empty_hint = QLabel(
+            "<div style='font-size:15px'><b>Drop image folders or images here</b></div>"
+            "<div>PNG, JPEG, WebP and BMP. Captions are the .txt files beside the images. "
+            "A folder named like <code>10_mychar</code> repeats its images 10 times per epoch.</div>",
+            self,
+        )
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setMinimumHeight(90)
+        self.empty_hint.setFrameShape(QFrame.Shape.StyledPanel)
+        self.empty_hint.setStyleSheet("QLabel { border: 2px dashed palette(mid); border-radius: 8px; padding: 12px; }")
+        self.body.addWidget(self.empty_hint)
+        self.body.addWidget(self.folders_table)
+
+    def _build_workspace(self) -> None:
+        self.grid = QListView(self)
+        self.grid.setObjectName("dataset_grid")
+        self.grid.setViewMode(QListView.ViewMode.IconMode)
+        self.grid.setMovement(QListView.Movement.Static)
+        self.grid.setResizeMode(QListView.ResizeMode.Adjust)
+        self.grid.setUniformItemSizes(True)
+        self.grid.setLayoutMode(QListView.LayoutMode.Batched)
+        self.grid.setBatchSize(300)
+        self.grid.setSpacing(2)
+        self.grid.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.grid.setDragEnabled(False)
+        self.grid.setDragDropMode(QAbstractItemView.DragDropMode.NoDragDrop)
+        self.grid.setAcceptDrops(False)
+        self.grid.viewport().setAcceptDrops(False)
+        self.grid.setMouseTracking(True)
+        self.grid.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.grid.verticalScrollBar().setSingleStep(24)
+        self.delegate = ThumbnailDelegate(GRID_SIZE, self.grid)
+        self.grid.setItemDelegate(self.delegate)
+        self.grid.setGridSize(self.delegate.sizeHint(None, QModelIndex()) + QSize(4, 4))  # type: ignore[arg-type]
+        self.grid.setModel(self.proxy)
+        self.grid.selectionModel().currentChanged.connect(self._on_current_changed)
+        self.grid.selectionModel().selectionChanged.connect(lambda *_: self._update_selection_label())
+        self.grid.setMinimumWidth(360)
+
+        left = QWidget(self)
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(self.grid, 1)
+        self.strip = QLabel(left)
+        self.strip.setObjectName("summary_strip")
+        ll.addWidget(self.strip)
+
+        self.editor = CaptionEditor(self.undo_stack, self.loader, self._on_captions_changed, self)
+        self.editor.status_message.connect(self.show_status)
+        self.editor.caption_saved.connect(self._on_caption_saved)
+        self.editor.next_requested.connect(lambda: self.step_current(1))
+        self.editor.previous_requested.connect(lambda: self.step_current(-1))
+        self.tag_tools = TagToolsPanel(self)
+        self.tag_tools.operation_requested.connect(self.apply_tag_operation)
+        self.tag_tools.tag_clicked.connect(self.filter_by_tag)
+        self.captioning = CaptioningPanel(self)
+        self.captioning.start_requested.connect(self._start_captioning)
+        self.captioning.captioned.connect(self._on_auto_caption)
+        self.captioning.run_finished.connect(self._on_captioning_finished)
+        self.summary = SummaryPanel(self)
+        summary_page = QWidget(self)
+        sl = QVBoxLayout(summary_page)
+        sl.addWidget(self.summary)
+        sl.addStretch(1)
+        options = build_form(
+            self.binding,
+            "dataset",
+            [
+                "resolution", "bucketing", "min_bucket_resolution", "max_bucket_resolution", "bucket_step",
+                "caption_extension", "trigger_word", "shuffle_captions", "keep_tokens", "caption_dropout", "flip_augment",
+            ],
+            title="How images and captions are fed to training",
+            parent=self,
+        )  # fmt: skip
+        options_page = QWidget(self)
+        ol = QVBoxLayout(options_page)
+        ol.addWidget(options)
+        ol.addStretch(1)
+
+        self.tabs = QTabWidget(self)
+        self.tabs.setObjectName("dataset_tabs")
+        self.tabs.addTab(self.editor, "Caption")
+        self.tabs.addTab(self.tag_tools, "Tags")
+        self.tabs.addTab(self.captioning, "Auto-caption")
+        self.tabs.addTab(summary_page, "Summary")
+        self.tabs.addTab(options_page, "Options")
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setMinimumHeight(560)
+        self.body.addWidget(self.splitter, 1)
+
+    def _build_actions(self) -> None:
+        def action(text: str, keys: list[QKeySequence], slot: Callable[[], object]) -> QAction:
+            a = QAction(text, self)
+            a.setShortcuts(keys)
+            a.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            a.triggered.connect(slot)
+            self.addAction(a)
+            return a
+
+        self.next_action = action(
+            "Next image", [QKeySequence("Alt+Right"), QKeySequence("Ctrl+PgDown")], lambda: self.step_current(1)
+        )
+        self.previous_action = action(
+            "Previous image", [QKeySequence("Alt+Left"), QKeySequence("Ctrl+PgUp")], lambda: self.step_current(-1)
+        )
+        self.focus_caption_action = action("Edit caption", [QKeySequence("Ctrl+E")], self._focus_caption)
+        self.undo_action = action("Undo caption change", [QKeySequence(QKeySequence.StandardKey.Undo)], self.editor.undo)
+        self.redo_action = action("Redo caption change", [QKeySequence(QKeySequence.StandardKey.Redo)], self.editor.redo)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def items(self) -> list[DatasetItem]:
+        return self.model.items
+
+    def is_loading(self) -> bool:
+        """True while images are still being read in the background."""
+        return bool(self._workers)
+
+    def add_paths(self, paths: Sequence[str | Path]) -> ImportReport:
+        """Import folders (searched fully) and image files; rows arrive in batches from a worker thread.
+
+        Returns at once with what was found; ``import_finished(report)`` follows when every row is in.
+        """
+        ext = self.binding.get("dataset.caption_extension")
+        col = ds.collect([Path(p) for p in paths], ext, self._known)
+        report = ImportReport(
+            added=len(col.candidates),
+            rejected=[(str(p), why) for p, why in col.rejected],
+            duplicates=[(str(p), why) for p, why in col.duplicates],
+        )
+        self._known |= {ds.file_key(c.path) for c in col.candidates}
+        self.last_report = report
+        self.show_status(report.message() + (" Reading images…" if col.candidates else ""), report.details())
+        self._start_scan(col.candidates, report)
+        return report
+
+    def add_folder_dialog(self) -> ImportReport | None:
+        """File > Add folder: choose a folder and import it."""
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training images")
+        return self.add_paths([folder]) if folder else None
+
+    def add_images_dialog(self) -> ImportReport | None:
+        files, _ = QFileDialog.getOpenFileNames(self, "Add training images", "", IMAGE_FILTER)
+        return self.add_paths(files) if files else None
+
+    def selected_items(self) -> list[DatasetItem]:
+        rows = sorted(self.proxy.mapToSource(i).row() for i in self.grid.selectionModel().selectedIndexes())
+        return [self.model.item(r) for r in rows]
+
+    def visible_items(self) -> list[DatasetItem]:
+        return [self.model.item(self.proxy.mapToSource(self.proxy.index(r, 0)).row()) for r in range(self.proxy.rowCount())]
+
+    def select_rows(self, rows: Sequence[int]) -> None:
+        """Select grid rows (in the filtered order); the first becomes the current one."""
+        sm = self.grid.selectionModel()
+        sm.clearSelection()
+        for n, r in enumerate(rows):
+            idx = self.proxy.index(r, 0)
+            flags = QItemSelectionModel.SelectionFlag.Select
+            if n == 0:
+                sm.setCurrentIndex(idx, flags)
+            else:
+                sm.select(idx, flags)
+
+    def step_current(self, delta: int) -> None:
+        """Next / previous image in the grid (saves the caption first)."""
+        n = self.proxy.rowCount()
+        if not n:
+            return
+        cur = self.grid.currentIndex()
+        row = 0 if not cur.isValid() else max(0, min(n - 1, cur.row() + delta))
+        idx = self.proxy.index(row, 0)
+        self.grid.selectionModel().setCurrentIndex(idx, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        self.grid.scrollTo(idx)
+
+    def apply_tag_operation(self, description: str, op: Callable[[str], str], scope: str = "selection") -> CaptionEdit | None:
+        """Run a tag operation on the selection or all images as ONE undo step; reports how many changed."""
+        items = self.selected_items() if scope == "selection" else list(self.items)
+        if not items:
+            self.show_status("Select images first, or choose “All images”.")
+            return None
+        self.editor.flush()
+        edit = ds.plan_edit(items, op, description)
+        note = f" {edit.skipped_not_utf8} not UTF-8, left unchanged." if edit.skipped_not_utf8 else ""
+        if not edit.count:
+            self.show_status(f"{description}: no caption needed a change.{note}")
+            return edit
+        try:
+            edit.apply()
+        except OSError as e:
+            self.show_status(f"{description}: nothing changed, a caption could not be written ({e}).")
+            return None
+        self.undo_stack.push(CaptionEditCommand(edit, self._on_captions_changed, self.show_status))
+        self._on_captions_changed([ch.caption_path for ch in edit.changes])
+        n = edit.count
+        self.show_status(f"{description}: changed {n} caption{'s' if n != 1 else ''} (Ctrl+Z undoes it).{note}")
+        return edit
+
+    def filter_by_tag(self, tag: str) -> None:
+        self.proxy.set_tag(tag)
+        self.tag_chip.setVisible(bool(tag))
+        self.tag_chip.setText(f"tag: {tag}  ✕")
+        self.tag_chip.setToolTip("Show all images again")
+
+    def remove_selected(self) -> int:
+        """Take the selected images out of the dataset (files stay on disk)."""
+        items = self.selected_items()
+        if not items:
+            return 0
+        self.editor.flush()
+        if self.editor.item in items:
+            self.editor.set_item(None)
+        for it in items:
+            self._known.discard(ds.file_key(it.image_path))
+        n = self.model.remove_items(items)
+        self._after_items_changed()
+        folders = {it.folder for it in items} & {it.folder for it in self.items}
+        tail = ""
+        if folders:
+            tail = (
+                " Their folder is still in the training set, and training reads whole folders: "
+                "move the files out of it (or use Delete files…) to keep them out of training."
+            )
+        self.show_status(f"Removed {n} image{'s' if n != 1 else ''} from the list; no files were deleted.{tail}")
+        return n
+
+    def delete_selected_files(self, confirm: bool = True) -> int:
+        """Move the selected images and their captions to the trash, after a confirmation."""
+        items = self.selected_items()
+        if not items:
+            return 0
+        if confirm:
+            answer = QMessageBox.question(
+                self,
+                "Delete files",
+                f"Move {len(items)} image file{'s' if len(items) != 1 else ''} and their captions to the trash?\n"
+                "This changes the folders on disk.",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return 0
+        from PySide6.QtCore import QFile
+
+        self.editor.flush()
+        if self.editor.item in items:
+            self.editor.set_item(None)
+        gone, failed = [], []
+        for it in items:
+            ok = QFile.moveToTrash(str(it.image_path))
+            if isinstance(ok, tuple):
+                ok = ok[0]
+            if ok:
+                gone.append(it)
+                if it.caption_path.exists():
+                    QFile.moveToTrash(str(it.caption_path))
+            else:
+                failed.append(it.name)
+        for it in gone:
+            self._known.discard(ds.file_key(it.image_path))
+        self.model.remove_items(gone)
+        self._after_items_changed()
+        msg = f"Moved {len(gone)} image{'s' if len(gone) != 1 else ''} to the trash."
+        if failed:
+            msg += f" Could not move {len(failed)} (e.g. {failed[0]})."
+        self.show_status(msg)
+        return len(gone)
+
+    def show_status(self, text: str, details: str = "") -> None:
+        self.last_status = text
+        self.status.setText(text)
+        self.status.setToolTip(details)
+        self.status_changed.emit(text)
+        log.info("%s", text)
+
+    def shutdown(self) -> None:
+        """Stop background work (window closing)."""
+        self.editor.flush()
+        for thread, worker, _ in list(self._workers):
+            worker.cancel()
+            thread.quit()
+            thread.wait(5000)
+        self.captioning.shutdown()
+        self.loader.shutdown()
+
+    # ------------------------------------------------------------------ drag and drop
+    @staticmethod
+    def _local_paths(event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> list[str]:
+        md = event.mimeData()
+        if md is None or not md.hasUrls():
+            return []
+        return [u.toLocalFile() for u in md.urls() if u.isLocalFile() and u.toLocalFile()]
+
+    def event(self, e: QEvent) -> bool:
+        # QAbstractScrollArea only handles drags that arrive at its viewport; take them at the page too.
+        if isinstance(e, QDragEnterEvent):
+            self.dragEnterEvent(e)
+            return True
+        if isinstance(e, QDragMoveEvent):
+            self.dragMoveEvent(e)
+            return True
+        if isinstance(e, QDropEvent) and e.type() == QEvent.Type.Drop:
+            self.dropEvent(e)
+            return True
+        return super().event(e)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if self._local_paths(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if self._local_paths(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = self._local_paths(event)
+        if not paths:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.add_paths(paths)
+
+    # ------------------------------------------------------------------ scanning
+    def _start_scan(self, candidates: list[Candidate], report: ImportReport) -> None:
+        if not candidates:
+            self.import_finished.emit(report)
+            return
+        worker = ScanWorker(candidates, self.binding.get("dataset.caption_extension"), self.binding.get("dataset.resolution"))
+        thread = QThread(self)
+        worker.moveToThread(thread)
+        thread.started.connect(worker.work)
+        worker.batch_loaded.connect(self._on_batch)
+        worker.finished.connect(thread.quit)
+        entry = (thread, worker, report)
+        thread.finished.connect(lambda: self._on_scan_done(entry))
+        self._workers.append(entry)
+        self.empty_hint.setVisible(False)
+        thread.start()
+
+    def _on_batch(self, items: list[DatasetItem]) -> None:
+        had = self.model.rowCount()
+        self.model.add_items(items)
+        if not had and self.proxy.rowCount() and not self.grid.currentIndex().isValid():
+            self.grid.selectionModel().setCurrentIndex(self.proxy.index(0, 0), QItemSelectionModel.SelectionFlag.NoUpdate)
+        self._schedule_summary()
+
+    def _on_scan_done(self, entry: tuple[QThread, ScanWorker, ImportReport]) -> None:
+        thread, worker, report = entry
+        if entry in self._workers:
+            self._workers.remove(entry)
+        worker.deleteLater()
+        thread.deleteLater()
+        self._after_items_changed()
+        if not self._workers:
+            self.show_status(report.message(), report.details())
+        self.import_finished.emit(report)
+
+    # ------------------------------------------------------------------ config sync
+    def folder_list(self) -> list[DatasetFolder]:
+        """The folders of the imported images, in import order, with their repeats."""
+        seen: dict[Path, int] = {}
+        for it in self.items:
+            seen.setdefault(it.folder, it.repeats)
+        return [DatasetFolder(path=str(p), repeats=r) for p, r in seen.items()]
+
+    def _after_items_changed(self) -> None:
+        self._sync_config()
+        self._rebuild_folders_table()
+        self.empty_hint.setVisible(not self.items and not self._workers)
+        self._schedule_summary()
+        self.items_changed.emit()
+
+    def _sync_config(self) -> None:
+        folders = self.folder_list()
+        current = self.binding.get("dataset.folders")
+        if [(f.path, f.repeats) for f in current] == [(f.path, f.repeats) for f in folders]:
+            return
+        self._syncing = True
+        try:
+            self.binding.set("dataset.folders", folders)
+        finally:
+            self._syncing = False
+
+    def _rebuild_folders_table(self) -> None:
+        folders = self.folder_list()
+        counts: dict[str, int] = {}
+        for it in self.items:
+            counts[str(it.folder)] = counts.get(str(it.folder), 0) + 1
+        t = self.folders_table
+        t.setRowCount(len(folders))
+        for r, f in enumerate(folders):
+            name = QTableWidgetItem(f.path)
+            name.setToolTip(f.path)
+            t.setItem(r, 0, name)
+            n = QTableWidgetItem(str(counts.get(f.path, 0)))
+            n.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            t.setItem(r, 1, n)
+            spin = QSpinBox(t)
+            spin.setRange(1, 1000)
+            spin.setValue(f.repeats)
+            spin.setSuffix(" ×")
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(lambda v, p=f.path: self.set_folder_repeats(p, v))
+            t.setCellWidget(r, 2, spin)
+            rm = QToolButton(t)
+            rm.setText("✕")
+            rm.setToolTip("Remove this folder from the dataset (files stay on disk)")
+            rm.clicked.connect(lambda _c=False, p=f.path: self.remove_folder(p))
+            t.setCellWidget(r, 3, rm)
+        t.setVisible(bool(folders))
+        rows_h = sum(t.rowHeight(r) for r in range(min(len(folders), 4)))
+        t.setFixedHeight(t.horizontalHeader().height() + rows_h + 2 * t.frameWidth() + 2)
+
+    def set_folder_repeats(self, folder: str, repeats: int) -> None:
+        for it in self.items:
+            if str(it.folder) == folder:
+                it.repeats = repeats
+        self._sync_config()
+        self._schedule_summary()
+
+    def remove_folder(self, folder: str) -> int:
+        items = [it for it in self.items if str(it.folder) == folder]
+        if self.editor.item in items:
+            self.editor.set_item(None)
+        for it in items:
+            self._known.discard(ds.file_key(it.image_path))
+        n = self.model.remove_items(items)
+        self._after_items_changed()
+        self.show_status(f"Removed the folder {Path(folder).name} ({n} images) from the dataset; no files were deleted.")
+        return n
+
+    def _on_config_changed(self, path: str) -> None:
+        if path == "dataset.folders" and not self._syncing:
+            self._reconcile_from_config()
+        elif path == "dataset.caption_extension":
+            self._reload_captions()
+        elif path == "dataset.resolution":
+            res = self.binding.get(path)
+            for it in self.items:
+                if it.width:
+                    it.flags -= {Flag.SMALL, Flag.LARGE}
+                    it.flags |= ds.size_flags(it.width, it.height, res)
+            self.model.refresh_all()
+            self._schedule_summary()
+        elif path in _SUMMARY_KEYS:
+            self._schedule_summary()
+
+    def _reconcile_from_config(self) -> None:
+        """Make the grid match ``dataset.folders`` (a preset or file was loaded, or another editor changed it)."""
+        wanted = {str(Path(f.path).expanduser()): f.repeats for f in self.binding.get("dataset.folders")}
+        have = {f.path for f in self.folder_list()}
+        gone = [it for it in self.items if str(it.folder) not in wanted]
+        if gone:
+            if self.editor.item in gone:
+                self.editor.set_item(None)
+            for it in gone:
+                self._known.discard(ds.file_key(it.image_path))
+            self.model.remove_items(gone)
+        for it in self.items:
+            it.repeats = wanted.get(str(it.folder), it.repeats)
+        ext = self.binding.get("dataset.caption_extension")
+        report = ImportReport()
+        candidates: list[Candidate] = []
+        for folder, reps in wanted.items():
+            if folder in have:
+                continue
+            col = ds.collect([folder], ext, self._known, recursive=False, repeats=reps)
+            self._known |= {ds.file_key(c.path) for c in col.candidates}
+            candidates += col.candidates
+            report.rejected += [(str(p), why) for p, why in col.rejected]
+            report.duplicates += [(str(p), why) for p, why in col.duplicates]
+        report.added = len(candidates)
+        if candidates:
+            self._start_scan(candidates, report)
+        self._rebuild_folders_table()
+        self._schedule_summary()
+        self.empty_hint.setVisible(not self.items and not self._workers)
+
+    def _reload_captions(self) -> None:
+        ext = self.binding.get("dataset.caption_extension")
+        self.editor.flush()
+        for it in self.items:
+            it.caption_path = ds.caption_path_for(it.image_path, ext)
+            it.reload_caption()
+        self.model.refresh_all()
+        cur = self.editor.item
+        if cur is not None:
+            self.editor.set_item(None)
+            self.editor.set_item(cur)
+        self._schedule_summary()
+
+    # ------------------------------------------------------------------ captions
+    def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        item = current.data(ItemRole) if current.isValid() else None
+        self.editor.set_item(item)
+
+    def _focus_caption(self) -> None:
+        self.tabs.setCurrentWidget(self.editor)
+        if self.editor.item is None:
+            self.step_current(0)
+        self.editor.focus_caption()
+
+    def _on_captions_changed(self, paths: list[Path]) -> None:
+        touched = self.model.refresh_paths(paths)
+        if self.editor.item in touched:
+            self.editor.reload()
+        if self.proxy.is_filtering():
+            self.proxy.invalidate()
+        self._schedule_summary()
+
+    def _on_caption_saved(self, item: DatasetItem) -> None:
+        self.model.refresh_item(item)
+        self._schedule_summary()
+
+    def _start_captioning(self, scope: str) -> None:
+        items = self.selected_items() if scope == "selection" else list(self.items)
+        self.editor.flush()
+        self.captioning.start([it.image_path for it in items], self.binding.get("dataset.caption_extension"))
+
+    def _on_auto_caption(self, image_path: str, _text: str) -> None:
+        row = self.model.row_of(image_path)
+        if row is not None:
+            item = self.model.item(row)
+            self._on_captions_changed([item.caption_path])
+
+    def _on_captioning_finished(self, result) -> None:
+        if not result.changes:
+            return
+        edit = CaptionEdit(f"Auto-caption {len(result.changes)} images", list(result.changes))
+        self.undo_stack.push(CaptionEditCommand(edit, self._on_captions_changed, self.show_status))
+        self.show_status(f"Auto-caption wrote {edit.count} captions (Ctrl+Z undoes all of them).")
+
+    # ------------------------------------------------------------------ summary
+    def _schedule_summary(self) -> None:
+        self._summary_timer.start()
+
+    def _update_summary(self) -> None:
+        g = self.binding.get
+        batch = int(g("schedule.batch_size"))
+        bucketing = bool(g("dataset.bucketing"))
+        try:
+            s = ds.summarize(
+                self.items,
+                int(g("dataset.resolution")),
+                bucketing=bucketing,
+                min_side=int(g("dataset.min_bucket_resolution")),
+                max_side=int(g("dataset.max_bucket_resolution")),
+                step=int(g("dataset.bucket_step")),
+                batch_size=batch,
+            )
+        except ValueError as e:  # e.g. min bucket side above max while the user is typing
+            self.strip.setText(f"Buckets: {e}")
+            return
+        self.summary.show_summary(s, batch, bucketing)
+        loading = " · reading images…" if self._workers else ""
+        self.strip.setText(
+            f"{s.image_count} images · {s.captioned_count} captioned · {s.flagged_count} flagged · "
+            f"{s.steps_per_epoch} steps per epoch{loading}"
+        )
+        self.tag_tools.set_frequencies(ds.tag_frequency(it.caption for it in self.items))
+        self._update_selection_label()
+
+    def _update_selection_label(self) -> None:
+        n = len(self.grid.selectionModel().selectedIndexes())
+        self.remove_button.setEnabled(n > 0)
+        self.delete_button.setEnabled(n > 0)

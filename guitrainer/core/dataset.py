@@ -1,0 +1,660 @@
+"""Dataset logic without Qt or torch: find images, inspect them, read and write captions, edit tags.
+
+Import rules (what :func:`scan` does with the paths it is given):
+
+- A folder is searched fully (all subfolders). Each image belongs to the folder that directly holds
+  it; its repeats come from the nearest kohya-style ``N_name`` folder between the image and the
+  dropped folder (inclusive), else 1. :func:`scan_folders` reads configured folders *non-recursively*
+  with their configured repeats, which is what training uses.
+- Accepted: ``.png .jpg .jpeg .webp .bmp``. Caption files and hidden files are skipped silently,
+  anything else is reported as rejected with a reason. An accepted file that Pillow cannot read is
+  still imported, with a flag, so the user sees it.
+- The same file reached twice (same resolved path, or ``os.path.samefile``: hard links) is imported
+  once and reported as a duplicate.
+
+Captions are ``<image stem><caption_extension>`` beside the image, written atomically. A caption
+that is not UTF-8 is shown with replacement characters and never rewritten unless the user edits it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guitrainer.core.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
+from guitrainer.core.fileio import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS: frozenset[str] = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
+LARGE_SIDE = 4096
+LARGE_PIXELS = 40_000_000
+# Sidecars that live beside training images and are not worth a "rejected" line.
+_QUIET_EXTENSIONS = frozenset({".txt", ".caption", ".json", ".npz", ".toml", ".db", ".ini"})
+_REPEATS_RE = re.compile(r"^(\d+)_(.+)$")
+
+
+class Flag(str, enum.Enum):  # noqa: UP042 - StrEnum needs 3.11, we support 3.10
+    """Something about an image (or its caption) the user should know before training."""
+
+    UNREADABLE = "unreadable"
+    TRUNCATED = "truncated"
+    EMPTY = "empty"
+    SMALL = "small"
+    LARGE = "large"
+    CMYK = "cmyk"
+    HIGH_BIT_DEPTH = "16bit"
+    ALPHA = "alpha"
+    PALETTE = "palette"
+    EXIF_ROTATED = "rotated"
+    CAPTION_NOT_UTF8 = "caption_encoding"
+
+    @property
+    def description(self) -> str:
+        return FLAG_DESCRIPTIONS[self]
+
+    @property
+    def severe(self) -> bool:
+        """True when training will fail or silently skip the image."""
+        return self in (Flag.UNREADABLE, Flag.TRUNCATED, Flag.EMPTY)
+
+
+FLAG_DESCRIPTIONS: dict[Flag, str] = {
+    Flag.UNREADABLE: "Cannot be read as an image",
+    Flag.TRUNCATED: "File is cut short (incomplete download or copy)",
+    Flag.EMPTY: "File is empty (0 bytes)",
+    Flag.SMALL: "Smaller than the training resolution: it will be upscaled and look soft",
+    Flag.LARGE: f"Very large (over {LARGE_SIDE} px or {LARGE_PIXELS // 1_000_000} MP): slow to load",
+    Flag.CMYK: "CMYK colours: converted to RGB, colours may shift",
+    Flag.HIGH_BIT_DEPTH: "16 bits per channel: reduced to 8 bits",
+    Flag.ALPHA: "Has transparency: transparent areas become a flat colour",
+    Flag.PALETTE: "Palette image (e.g. GIF-style colours)",
+    Flag.EXIF_ROTATED: "Rotated by its EXIF tag: trained upright, as shown here",
+    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8: shown with \ufffd, kept unchanged unless you edit it",
+}
+
+
+# --------------------------------------------------------------------------- captions
+
+
+@dataclass(frozen=True)
+class CaptionText:
+    """A caption as read from disk."""
+
+    text: str
+    was_utf8: bool = True
+    exists: bool = True
+
+
+def caption_path_for(image_path: str | Path, caption_extension: str = ".txt") -> Path:
+    """``photo.png`` -> ``photo.txt`` (the sidecar training reads)."""
+    ext = caption_extension if caption_extension.startswith(".") else f".{caption_extension}"
+    p = Path(image_path)
+    return p.with_name(p.stem + ext)
+
+
+def read_caption(path: str | Path) -> CaptionText:
+    """Read a caption; a missing file reads as empty, a non-UTF-8 one with replacement characters."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return CaptionText("", True, exists=False)
+    try:
+        return CaptionText(raw.decode("utf-8-sig"), True)
+    except UnicodeDecodeError:
+        return CaptionText(raw.decode("utf-8", errors="replace"), False)
+
+
+def write_caption(path: str | Path, text: str) -> None:
+    """Write a caption as UTF-8, atomically (the old file survives any failure)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def restore_bytes(path: str | Path, data: bytes | None) -> None:
+    """Put a caption file back exactly: ``data`` atomically, or remove the file when ``data`` is None."""
+    p = Path(path)
+    if data is None:
+        p.unlink(missing_ok=True)
+    else:
+        atomic_write_bytes(p, data)
+
+
+# --------------------------------------------------------------------------- images
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What a cheap look at an image file tells: upright size (after EXIF rotation) and flags."""
+
+    width: int = 0
+    height: int = 0
+    flags: frozenset[Flag] = frozenset()
+    orientation: int = 1
+
+
+def _tail_ok(path: Path, fmt: str, size: int) -> bool:
+    """Does the file end where its format says it should? (catches truncated downloads cheaply)"""
+    try:
+        with open(path, "rb") as fh:
+            if fmt == "JPEG":
+                fh.seek(max(0, size - 64))
+                return b"\xff\xd9" in fh.read()
+            if fmt == "PNG":
+                fh.seek(max(0, size - 12))
+                return fh.read().startswith(b"\x00\x00\x00\x00IEND")
+            if fmt == "WEBP":
+                head = fh.read(8)
+                return len(head) == 8 and int.from_bytes(head[4:8], "little") + 8 <= size
+    except OSError:
+        return False
+    return True
+
+
+def _png_bit_depth(path: Path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(26)
+        if head[12:16] == b"IHDR":
+            return head[24]
+    except OSError:
+        pass
+    return 8
+
+
+def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
+    """Size and flags of one image from its header (no full decode)."""
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
+    if size == 0:
+        return ImageInfo(flags=frozenset({Flag.EMPTY}))
+    flags: set[Flag] = set()
+    try:
+        with Image.open(p) as im:
+            w, h = im.size
+            fmt = im.format or ""
+            mode = im.mode
+            orientation = 1
+            try:
+                orientation = int(im.getexif().get(0x0112, 1) or 1)
+            except Exception:  # a broken EXIF block must not hide the image
+                log.debug("unreadable EXIF in %s", p, exc_info=True)
+            if mode == "CMYK":
+                flags.add(Flag.CMYK)
+            if mode in ("I;16", "I;16B", "I;16L", "I", "F") or (fmt == "PNG" and _png_bit_depth(p) == 16):
+                flags.add(Flag.HIGH_BIT_DEPTH)
+            if mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info:
+                flags.add(Flag.ALPHA)
+            if mode in ("P", "PA"):
+                flags.add(Flag.PALETTE)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        log.debug("cannot read %s: %s", p, e)
+        return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
+    if not _tail_ok(p, fmt, size):
+        flags.add(Flag.TRUNCATED)
+    if orientation in (5, 6, 7, 8):
+        w, h = h, w
+    if orientation in range(2, 9):
+        flags.add(Flag.EXIF_ROTATED)
+    flags |= size_flags(w, h, resolution)
+    return ImageInfo(w, h, frozenset(flags), orientation)
+
+
+def size_flags(width: int, height: int, resolution: int) -> set[Flag]:
+    """SMALL / LARGE for an upright size (SMALL: fewer pixels than the training square)."""
+    out: set[Flag] = set()
+    if width and height and width * height < resolution * resolution:
+        out.add(Flag.SMALL)
+    if max(width, height) > LARGE_SIDE or width * height > LARGE_PIXELS:
+        out.add(Flag.LARGE)
+    return out
+
+
+def inspect_image(path: str | Path, resolution: int = 512) -> set[Flag]:
+    """The flags of one image (cheap: header and the last bytes only)."""
+    return set(probe_image(path, resolution).flags)
+
+
+# --------------------------------------------------------------------------- items and scanning
+
+
+@dataclass(eq=False)
+class DatasetItem:
+    """One training image and its caption sidecar."""
+
+    image_path: Path
+    caption_path: Path
+    caption: str = ""
+    repeats: int = 1
+    folder: Path = field(default_factory=Path)
+    flags: set[Flag] = field(default_factory=set)
+    width: int = 0
+    height: int = 0
+    caption_exists: bool = False
+    caption_utf8: bool = True
+
+    @property
+    def has_caption(self) -> bool:
+        return self.caption_exists and bool(self.caption.strip())
+
+    @property
+    def name(self) -> str:
+        return self.image_path.name
+
+    def reload_caption(self) -> None:
+        """Re-read the caption file (after an undo, an outside edit)."""
+        c = read_caption(self.caption_path)
+        self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
+        if c.was_utf8:
+            self.flags.discard(Flag.CAPTION_NOT_UTF8)
+        else:
+            self.flags.add(Flag.CAPTION_NOT_UTF8)
+
+
+@dataclass
+class Candidate:
+    """An image file found by :func:`collect`, not yet inspected."""
+
+    path: Path
+    folder: Path
+    repeats: int
+
+
+@dataclass
+class ScanResult:
+    """Images found, files refused (with the reason) and files already imported."""
+
+    items: list[DatasetItem] = field(default_factory=list)
+    rejected: list[tuple[Path, str]] = field(default_factory=list)
+    duplicates: list[tuple[Path, str]] = field(default_factory=list)
+
+
+@dataclass
+class Collected:
+    candidates: list[Candidate] = field(default_factory=list)
+    rejected: list[tuple[Path, str]] = field(default_factory=list)
+    duplicates: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def repeats_of(name: str) -> int | None:
+    m = _REPEATS_RE.match(name)
+    if not m:
+        return None
+    n = int(m.group(1))
+    return n if n >= 1 else None
+
+
+def file_key(path: str | Path) -> tuple[int, int] | str:
+    """Identity of a file on disk: (device, inode) where the platform has them, else the resolved path."""
+    try:
+        st = os.stat(path)
+        if st.st_ino:
+            return (st.st_dev, st.st_ino)
+    except OSError:
+        pass
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _is_image_name(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _reject_reason(path: Path, caption_extension: str) -> str | None:
+    """None when the file is silently skipped, else why it is not imported."""
+    ext = path.suffix.lower()
+    if path.name.startswith(".") or ext in _QUIET_EXTENSIONS or ext == caption_extension.lower():
+        return None
+    if not ext:
+        return "not an image (no file extension)"
+    return f"not a supported image ({ext}; use PNG, JPEG, WebP or BMP)"
+
+
+def collect(
+    paths: Iterable[str | Path],
+    caption_extension: str = ".txt",
+    known: set | None = None,
+    *,
+    recursive: bool = True,
+    repeats: int | None = None,
+) -> Collected:
+    """Find image files under ``paths`` (fast: directory listing and ``stat`` only).
+
+    Args:
+        known: :func:`file_key` of images already in the dataset; matches become duplicates.
+        recursive: search subfolders of dropped folders.
+        repeats: force this repeat count instead of reading ``N_name`` folder names.
+    """
+    out = Collected()
+    seen: set = set(known or ())
+
+    def add(p: Path, folder: Path, reps: int) -> None:
+        key = file_key(p)
+        if key in seen:
+            out.duplicates.append((p, "already in the dataset" if known and key in known else "the same file twice"))
+            return
+        seen.add(key)
+        out.candidates.append(Candidate(p, folder, reps))
+
+    def walk(folder: Path, reps: int) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name.lower())
+        except OSError as e:
+            out.rejected.append((folder, f"cannot open folder: {e.strerror or e}"))
+            return
+        subdirs = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if not e.name.startswith("."):
+                    subdirs.append(Path(e.path))
+            elif _is_image_name(e.name):
+                add(Path(e.path), folder, reps)
+            else:
+                reason = _reject_reason(Path(e.path), caption_extension)
+                if reason:
+                    out.rejected.append((Path(e.path), reason))
+        if recursive:
+            for sub in subdirs:
+                walk(sub, repeats or repeats_of(sub.name) or reps)
+
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if p.is_dir():
+            walk(p, repeats or repeats_of(p.name) or 1)
+        elif p.is_file():
+            if _is_image_name(p.name):
+                add(p, p.parent, repeats or repeats_of(p.parent.name) or 1)
+            else:
+                out.rejected.append((p, _reject_reason(p, caption_extension) or "not an image"))
+        else:
+            out.rejected.append((p, "does not exist"))
+    return out
+
+
+def load_item(c: Candidate, caption_extension: str = ".txt", resolution: int = 512) -> DatasetItem:
+    """Read one candidate's caption and inspect its image."""
+    info = probe_image(c.path, resolution)
+    cap_path = caption_path_for(c.path, caption_extension)
+    item = DatasetItem(
+        image_path=c.path,
+        caption_path=cap_path,
+        repeats=c.repeats,
+        folder=c.folder,
+        flags=set(info.flags),
+        width=info.width,
+        height=info.height,
+    )
+    item.reload_caption()
+    return item
+
+
+def iter_items(
+    candidates: Sequence[Candidate],
+    caption_extension: str = ".txt",
+    resolution: int = 512,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[DatasetItem]:
+    for c in candidates:
+        if should_stop and should_stop():
+            return
+        yield load_item(c, caption_extension, resolution)
+
+
+def scan(
+    paths: Iterable[str | Path],
+    caption_extension: str = ".txt",
+    resolution: int = 512,
+    known: set | None = None,
+    *,
+    recursive: bool = True,
+) -> ScanResult:
+    """Find, inspect and read the captions of every image under ``paths`` (see module docstring)."""
+    col = collect(paths, caption_extension, known, recursive=recursive)
+    items = list(iter_items(col.candidates, caption_extension, resolution))
+    return ScanResult(items, col.rejected, col.duplicates)
+
+
+def scan_folders(
+    folders: Iterable[tuple[str | Path, int]], caption_extension: str = ".txt", resolution: int = 512
+) -> ScanResult:
+    """The images training uses: each ``(folder, repeats)`` read non-recursively."""
+    result = ScanResult()
+    known: set = set()
+    for folder, reps in folders:
+        col = collect([folder], caption_extension, known, recursive=False, repeats=max(1, int(reps)))
+        known |= {file_key(c.path) for c in col.candidates}
+        result.items.extend(iter_items(col.candidates, caption_extension, resolution))
+        result.rejected.extend(col.rejected)
+        result.duplicates.extend(col.duplicates)
+    return result
+
+
+# --------------------------------------------------------------------------- tags
+
+
+def split_tags(text: str) -> list[str]:
+    """Comma-separated tags, stripped, empty ones dropped."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def join_tags(tags: Iterable[str]) -> str:
+    return ", ".join(tags)
+
+
+def _retag(text: str, new: list[str]) -> str:
+    """Keep the text byte for byte when the tags did not change."""
+    return text if new == split_tags(text) else join_tags(new)
+
+
+def add_trigger(text: str, word: str) -> str:
+    """Put ``word`` first (moving it there if it is elsewhere)."""
+    word = word.strip()
+    if not word:
+        return text
+    tags = split_tags(text)
+    return _retag(text, [word] + [t for t in tags if t != word])
+
+
+def find_replace(text: str, find: str, replace: str, *, regex: bool = False) -> str:
+    """Replace in the whole caption text (plain text, or a Python regular expression)."""
+    if not find:
+        return text
+    if regex:
+        return re.sub(find, replace, text)
+    return text.replace(find, replace)
+
+
+def remove_tag(text: str, tag: str) -> str:
+    tag = tag.strip()
+    return _retag(text, [t for t in split_tags(text) if t != tag])
+
+
+def rename_tag(text: str, old: str, new: str) -> str:
+    old, new = old.strip(), new.strip()
+    tags = [new if t == old else t for t in split_tags(text)]
+    return _retag(text, [t for t in tags if t])
+
+
+def sort_tags(text: str, keep_first: int = 0) -> str:
+    """Sort tags alphabetically, leaving the first ``keep_first`` (e.g. the trigger word) in place."""
+    tags = split_tags(text)
+    return _retag(text, tags[:keep_first] + sorted(tags[keep_first:], key=str.casefold))
+
+
+def dedupe_tags(text: str) -> str:
+    """Drop repeated tags, keeping the first of each."""
+    return _retag(text, list(dict.fromkeys(split_tags(text))))
+
+
+def tag_frequency(captions: Iterable[str]) -> list[tuple[str, int]]:
+    """Each tag and in how many captions it appears, most frequent first."""
+    counts: Counter[str] = Counter()
+    for c in captions:
+        counts.update(set(split_tags(c)))
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
+
+
+@dataclass(frozen=True)
+class CaptionChange:
+    """One caption file before and after an edit, as bytes (None: the file did not exist)."""
+
+    caption_path: Path
+    old: bytes | None
+    new: bytes | None
+
+
+@dataclass
+class CaptionEdit:
+    """One undoable change to any number of captions (a bulk tag operation, an autosave)."""
+
+    description: str
+    changes: list[CaptionChange] = field(default_factory=list)
+    skipped_not_utf8: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.changes)
+
+    def apply(self) -> None:
+        """Write every new caption (atomically, file by file); if one fails, undo the ones written."""
+        done: list[CaptionChange] = []
+        try:
+            for ch in self.changes:
+                restore_bytes(ch.caption_path, ch.new)
+                done.append(ch)
+        except BaseException:
+            for ch in reversed(done):
+                try:
+                    restore_bytes(ch.caption_path, ch.old)
+                except OSError:
+                    log.exception("could not restore %s", ch.caption_path)
+            raise
+
+    def revert(self) -> None:
+        """Restore every caption exactly as it was before."""
+        for ch in reversed(self.changes):
+            restore_bytes(ch.caption_path, ch.old)
+
+
+def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], description: str) -> CaptionEdit:
+    """Run ``op`` on each item's caption and record the ones it changes (writes nothing).
+
+    Captions that are not UTF-8 are left alone (counted in ``skipped_not_utf8``): a bulk edit
+    would replace their unreadable bytes.
+    """
+    edit = CaptionEdit(description)
+    for item in items:
+        old_bytes = _read_bytes(item.caption_path)
+        if old_bytes is None:
+            old_text = ""
+        else:
+            try:
+                old_text = old_bytes.decode("utf-8-sig")
+            except UnicodeDecodeError:
+                edit.skipped_not_utf8 += 1
+                continue
+        new_text = op(old_text)
+        if new_text == old_text:
+            continue
+        edit.changes.append(CaptionChange(item.caption_path, old_bytes, new_text.encode("utf-8")))
+    return edit
+
+
+def apply_tag_operation(items: Sequence[DatasetItem], op: Callable[[str], str], description: str) -> CaptionEdit:
+    """Plan, write and return one undoable edit; the items' captions are refreshed. ``edit.count`` changed."""
+    edit = plan_edit(items, op, description)
+    edit.apply()
+    changed = {ch.caption_path for ch in edit.changes}
+    for item in items:
+        if item.caption_path in changed:
+            item.reload_caption()
+    return edit
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass
+class DatasetSummary:
+    image_count: int = 0
+    captioned_count: int = 0
+    flagged_count: int = 0
+    images_with_repeats: int = 0
+    resolution_histogram: dict[str, int] = field(default_factory=dict)
+    buckets: dict[Bucket, int] = field(default_factory=dict)
+    steps_per_epoch: int = 0
+
+
+RESOLUTION_BINS: tuple[tuple[int, str], ...] = (
+    (256, "< 256"),
+    (512, "256–511"),
+    (768, "512–767"),
+    (1024, "768–1023"),
+    (1536, "1024–1535"),
+    (2048, "1536–2047"),
+    (10**9, "≥ 2048"),
+)
+
+
+def resolution_bin(width: int, height: int) -> str:
+    """Histogram label of an image by its shorter side."""
+    short = min(width, height)
+    return next(label for limit, label in RESOLUTION_BINS if short < limit)
+
+
+def summarize(
+    items: Sequence[DatasetItem],
+    resolution: int = 512,
+    *,
+    bucketing: bool = True,
+    min_side: int = 256,
+    max_side: int = 1024,
+    step: int = 64,
+    batch_size: int = 1,
+) -> DatasetSummary:
+    """Counts, resolution histogram, buckets and optimizer steps per epoch (repeats × images / batch).
+
+    With buckets, each bucket fills its own batches (a partial batch still takes a step), as kohya does.
+    Unreadable images are not counted in buckets or steps.
+    """
+    s = DatasetSummary(image_count=len(items))
+    s.captioned_count = sum(1 for it in items if it.has_caption)
+    s.flagged_count = sum(1 for it in items if it.flags)
+    usable = [it for it in items if it.width and it.height and not any(f.severe for f in it.flags)]
+    hist: Counter[str] = Counter(resolution_bin(it.width, it.height) for it in usable)
+    s.resolution_histogram = {label: hist[label] for _, label in RESOLUTION_BINS if hist[label]}
+    s.images_with_repeats = sum(it.repeats for it in usable)
+    batch = max(1, batch_size)
+    if bucketing and usable:
+        buckets = make_buckets(resolution, min_side, max_side, step)
+        s.buckets = bucket_counts(((it.width, it.height) for it in usable), buckets)
+        per_bucket: Counter[Bucket] = Counter()
+        for it in usable:
+            per_bucket[assign_bucket(it.width, it.height, buckets)] += it.repeats
+        s.steps_per_epoch = sum(math.ceil(n / batch) for n in per_bucket.values())
+    else:
+        if usable:
+            s.buckets = {(resolution, resolution): len(usable)}
+        s.steps_per_epoch = math.ceil(s.images_with_repeats / batch)
+    return s

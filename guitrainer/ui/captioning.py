@@ -1,0 +1,247 @@
+"""Auto-captioning panel: pick a model, run it in a worker thread over the selection or all images."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+log = logging.getLogger(__name__)
+
+
+class CaptionWorker(QObject):
+    """Loads a captioner and runs :func:`engine.captioners.run_captioning`; lives in a QThread."""
+
+    progressed = Signal(int, int)  # done, total
+    captioned = Signal(str, str)  # image path, new caption
+    finished = Signal(object)  # CaptionRunResult
+    failed = Signal(str)  # message with traceback
+
+    def __init__(self, kind: str, source: str, paths: list[Path], mode: str, caption_extension: str, options: dict[str, Any]):
+        super().__init__()
+        self.kind, self.source, self.paths, self.mode = kind, source, paths, mode
+        self.caption_extension = caption_extension
+        self.options = options
+        self._stop = threading.Event()
+
+    def cancel(self) -> None:
+        """Thread-safe: stop after the current batch."""
+        self._stop.set()
+
+    @Slot()
+    def work(self) -> None:
+        try:
+            from guitrainer.engine.captioners import CaptionerError, load_captioner, run_captioning
+
+            try:
+                captioner = load_captioner(self.kind, self.source, **self.options)  # type: ignore[arg-type]
+            except CaptionerError as e:
+                self.failed.emit(str(e))
+                return
+            try:
+                result = run_captioning(
+                    captioner,
+                    self.paths,
+                    mode=self.mode,  # type: ignore[arg-type]
+                    caption_extension=self.caption_extension,
+                    batch_size=4,
+                    should_stop=self._stop.is_set,
+                    on_progress=self.progressed.emit,
+                    on_caption=lambda p, t: self.captioned.emit(str(p), t),
+                )
+            finally:
+                captioner.close()
+            self.finished.emit(result)
+        except Exception:
+            self.failed.emit(traceback.format_exc())
+
+
+class CaptioningPanel(QWidget):
+    """Model choice, thresholds, mode; emits ``start_requested`` — the page supplies the images."""
+
+    start_requested = Signal(str)  # scope: "selection" | "all"
+    run_finished = Signal(object)  # CaptionRunResult
+    run_failed = Signal(str)
+    captioned = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._thread: QThread | None = None
+        self._worker: CaptionWorker | None = None
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        intro = QLabel(
+            "Write captions with a model. BLIP writes a sentence; a WD14 tagger writes booru-style tags. "
+            "Choose the model's folder (or type a hub id when online).",
+            self,
+        )
+        intro.setWordWrap(True)
+        intro.setStyleSheet("color: palette(placeholder-text);")
+        lay.addWidget(intro)
+        form = QFormLayout()
+        self.kind = QComboBox(self)
+        self.kind.addItem("WD14 tagger (tags, ONNX)", "wd14")
+        self.kind.addItem("BLIP (sentences)", "blip")
+        form.addRow("Model type", self.kind)
+        self.source = QLineEdit(self)
+        self.source.setPlaceholderText("folder with model.onnx + selected_tags.csv, or a BLIP folder")
+        browse = QPushButton("Browse…", self)
+        browse.clicked.connect(self._browse)
+        row = QWidget(self)
+        rl = QHBoxLayout(row)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.source, 1)
+        rl.addWidget(browse)
+        form.addRow("Model", row)
+        self.general = QDoubleSpinBox(self)
+        self.general.setRange(0.01, 1.0)
+        self.general.setSingleStep(0.05)
+        self.general.setValue(0.35)
+        self.general.setToolTip("Tags whose score is at least this are written. Lower: more tags, more mistakes.")
+        self.character = QDoubleSpinBox(self)
+        self.character.setRange(0.01, 1.0)
+        self.character.setSingleStep(0.05)
+        self.character.setValue(0.85)
+        self.character.setToolTip("Threshold for character tags (named characters).")
+        self._general_label = QLabel("General threshold", self)
+        self._character_label = QLabel("Character threshold", self)
+        form.addRow(self._general_label, self.general)
+        form.addRow(self._character_label, self.character)
+        self.mode = QComboBox(self)
+        self.mode.addItem("Skip images that have a caption", "skip")
+        self.mode.addItem("Overwrite existing captions", "overwrite")
+        self.mode.addItem("Append new tags to existing captions", "append")
+        form.addRow("Existing captions", self.mode)
+        self.scope = QComboBox(self)
+        self.scope.addItem("Selected images", "selection")
+        self.scope.addItem("All images", "all")
+        form.addRow("Caption", self.scope)
+        lay.addLayout(form)
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Start captioning", self)
+        self.cancel_button = QPushButton("Cancel", self)
+        self.cancel_button.setEnabled(False)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        lay.addLayout(buttons)
+        self.progress = QProgressBar(self)
+        self.progress.setVisible(False)
+        lay.addWidget(self.progress)
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)
+        lay.addWidget(self.status)
+        lay.addStretch(1)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.start_button.clicked.connect(lambda: self.start_requested.emit(self.scope.currentData()))
+        self.cancel_button.clicked.connect(self.cancel)
+        self._kind_changed()
+
+    def _kind_changed(self) -> None:
+        wd = self.kind.currentData() == "wd14"
+        for w in (self.general, self.character, self._general_label, self._character_label):
+            w.setVisible(wd)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose the captioning model's folder", self.source.text())
+        if folder:
+            self.source.setText(folder)
+
+    def options(self) -> dict[str, Any]:
+        if self.kind.currentData() == "wd14":
+            return {"general_threshold": self.general.value(), "character_threshold": self.character.value()}
+        return {}
+
+    def is_running(self) -> bool:
+        return self._thread is not None
+
+    def start(self, paths: list[Path], caption_extension: str) -> bool:
+        """Run over ``paths`` in a worker thread. False (with a message) when it cannot start."""
+        if self._thread is not None:
+            return False
+        if not paths:
+            self.status.setText("No images to caption: select some, or choose “All images”.")
+            return False
+        if not self.source.text().strip():
+            self.status.setText("Choose the model folder first.")
+            return False
+        worker = CaptionWorker(
+            self.kind.currentData(), self.source.text().strip(), paths, self.mode.currentData(), caption_extension, self.options()
+        )
+        thread = QThread(self)
+        worker.moveToThread(thread)
+        thread.started.connect(worker.work)
+        worker.progressed.connect(self._on_progress)
+        worker.captioned.connect(self.captioned)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        worker.finished.connect(thread.quit)
+        worker.failed.connect(thread.quit)
+        thread.finished.connect(self._cleanup)
+        self._thread, self._worker = thread, worker
+        self.progress.setRange(0, len(paths))
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.status.setText(f"Loading the model, then captioning {len(paths)} images…")
+        thread.start()
+        return True
+
+    def cancel(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            self.status.setText("Stopping after the current images…")
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setMaximum(total)
+        self.progress.setValue(done)
+        self.status.setText(f"Captioned {done} of {total}…")
+
+    def _on_finished(self, result: Any) -> None:
+        parts = [f"{'Cancelled' if result.cancelled else 'Done'}: wrote {len(result.changes)} captions"]
+        if result.skipped:
+            parts.append(f"skipped {result.skipped}")
+        if result.failed:
+            parts.append(f"{len(result.failed)} failed ({result.failed[0][0].name}: {result.failed[0][1]})")
+        self.status.setText(", ".join(parts) + ".")
+        self.run_finished.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        log.error("auto-captioning failed: %s", message)
+        self.status.setText(f"Captioning failed: {message.strip().splitlines()[-1]}")
+        self.run_failed.emit(message)
+
+    def _cleanup(self) -> None:
+        if self._worker is not None:
+            self._worker.deleteLater()
+        if self._thread is not None:
+            self._thread.deleteLater()
+        self._thread, self._worker = None, None
+        self.start_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.progress.setVisible(False)
+
+    def shutdown(self) -> None:
+        """Cancel and wait for the worker (window closing)."""
+        if self._thread is not None:
+            self.cancel()
+            self._thread.quit()
+            self._thread.wait(10000)

@@ -1,0 +1,139 @@
+"""engine.captioners on tiny local models with random weights: the captions are nonsense, the pipeline is real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from guitrainer.core.dataset import CaptionEdit
+from guitrainer.engine import captioners as cap
+
+TAGS = [("long_hair", 0), ("short_hair", 0), ("smile", 0), ("my_char", 4), ("^_^", 0), ("general", 9)]
+BIAS = [5.0, -5.0, 0.0, 5.0, 4.0, 5.0]  # sigmoid: 0.993, 0.007, ~0.5, 0.993, 0.982, 0.993
+
+
+def build_tiny_tagger(folder: Path, size: int = 16) -> Path:
+    """A WD14-shaped ONNX model: mean colour -> linear -> sigmoid, with its selected_tags.csv."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(TAGS)
+    w = np.random.default_rng(0).normal(0, 1e-4, (3, n)).astype(np.float32)
+    b = np.array(BIAS, dtype=np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["input_1"], ["mean"], axes=[1, 2], keepdims=0),
+            helper.make_node("MatMul", ["mean", "W"], ["logits0"]),
+            helper.make_node("Add", ["logits0", "B"], ["logits"]),
+            helper.make_node("Sigmoid", ["logits"], ["predictions_sigmoid"]),
+        ],
+        "tiny_tagger",
+        [helper.make_tensor_value_info("input_1", TensorProto.FLOAT, ["N", size, size, 3])],
+        [helper.make_tensor_value_info("predictions_sigmoid", TensorProto.FLOAT, ["N", n])],
+        initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(folder / "model.onnx"))
+    lines = ["tag_id,name,category,count"] + [f"{i},{name},{c},{100 - i}" for i, (name, c) in enumerate(TAGS)]
+    (folder / "selected_tags.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def build_tiny_blip(folder: Path) -> Path:
+    from transformers import (
+        BertTokenizer,
+        BlipConfig,
+        BlipForConditionalGeneration,
+        BlipImageProcessorPil,
+        BlipProcessor,
+    )
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"] + [f"word{i}" for i in range(58)]
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(vocab)}, bos_token="[DEC]")
+    proc = BlipProcessor(image_processor=BlipImageProcessorPil(size={"height": 32, "width": 32}), tokenizer=tok)
+    cfg = BlipConfig(
+        text_config=dict(
+            vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+            max_position_embeddings=64, bos_token_id=5, pad_token_id=0, sep_token_id=3, eos_token_id=3,
+        ),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, image_size=32, patch_size=8),
+        projection_dim=32,
+    )  # fmt: skip
+    import torch
+
+    torch.manual_seed(0)
+    BlipForConditionalGeneration(cfg).save_pretrained(folder)
+    proc.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def images(tmp_path) -> list[Path]:
+    out = []
+    for i in range(5):
+        p = tmp_path / "imgs" / f"img{i}.png"
+        p.parent.mkdir(exist_ok=True)
+        Image.new("RGB", (40 + 8 * i, 48), (40 * i, 100, 200)).save(p)
+        out.append(p)
+    (tmp_path / "imgs" / "img0.txt").write_text("existing, smile", encoding="utf-8")
+    return out
+
+
+def test_wd14_tagger_thresholds_modes_and_undo(tmp_path, images):
+    folder = build_tiny_tagger(tmp_path / "tagger")
+    tagger = cap.load_captioner("wd14", folder, general_threshold=0.9, character_threshold=0.85)
+    assert tagger.caption([Image.new("RGB", (30, 20))]) == ["my char, long hair, ^_^"]  # kaomoji keeps "_"
+    strict = cap.WDTagger(folder, general_threshold=0.999, character_threshold=0.999)
+    assert strict.caption([Image.new("RGBA", (10, 10))]) == [""]
+
+    res = cap.run_captioning(tagger, images, mode="skip", batch_size=2)
+    assert res.skipped == 1 and len(res.changes) == 4 and not res.cancelled
+    assert (images[1].with_suffix(".txt")).read_text() == "my char, long hair, ^_^"
+    assert (images[0].with_suffix(".txt")).read_text() == "existing, smile"
+
+    res2 = cap.run_captioning(tagger, images[:1], mode="append")
+    assert (images[0].with_suffix(".txt")).read_text() == "existing, smile, my char, long hair, ^_^"
+    CaptionEdit("auto", res2.changes).revert()
+    assert (images[0].with_suffix(".txt")).read_text() == "existing, smile"
+
+    seen: list[int] = []
+    res3 = cap.run_captioning(
+        tagger, images, mode="overwrite", batch_size=1, on_progress=lambda d, t: seen.append(d), should_stop=lambda: len(seen) >= 2
+    )
+    assert res3.cancelled and seen == [1, 2] and len(res3.changes) + res3.skipped == 2  # img1 already had it
+
+
+def test_blip_captioner_runs_and_cancels(tmp_path, images):
+    folder = build_tiny_blip(tmp_path / "blip")
+    blip = cap.load_captioner("blip", folder, max_new_tokens=4, num_beams=1)
+    texts = blip.caption([Image.open(p).convert("RGB") for p in images[:3]])
+    assert len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    assert any(t for t in texts)  # random weights still emit vocabulary words
+
+    stop_after = {"n": 0}
+
+    def progress(done: int, total: int) -> None:
+        stop_after["n"] = done
+
+    res = cap.run_captioning(blip, images, mode="overwrite", batch_size=2, on_progress=progress, should_stop=lambda: stop_after["n"] >= 2)
+    assert res.cancelled and stop_after["n"] == 2 and len(res.changes) <= 2
+    assert not images[4].with_suffix(".txt").exists()
+
+
+def test_merge_caption_and_bad_sources(tmp_path):
+    assert cap.merge_caption("a, b", "b, c", "append") == "a, b, c"
+    assert cap.merge_caption("a, b", "b", "append") is None
+    assert cap.merge_caption("a", "x", "skip") is None
+    assert cap.merge_caption(" ", "x", "skip") == "x"
+    assert cap.merge_caption("a", "x", "overwrite") == "x"
+    with pytest.raises(cap.CaptionerError):
+        cap.load_captioner("wd14", tmp_path / "nothing_here")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(cap.CaptionerError, match="missing"):
+        cap.WDTagger(tmp_path / "half")

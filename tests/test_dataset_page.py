@@ -1,0 +1,328 @@
+"""DatasetPage: real drops, grid, caption editor (autosave, undo, encodings), tag tools, config sync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from guitrainer.config import DatasetFolder, TrainingConfig
+from guitrainer.core import dataset as ds
+from guitrainer.core.dataset import Flag
+from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.dataset_page import DatasetPage
+
+PALETTE = [(231, 111, 81), (244, 162, 97), (233, 196, 106), (42, 157, 143), (38, 70, 83), (120, 90, 160)]
+
+
+def art(path: Path, size=(640, 640), seed: int = 0, mode: str = "RGB", **save) -> Path:
+    """A small colourful picture (gradient sky, sun, hills) so screenshots show something."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w, h = size
+    im = Image.new("RGB", size)
+    d = ImageDraw.Draw(im)
+    top, bottom = PALETTE[seed % 6], PALETTE[(seed + 2) % 6]
+    for y in range(h):
+        t = y / max(1, h - 1)
+        d.line([(0, y), (w, y)], fill=tuple(int(a + (b - a) * t) for a, b in zip(top, bottom)))
+    r = min(w, h) // 6
+    cx, cy = w * (0.25 + 0.1 * (seed % 5)), h * 0.3
+    d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(255, 240, 200))
+    d.polygon([(0, h), (w * 0.35, h * 0.55), (w * 0.7, h), (w, h * 0.6), (w, h)], fill=PALETTE[(seed + 4) % 6])
+    if mode != "RGB":
+        im = im.convert(mode)
+    im.save(path, **save)
+    return path
+
+
+def drop(page: DatasetPage, paths: list[Path], qtbot) -> None:
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    pos = page.rect().center()
+    enter = QDragEnterEvent(pos, Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(page, enter)
+    assert enter.isAccepted()
+    with qtbot.waitSignal(page.import_finished, timeout=10000):
+        ev = QDropEvent(QPointF(pos), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+        QApplication.sendEvent(page, ev)
+        assert ev.isAccepted()
+
+
+@pytest.fixture
+def page(qtbot):
+    binding = ConfigBinding(TrainingConfig())
+    p = DatasetPage(binding)
+    qtbot.addWidget(p)
+    p.resize(1280, 860)
+    yield p
+    p.shutdown()
+
+
+def by_name(page: DatasetPage) -> dict[str, ds.DatasetItem]:
+    return {it.name: it for it in page.items}
+
+
+def select(page: DatasetPage, name: str) -> None:
+    rows = [r for r in range(page.proxy.rowCount()) if page.proxy.index(r, 0).data() == name]
+    page.select_rows(rows)
+    assert page.editor.item is not None and page.editor.item.name == name
+
+
+def test_drop_imports_folders_and_files_and_rejects_others(page, qtbot, tmp_path):
+    folder = tmp_path / "10_mychar"
+    for i in range(3):
+        art(folder / f"img{i}.png", seed=i)
+    (folder / "img0.txt").write_text("mychar, smiling", encoding="utf-8")
+    (folder / "notes.pdf").write_bytes(b"%PDF")
+    loose = art(tmp_path / "other" / "loose.jpg", seed=4)
+    text = tmp_path / "readme.md"
+    text.write_text("hello")
+
+    drop(page, [folder, loose, text], qtbot)
+    assert sorted(by_name(page)) == ["img0.png", "img1.png", "img2.png", "loose.jpg"]
+    assert by_name(page)["img0.png"].repeats == 10 and by_name(page)["img0.png"].caption == "mychar, smiling"
+    report = page.last_report
+    assert report is not None and report.added == 4
+    assert {Path(p).name for p, _ in report.rejected} == {"notes.pdf", "readme.md"}
+    assert "Not imported" in page.status.text() or "Added 4" in page.status.text()
+    folders = page.binding.get("dataset.folders")
+    assert [(Path(f.path).name, f.repeats) for f in folders] == [("10_mychar", 10), ("other", 1)]
+
+    # Dropping the same folder again adds nothing and says so.
+    drop(page, [folder], qtbot)
+    assert len(page.items) == 4 and len(page.last_report.duplicates) == 3
+
+    # Repeats are editable per folder and reach the config.
+    page.set_folder_repeats(str(folder), 3)
+    assert page.binding.get("dataset.folders")[0].repeats == 3
+    assert by_name(page)["img1.png"].repeats == 3
+
+    # Non-local URLs are refused.
+    md = QMimeData()
+    md.setUrls([QUrl("https://example.com/a.png")])
+    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(page, enter)
+    assert not enter.isAccepted()
+
+
+def test_autosave_is_debounced_atomic_and_undoable(page, qtbot, tmp_path, monkeypatch):
+    art(tmp_path / "set" / "a.png")
+    (tmp_path / "set" / "a.txt").write_text("old caption", encoding="utf-8")
+    art(tmp_path / "set" / "b.png", seed=1)
+    page.add_paths([tmp_path / "set"])
+    qtbot.waitUntil(lambda: len(page.items) == 2)
+    select(page, "a.png")
+    cap = tmp_path / "set" / "a.txt"
+    editor = page.editor
+    editor.text.moveCursor(editor.text.textCursor().MoveOperation.End)
+    qtbot.keyClicks(editor.text, ", new tag")
+    assert editor.dirty and editor.state.property("state") == "unsaved"
+    assert cap.read_text() == "old caption"  # nothing written yet: debounced
+    qtbot.waitUntil(lambda: not editor.dirty, timeout=3000)
+    assert cap.read_text() == "old caption, new tag"
+    assert by_name(page)["a.png"].caption == "old caption, new tag"
+
+    # A write that dies half-way keeps the old caption (atomic), and the editor says "not saved".
+    import guitrainer.core.fileio as fileio
+
+    real = Path.write_bytes
+
+    def dying(self, data):
+        real(self, data[:4])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.Path, "write_bytes", dying)
+    qtbot.keyClicks(editor.text, " more")
+    qtbot.waitUntil(lambda: editor.state.property("state") == "error", timeout=3000)
+    monkeypatch.undo()
+    assert cap.read_text() == "old caption, new tag"
+    assert sorted(p.name for p in cap.parent.iterdir()) == ["a.png", "a.txt", "b.png"]  # no temp file left
+    assert editor.flush() and cap.read_text() == "old caption, new tag more"
+
+    # Undo restores the file byte for byte and shows it in the editor; redo brings the edit back.
+    editor.undo()
+    assert cap.read_text() == "old caption, new tag"
+    editor.undo()
+    assert cap.read_bytes() == b"old caption"
+    assert editor.text.toPlainText() == "old caption"
+    editor.redo()
+    assert cap.read_text() == "old caption, new tag"
+
+    # Typing in an image without a caption creates its caption file; undo removes it again.
+    page.step_current(1)
+    assert editor.item.name == "b.png"
+    qtbot.keyClicks(editor.text, "fresh")
+    page.step_current(-1)  # switching images saves at once
+    assert (tmp_path / "set" / "b.txt").read_text() == "fresh"
+    editor.undo()
+    assert not (tmp_path / "set" / "b.txt").exists()
+
+
+def test_non_utf8_caption_is_shown_but_never_rewritten(page, qtbot, tmp_path):
+    art(tmp_path / "s" / "a.png")
+    art(tmp_path / "s" / "b.png", seed=2)
+    raw = "caf\xe9, red hair".encode("latin-1")
+    (tmp_path / "s" / "a.txt").write_bytes(raw)
+    page.add_paths([tmp_path / "s"])
+    qtbot.waitUntil(lambda: len(page.items) == 2)
+    select(page, "a.png")
+    assert "\ufffd" in page.editor.text.toPlainText()
+    assert page.editor.warning.isVisibleTo(page.editor)
+    assert Flag.CAPTION_NOT_UTF8 in by_name(page)["a.png"].flags
+    page.step_current(1)
+    page.step_current(-1)
+    qtbot.wait(600)
+    edit = page.apply_tag_operation("Replace", lambda s: ds.find_replace(s, "red", "blue"), "all")
+    assert edit is not None and edit.count == 0 and edit.skipped_not_utf8 == 1
+    assert (tmp_path / "s" / "a.txt").read_bytes() == raw
+
+
+def test_bulk_replace_is_one_undo_step_restoring_bytes(page, qtbot, tmp_path):
+    raw = {
+        "a": b"red hair, smile\r\n",
+        "b": "\ufeffred dress, caf\u00e9".encode(),
+        "c": b"blue sky",
+        "d": b"red, red, red",
+    }
+    for i, (stem, data) in enumerate(raw.items()):
+        art(tmp_path / "b" / f"{stem}.png", seed=i)
+        (tmp_path / "b" / f"{stem}.txt").write_bytes(data)
+    page.add_paths([tmp_path / "b"])
+    qtbot.waitUntil(lambda: len(page.items) == 4)
+    qtbot.waitUntil(lambda: page.tag_tools.table.rowCount() > 0)
+    before = page.undo_stack.count()
+    page.tag_tools.scope.setCurrentIndex(page.tag_tools.scope.findData("all"))
+    page.tag_tools.find.setText("red")
+    page.tag_tools.replace.setText("green")
+    page.tag_tools._find_replace()
+    assert page.undo_stack.count() == before + 1
+    assert "changed 3 captions" in page.status.text()
+    assert (tmp_path / "b" / "d.txt").read_bytes() == b"green, green, green"
+    assert by_name(page)["d.png"].caption == "green, green, green"
+
+    # Selection scope: dedupe only the selected image.
+    select(page, "d.png")
+    page.tag_tools.scope.setCurrentIndex(page.tag_tools.scope.findData("selection"))
+    page.tag_tools._dedupe()
+    assert (tmp_path / "b" / "d.txt").read_bytes() == b"green"
+    assert "changed 1 caption" in page.status.text()
+
+    page.undo_stack.undo()
+    page.undo_stack.undo()
+    for stem, data in raw.items():
+        assert (tmp_path / "b" / f"{stem}.txt").read_bytes() == data
+    assert by_name(page)["a.png"].caption == "red hair, smile\r\n"
+
+
+def test_filters_tag_table_and_keyboard(page, qtbot, tmp_path):
+    art(tmp_path / "f" / "cap.png")
+    (tmp_path / "f" / "cap.txt").write_text("cat, sunset")
+    art(tmp_path / "f" / "nocap.png", seed=1)
+    art(tmp_path / "f" / "small.png", size=(100, 100), seed=2)
+    (tmp_path / "f" / "small.txt").write_text("dog, sunset")
+    page.add_paths([tmp_path / "f"])
+    qtbot.waitUntil(lambda: len(page.items) == 3)
+    proxy = page.proxy
+    names = lambda: sorted(proxy.index(r, 0).data() for r in range(proxy.rowCount()))  # noqa: E731
+    page.filter_combo.setCurrentIndex(page.filter_combo.findData("uncaptioned"))
+    assert names() == ["nocap.png"]
+    page.filter_combo.setCurrentIndex(page.filter_combo.findData("flagged"))
+    assert names() == ["small.png"]
+    page.filter_combo.setCurrentIndex(page.filter_combo.findData("captioned"))
+    assert names() == ["cap.png", "small.png"]
+    page.filter_combo.setCurrentIndex(0)
+    page.search.setText("DOG")
+    assert names() == ["small.png"]
+    page.search.clear()
+    qtbot.waitUntil(lambda: page.tag_tools.table.rowCount() == 3)
+    assert page.tag_tools.table.item(0, 0).text() == "sunset" and page.tag_tools.table.item(0, 1).text() == "2"
+    row = next(r for r in range(3) if page.tag_tools.table.item(r, 0).text() == "cat")
+    page.tag_tools.table.cellClicked.emit(row, 0)
+    assert names() == ["cap.png"] and page.tag_chip.isVisibleTo(page)
+    page.filter_by_tag("")
+
+    # Keyboard: the page's actions carry the shortcuts (offscreen Qt has no active window to deliver them).
+    assert page.next_action.shortcut().toString() == "Alt+Right"
+    assert page.previous_action.shortcut().toString() == "Alt+Left"
+    assert page.focus_caption_action.shortcut().toString() == "Ctrl+E"
+    page.select_rows([0])
+    first = page.editor.item
+    page.next_action.trigger()
+    assert page.editor.item is not first and page.grid.currentIndex().row() == 1
+    page.previous_action.trigger()
+    assert page.editor.item is first
+    page.tabs.setCurrentIndex(1)
+    page.focus_caption_action.trigger()
+    assert page.tabs.currentWidget() is page.editor
+
+
+def test_config_folders_drive_the_grid_and_removal_keeps_files(page, qtbot, tmp_path):
+    art(tmp_path / "one" / "a.png")
+    art(tmp_path / "two" / "b.png", seed=3)
+    art(tmp_path / "two" / "sub" / "deep.png", seed=1)  # configured folders are read non-recursively
+    cfg = TrainingConfig()
+    cfg.dataset.folders = [DatasetFolder(str(tmp_path / "two"), 4)]
+    with qtbot.waitSignal(page.import_finished, timeout=5000):
+        page.binding.replace(cfg)
+    assert [(it.name, it.repeats) for it in page.items] == [("b.png", 4)]
+    with qtbot.waitSignal(page.import_finished, timeout=5000):
+        page.add_paths([tmp_path / "one"])
+    assert len(page.items) == 2
+    assert [Path(f.path).name for f in page.binding.get("dataset.folders")] == ["two", "one"]
+    select(page, "a.png")
+    assert page.remove_selected() == 1
+    assert (tmp_path / "one" / "a.png").exists()
+    assert [Path(f.path).name for f in page.binding.get("dataset.folders")] == ["two"]
+    summary = page.summary.summary
+    assert summary is not None
+    qtbot.waitUntil(lambda: page.summary.summary.image_count == 1)
+    assert page.summary.summary.steps_per_epoch == 4
+
+
+def test_screenshot_with_dataset(page, qtbot, tmp_path, artifacts_dir):
+    root = tmp_path / "20_mychar"
+    captions = [
+        "mychar, 1girl, smiling, outdoors, sunset",
+        "mychar, standing, city street, night",
+        "mychar, portrait, looking at viewer",
+        "",
+        "mychar, sitting, cafe, window light",
+        "mychar, full body, beach",
+    ]
+    sizes = [(768, 768), (640, 960), (960, 640), (700, 700), (1024, 576), (600, 900)]
+    for i, (c, s) in enumerate(zip(captions, sizes)):
+        art(root / f"mychar_{i:02d}.png", size=s, seed=i)
+        if c:
+            (root / f"mychar_{i:02d}.txt").write_text(c)
+    art(root / "mychar_small.png", size=(300, 300), seed=3)
+    (root / "mychar_small.txt").write_text("mychar, close-up")
+    rot = root / "mychar_rotated.jpg"
+    im = Image.open(art(tmp_path / "tmp.png", size=(800, 600), seed=5)).convert("RGB")
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(rot, exif=exif)
+    art(root / "mychar_cmyk.jpg", size=(700, 700), seed=1, mode="CMYK")
+    art(root / "mychar_alpha.png", size=(640, 640), seed=2, mode="RGBA")
+    (root / "broken.png").write_bytes(b"")
+    page.show()
+    qtbot.waitExposed(page)
+    drop(page, [root], qtbot)
+    qtbot.waitUntil(lambda: len(page.items) == 11)
+    select(page, "mychar_00.png")
+    qtbot.waitUntil(lambda: not page.loader.is_pending(), timeout=10000)
+    qtbot.wait(300)
+    qtbot.waitUntil(lambda: not page.loader.is_pending(), timeout=10000)
+    flags = by_name(page)
+    assert Flag.EXIF_ROTATED in flags["mychar_rotated.jpg"].flags and Flag.EMPTY in flags["broken.png"].flags
+    page.grab().save(str(artifacts_dir / "dataset_page.png"))
+    page.tabs.setCurrentIndex(1)
+    page.grab().save(str(artifacts_dir / "dataset_page_tags.png"))
+    page.tabs.setCurrentIndex(3)
+    page.grab().save(str(artifacts_dir / "dataset_page_summary.png"))
+    page.tabs.setCurrentIndex(2)
+    page.grab().save(str(artifacts_dir / "dataset_page_autocaption.png"))
+    assert (artifacts_dir / "dataset_page.png").stat().st_size > 10000
