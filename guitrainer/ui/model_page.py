@@ -1,19 +1,169 @@
-"""Model & Precision page: the base model, training and save precision."""
+"""Model & Precision page: the base model, training and save precision, and the memory savers.
+
+The device probe imports torch, so it never runs while the window opens: it starts on a worker
+thread :data:`PROBE_DELAY_MS` after the page is first shown (or when :meth:`ModelPage.start_probe`
+is called, e.g. by the main window once it is up), and the precision picker shows
+"Detecting device…" until the result arrives as a queued signal.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QWidget
+import logging
+import threading
+from collections.abc import Callable
 
-from guitrainer.ui.binding import ConfigBinding, build_form
+from PySide6.QtCore import QObject, QSettings, QTimer, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from guitrainer.core import hardware
+from guitrainer.core.hardware import DeviceInfo
+from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
+from guitrainer.ui.model_picker import ModelPicker
 from guitrainer.ui.pages import Page
+from guitrainer.ui.precision_picker import PrecisionPicker
+
+log = logging.getLogger(__name__)
+
+#: after the event loop starts, wait this long before probing, so the window paints first
+PROBE_DELAY_MS = 400
+MEMORY_FIELDS = ("gradient_checkpointing", "cache_latents", "cache_text_encoder_outputs")
+
+
+class _ProbeRelay(QObject):
+    """Carries the probe result from the worker thread to the GUI thread (queued signals)."""
+
+    finished = Signal(object)  # DeviceInfo
+    failed = Signal(str)
 
 
 class ModelPage(Page):
+    """Base model picker, precision picker with device advice, and the memory-saving switches.
+
+    Signals:
+        device_detected(object): the probe finished (the :class:`DeviceInfo`).
+        errors_changed(bool): whether the page has a blocking problem (model or precision) flipped.
+    """
+
     title = "Model & Precision"
     subtitle = "The model your LoRA is trained on, and the number formats used while training and saving."
 
-    def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
+    device_detected = Signal(object)
+    errors_changed = Signal(bool)
+
+    def __init__(
+        self,
+        binding: ConfigBinding,
+        parent: QWidget | None = None,
+        *,
+        probe: Callable[[], DeviceInfo] | None = None,
+        auto_probe: bool = True,
+        settings: QSettings | None = None,
+    ):
+        """Build the page.
+
+        Args:
+            probe: returns the DeviceInfo, run on a worker thread (default :func:`hardware.probe`; tests pass fakes).
+            auto_probe: probe when the page is first shown; else only when :meth:`start_probe` is called.
+            settings: where the model picker keeps recently used models (default: the app's QSettings).
+        """
         super().__init__(binding, parent)
-        self.body.addWidget(build_form(binding, "model", title="Base model"))
-        self.body.addWidget(build_form(binding, "precision", title="Precision"))
+        self._probe_fn = probe or hardware.probe
+        self._probe_started = False
+        self._probe_scheduled = False
+        self._probe_thread: threading.Thread | None = None
+        self._relay = _ProbeRelay()
+        self._relay.finished.connect(self._on_probe_finished)
+        self._relay.failed.connect(self._on_probe_failed)
+        self._had_errors = False
+
+        model_box = QGroupBox("Base model", self)
+        mb = QVBoxLayout(model_box)
+        self.model_picker = ModelPicker(binding, model_box, settings=settings)
+        mb.addWidget(self.model_picker)
+        extra = QFormLayout()
+        init_lora = make_editor(binding, "model.init_lora", model_box)
+        lab = QLabel(label_for("model.init_lora"), model_box)
+        lab.setToolTip(init_lora.toolTip())
+        lab.setBuddy(init_lora)
+        extra.addRow(lab, init_lora)
+        mb.addLayout(extra)
+        self.body.addWidget(model_box)
+
+        precision_box = QGroupBox("Precision", self)
+        pb = QVBoxLayout(precision_box)
+        cached = hardware.cached() if probe is None else None
+        self.precision_picker = PrecisionPicker(binding, cached, precision_box)
+        pb.addWidget(self.precision_picker)
+        self.body.addWidget(precision_box)
+
+        self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
+        self.body.addWidget(self.memory_form)
         self.finish()
+
+        self.precision_picker.errors_changed.connect(self._update_errors)
+        self.model_picker.detected.connect(self._update_errors)
+        self._update_errors()
+        self._auto_probe = auto_probe
+        if cached is not None:
+            self._probe_started = True
+
+    # ------------------------------------------------------------------ device probe
+    def start_probe(self) -> bool:
+        """Probe the device on a worker thread (once). Returns False when it already ran or is running."""
+        if self._probe_started:
+            return False
+        self._probe_started = True
+        relay, fn = self._relay, self._probe_fn
+
+        def work() -> None:
+            try:
+                device = fn()
+            except Exception as e:  # noqa: BLE001 - reported to the GUI thread, never swallowed
+                log.exception("device probe failed")
+                relay.failed.emit(f"{type(e).__name__}: {e}")
+                return
+            relay.finished.emit(device)
+
+        # a daemon thread: a probe stuck in a driver call never keeps the app from quitting
+        self._probe_thread = threading.Thread(target=work, name="guitrainer-device-probe", daemon=True)
+        self._probe_thread.start()
+        return True
+
+    def probe_running(self) -> bool:
+        return self._probe_thread is not None and self._probe_thread.is_alive()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        """First shown: probe :data:`PROBE_DELAY_MS` later, so the window paints before torch loads."""
+        super().showEvent(event)
+        if self._auto_probe and not self._probe_started and not self._probe_scheduled:
+            self._probe_scheduled = True
+            QTimer.singleShot(PROBE_DELAY_MS, self.start_probe)
+
+    def _on_probe_finished(self, device: DeviceInfo) -> None:
+        log.info("device: %s", device.summary())
+        self.precision_picker.set_device(device)
+        self.device_detected.emit(device)
+
+    def _on_probe_failed(self, reason: str) -> None:
+        self.precision_picker.set_status(f"Could not detect the device: {reason}")
+
+    # ------------------------------------------------------------------ errors for the Start button
+    def has_errors(self) -> bool:
+        """True when training cannot start: an unusable base model or error-level precision advice."""
+        return (not self.model_picker.detection().ok) or self.precision_picker.has_errors()
+
+    def error_text(self) -> str:
+        parts = []
+        d = self.model_picker.detection()
+        if not d.ok:
+            parts.append(d.message)
+        if self.precision_picker.has_errors():
+            parts.append(self.precision_picker.error_text())
+        return "\n".join(parts)
+
+    def _update_errors(self, *_args: object) -> None:
+        errors = self.has_errors()
+        if errors != self._had_errors:
+            self._had_errors = errors
+            self.errors_changed.emit(errors)

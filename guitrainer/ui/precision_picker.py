@@ -1,0 +1,345 @@
+"""PrecisionPicker: training and save precision, the device's facts beside them, and advice inline.
+
+Bound to ``precision.training`` and ``precision.save`` of a :class:`ConfigBinding`. The advice comes
+from :func:`guitrainer.core.precision.advise` and is recomputed on every config change and whenever
+:meth:`PrecisionPicker.set_device` is called; each piece of advice with a suggestion has a
+"Use suggested" button that applies it through the binding.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from collections.abc import Callable
+
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QRadioButton,
+    QSizePolicy,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guitrainer.core import precision
+from guitrainer.core.hardware import DeviceInfo
+from guitrainer.core.precision import Advice, PrecisionChoice
+from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding
+
+log = logging.getLogger(__name__)
+
+LEVEL_ICONS = {
+    "error": QStyle.StandardPixmap.SP_MessageBoxCritical,
+    "warning": QStyle.StandardPixmap.SP_MessageBoxWarning,
+    "info": QStyle.StandardPixmap.SP_MessageBoxInformation,
+}
+# translucent tints so the rows read on light and dark palettes alike
+LEVEL_COLORS = {"error": "220, 53, 69", "warning": "230, 145, 0", "info": "40, 120, 210"}
+DETECTING = "Detecting device…"
+
+
+class _ChoiceGroup(QGroupBox):
+    """Radio buttons for one precision field, each with a one-line explanation under it."""
+
+    def __init__(self, binding: ConfigBinding, path: str, title: str, choices: tuple[PrecisionChoice, ...], parent: QWidget):
+        super().__init__(title, parent)
+        self.binding = binding
+        self.path = path
+        self.group = QButtonGroup(self)
+        self.buttons: dict[str, QRadioButton] = {}
+        self.notes: dict[str, QLabel] = {}
+        self.setProperty(BINDING_PROPERTY + "_group", path)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        box = QVBoxLayout(self)
+        box.setSpacing(0)
+        for row, choice in enumerate(choices):
+            button = QRadioButton(choice.label, self)
+            button.setObjectName(f"{path.replace('.', '_')}_{choice.value}")
+            button.setToolTip(choice.explanation)
+            note = QLabel("", self)
+            note.setObjectName(f"{path.replace('.', '_')}_{choice.value}_note")
+            explanation = QLabel(choice.explanation, self)
+            explanation.setWordWrap(True)
+            explanation.setStyleSheet("color: palette(placeholder-text);")
+            explanation.setContentsMargins(24, 0, 0, 8)
+            line = QHBoxLayout()
+            line.setSpacing(10)
+            line.addWidget(button)
+            line.addWidget(note)
+            line.addStretch(1)
+            box.addLayout(line)
+            box.addWidget(explanation)
+            self.group.addButton(button, row)
+            self.buttons[choice.value] = button
+            self.notes[choice.value] = note
+            button.toggled.connect(lambda on, v=choice.value: on and self.binding.set(self.path, v))
+        self.pull()
+
+    def pull(self) -> None:
+        value = self.binding.get(self.path)
+        button = self.buttons.get(value)
+        if button is not None and not button.isChecked():
+            with QSignalBlocker(button):
+                button.setChecked(True)
+
+    def set_note(self, value: str, text: str, color: str = "") -> None:
+        note = self.notes[value]
+        note.setText(text)
+        note.setStyleSheet(f"color: {color}; font-weight: 600;" if color else "")
+
+
+class AdviceRow(QFrame):
+    """One piece of advice: an icon per level, the message, and a "Use suggested" button."""
+
+    def __init__(self, advice: Advice, apply: Callable[[Advice], None], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.advice = advice
+        self.setObjectName(f"advice_{advice.level}")
+        self.setProperty("advice_code", advice.code)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        rgb = LEVEL_COLORS[advice.level]
+        self.setStyleSheet(
+            f"QFrame#advice_{advice.level} {{ background: rgba({rgb}, 0.10); border: 1px solid rgba({rgb}, 0.45);"
+            " border-radius: 6px; }"
+        )
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 6, 8, 6)
+        row.setSpacing(8)
+        icon = QLabel(self)
+        icon.setObjectName("advice_icon")
+        icon.setPixmap(self.style().standardIcon(LEVEL_ICONS[advice.level]).pixmap(20, 20))
+        row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
+        text = html.escape(advice.message)
+        if advice.suggestion_text and advice.suggestion:
+            text += f"<br><b>Suggested:</b> {html.escape(advice.suggestion_text)}"
+        elif advice.suggestion_text:
+            text += f"<br><code>{html.escape(advice.suggestion_text)}</code>"
+        self.label = QLabel(text, self)
+        self.label.setObjectName("advice_text")
+        self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.TextFormat.RichText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        text_col = QVBoxLayout()
+        text_col.setSpacing(4)
+        text_col.addWidget(self.label)
+        row.addLayout(text_col, 1)
+        self.button: QPushButton | None = None
+        if advice.suggestion:
+            self.button = QPushButton("Use suggested", self)
+            self.button.setObjectName("use_suggested")
+            self.button.setToolTip(advice.suggestion_text)
+            self.button.clicked.connect(lambda: apply(advice))
+            text_col.addWidget(self.button, 0, Qt.AlignmentFlag.AlignRight)
+        elif advice.suggestion_text:
+            self.button = QPushButton("Copy command", self)
+            self.button.setObjectName("copy_suggestion")
+            self.button.clicked.connect(lambda: QGuiApplication.clipboard().setText(advice.suggestion_text))
+            text_col.addWidget(self.button, 0, Qt.AlignmentFlag.AlignRight)
+
+
+class PrecisionPicker(QWidget):
+    """Training / save precision choices with device facts and GPU-aware advice.
+
+    Signals:
+        errors_changed(bool): the "has error-level advice" state flipped (Start buttons listen to this).
+        advice_changed(): the advice shown changed.
+        device_changed(object): another device was selected (the new :class:`DeviceInfo`).
+    """
+
+    errors_changed = Signal(bool)
+    advice_changed = Signal()
+    device_changed = Signal(object)
+
+    def __init__(self, binding: ConfigBinding, device: DeviceInfo | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.binding = binding
+        self._machine: DeviceInfo | None = None  # as probed (all GPUs)
+        self._device: DeviceInfo | None = None  # with the chosen GPU selected
+        self._advice: list[Advice] = []
+        self._advice_key: tuple = ()
+        self._had_errors = False
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(10)
+        top = QHBoxLayout()
+        top.setSpacing(10)
+        outer.addLayout(top)
+        left = QVBoxLayout()
+        left.setSpacing(10)
+        top.addLayout(left, 3)
+        self.training_group = _ChoiceGroup(binding, "precision.training", "Training precision", precision.TRAINING_CHOICES, self)
+        self.save_group = _ChoiceGroup(binding, "precision.save", "Save precision", precision.SAVE_CHOICES, self)
+        left.addWidget(self.training_group)
+        left.addWidget(self.save_group)
+        left.addStretch(1)
+
+        self.device_box = QGroupBox("This computer", self)
+        self.device_box.setObjectName("device_box")
+        dev = QVBoxLayout(self.device_box)
+        self.device_combo = QComboBox(self.device_box)
+        self.device_combo.setObjectName("device_combo")
+        self.device_combo.setToolTip("The GPU to train on.")
+        self.device_combo.setVisible(False)
+        self.device_combo.currentIndexChanged.connect(self._on_device_index)
+        dev.addWidget(self.device_combo)
+        self.status_label = QLabel(DETECTING, self.device_box)
+        self.status_label.setObjectName("device_status")
+        self.status_label.setStyleSheet("color: palette(placeholder-text);")
+        dev.addWidget(self.status_label)
+        self.facts_form = QFormLayout()
+        self.facts_form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        self.facts_form.setHorizontalSpacing(12)
+        dev.addLayout(self.facts_form)
+        self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        right = QVBoxLayout()
+        right.setSpacing(8)
+        right.addWidget(self.device_box)
+        top.addLayout(right, 2)
+
+        self.advice_box = QWidget(self)
+        self.advice_box.setObjectName("advice_box")
+        self.advice_layout = QVBoxLayout(self.advice_box)
+        self.advice_layout.setContentsMargins(0, 0, 0, 0)
+        self.advice_layout.setSpacing(6)
+        right.addWidget(self.advice_box)
+        right.addStretch(1)
+
+        binding.changed.connect(self._on_changed)
+        binding.replaced.connect(self._on_replaced)
+        self.set_device(device)
+
+    # ------------------------------------------------------------------ public API
+    def device(self) -> DeviceInfo | None:
+        """The device the advice is for (with the chosen GPU selected), or None while detecting."""
+        return self._device
+
+    def set_device(self, device: DeviceInfo | None) -> None:
+        """Show ``device`` (None: "Detecting device…") and recompute the advice."""
+        self._machine = device
+        self._device = device
+        gpus = device.gpus if device is not None else ()
+        with QSignalBlocker(self.device_combo):
+            self.device_combo.clear()
+            for g in gpus:
+                self.device_combo.addItem(g.label(), g.index)
+            if gpus:
+                self.device_combo.setCurrentIndex(min(device.selected, len(gpus) - 1) if device else 0)
+        self.device_combo.setVisible(len(gpus) > 1)
+        self._show_device()
+
+    def set_status(self, text: str) -> None:
+        """Show ``text`` in the device panel (e.g. why detection failed)."""
+        self.status_label.setText(text)
+        self.status_label.setWordWrap(True)
+        self.status_label.setVisible(True)
+
+    def advice(self) -> list[Advice]:
+        return list(self._advice)
+
+    def has_errors(self) -> bool:
+        return any(a.level == "error" for a in self._advice)
+
+    def error_text(self) -> str:
+        """The error-level messages, one per line ("" when there are none), for a tooltip."""
+        return "\n".join(a.message for a in self._advice if a.level == "error")
+
+    def apply(self, advice: Advice) -> None:
+        """Apply ``advice.suggestion`` through the binding."""
+        for path, value in advice.suggestion.items():
+            if not self.binding.set(path, value):
+                log.warning("could not apply suggestion %s=%r", path, value)
+
+    def advice_rows(self) -> list[AdviceRow]:
+        return [w for w in self.advice_box.findChildren(AdviceRow) if w.parent() is self.advice_box]
+
+    def refresh(self) -> None:
+        """Recompute the advice (cheap: pure Python rules)."""
+        self._advice = precision.advise(self._device, self.binding.config)
+        key = tuple((a.level, a.message, tuple(sorted(a.suggestion.items())), a.suggestion_text) for a in self._advice)
+        if key != self._advice_key:
+            self._advice_key = key
+            self._rebuild_rows()
+            self.advice_changed.emit()
+        errors = self.has_errors()
+        if errors != self._had_errors:
+            self._had_errors = errors
+            self.errors_changed.emit(errors)
+
+    # ------------------------------------------------------------------ internals
+    def _on_device_index(self, row: int) -> None:
+        if self._machine is None or row < 0:
+            return
+        self._device = self._machine.select(int(self.device_combo.itemData(row)))
+        self._show_device()
+        self.device_changed.emit(self._device)
+
+    def _on_changed(self, path: str) -> None:
+        if path == "precision.training":
+            self.training_group.pull()
+        elif path == "precision.save":
+            self.save_group.pull()
+        self.refresh()
+
+    def _on_replaced(self) -> None:
+        self.training_group.pull()
+        self.save_group.pull()
+        self.refresh()
+
+    def _show_device(self) -> None:
+        while self.facts_form.rowCount():
+            self.facts_form.removeRow(0)
+        device = self._device
+        if device is None:
+            self.status_label.setText(DETECTING)
+        self.status_label.setVisible(device is None)
+        if device is not None:
+            for label, value in device.facts():
+                name = QLabel(label, self.device_box)
+                name.setStyleSheet("color: palette(placeholder-text);")
+                val = QLabel(value, self.device_box)
+                val.setObjectName(f"fact_{label.lower().replace(' ', '_')}")
+                val.setWordWrap(True)
+                val.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                self.facts_form.addRow(name, val)
+            for fact, reason in device.unknown:
+                val = QLabel(f"unknown ({reason})", self.device_box)
+                val.setWordWrap(True)
+                val.setStyleSheet("color: palette(placeholder-text);")
+                self.facts_form.addRow(QLabel(fact, self.device_box), val)
+        self._update_notes()
+        self.refresh()
+
+    def _update_notes(self) -> None:
+        best = precision.recommended_training(self._device) if self._device is not None else None
+        for choice in precision.TRAINING_CHOICES:
+            level = precision.training_choice_level(self._device, choice.value)
+            if self._device is None:
+                self.training_group.set_note(choice.value, "")
+            elif level == "error":
+                self.training_group.set_note(choice.value, "not supported here", f"rgb({LEVEL_COLORS['error']})")
+            elif choice.value == best:
+                self.training_group.set_note(choice.value, "recommended here", "rgb(30, 140, 70)")
+            elif level == "warning":
+                self.training_group.set_note(choice.value, "see the note", f"rgb({LEVEL_COLORS['warning']})")
+            else:
+                self.training_group.set_note(choice.value, "")
+
+    def _rebuild_rows(self) -> None:
+        for row in self.advice_rows():
+            row.setParent(None)
+            row.deleteLater()
+        for advice in self._advice:
+            self.advice_layout.addWidget(AdviceRow(advice, self.apply, self.advice_box))
+        self.advice_box.setVisible(bool(self._advice))

@@ -1,0 +1,232 @@
+"""ModelPage and ModelPicker (offscreen): background device probe, model detection, drops, recents."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QFileDialog
+from safetensors.numpy import save_file
+
+from guitrainer.core import hardware
+from guitrainer.core.hardware import fake_device
+from guitrainer.ui.binding import ConfigBinding, bound_editors
+from guitrainer.ui.model_page import ModelPage
+from guitrainer.ui.model_picker import MAX_RECENT, RECENT_KEY, ModelPicker
+from guitrainer.ui.precision_picker import DETECTING
+
+SD15 = {
+    "model.diffusion_model.input_blocks.0.0.weight": (320, 4, 3, 3),
+    "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight": (16, 8),
+}
+SDXL = {
+    "model.diffusion_model.input_blocks.0.0.weight": (320, 4, 3, 3),
+    "conditioner.embedders.1.model.transformer.resblocks.0.attn.in_proj_weight": (24, 8),
+}
+LORA = {"lora_unet_x.lora_down.weight": (4, 8), "lora_unet_x.lora_up.weight": (8, 4)}
+
+
+def _ckpt(path, keys):
+    save_file({k: np.zeros(s, dtype=np.float16) for k, s in keys.items()}, str(path))
+    return path
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+def _page(qtbot, settings, binding=None, **kw) -> ModelPage:
+    page = ModelPage(binding or ConfigBinding(), settings=settings, **kw)
+    qtbot.addWidget(page)
+    page.resize(1000, 1150)
+    return page
+
+
+def test_real_probe_runs_in_the_background_and_shows_cpu_facts(qtbot, settings, artifacts_dir):
+    seen: list[str] = []
+
+    def real_probe():
+        seen.append(threading.current_thread().name)
+        return hardware.probe()
+
+    page = _page(qtbot, settings, probe=real_probe)
+    assert page.precision_picker.device() is None
+    assert page.precision_picker.status_label.text() == DETECTING
+    with qtbot.waitSignal(page.device_detected, timeout=60_000) as blocker:
+        page.show()
+    device = blocker.args[0]
+    assert seen == ["guitrainer-device-probe"]  # not the GUI thread
+    assert device.kind == "cpu" and page.precision_picker.device() is device
+    assert not page.precision_picker.status_label.isVisible()
+    texts = [lab.text() for lab in page.precision_picker.device_box.findChildren(type(page.precision_picker.status_label))]
+    assert any(t.startswith("CPU: ") for t in texts)
+    assert not page.has_errors() and page.error_text() == ""
+    rows = page.precision_picker.advice_rows()
+    assert rows and all(r.advice.level != "error" for r in rows)
+    assert any(r.advice.code == "fp16_on_cpu" for r in rows)  # the default fp16 on a CPU
+    qtbot.wait(20)
+    assert page.grab().save(str(artifacts_dir / "model_page.png"))
+
+
+def test_probe_failure_is_shown_not_swallowed(qtbot, settings):
+    def broken():
+        raise RuntimeError("driver on fire")
+
+    page = _page(qtbot, settings, probe=broken, auto_probe=False)
+    assert page.start_probe() and not page.start_probe()  # once
+    qtbot.waitUntil(lambda: "driver on fire" in page.precision_picker.status_label.text(), timeout=5000)
+    assert page.precision_picker.device() is None
+
+
+def test_page_errors_follow_model_and_precision(qtbot, settings, tmp_path):
+    page = _page(qtbot, settings, probe=lambda: fake_device("t4"), auto_probe=False)
+    page.start_probe()
+    qtbot.waitUntil(lambda: page.precision_picker.device() is not None, timeout=5000)
+    with qtbot.waitSignal(page.errors_changed) as blocker:
+        page.binding.set("precision.training", "bf16")
+    assert blocker.args == [True] and "Tesla T4" in page.error_text()
+    page.binding.set("precision.training", "fp16")
+    assert not page.has_errors()
+    with qtbot.waitSignal(page.errors_changed):
+        page.model_picker.choose(str(_ckpt(tmp_path / "a_lora.safetensors", LORA)))
+    assert page.has_errors() and "is a LoRA" in page.error_text()
+    editors = bound_editors(page)
+    for path in ("model.base", "model.family", "model.init_lora", "precision.gradient_checkpointing",
+                 "precision.cache_latents", "precision.cache_text_encoder_outputs"):
+        assert path in editors, path
+
+
+def test_picker_detects_family_and_sets_it(qtbot, settings, tmp_path):
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    xl = _ckpt(tmp_path / "xl.safetensors", SDXL)
+    picker.edit.setText(str(xl))
+    picker.edit.editingFinished.emit()
+    assert binding.get("model.base") == str(xl) and binding.get("model.family") == "sdxl"
+    assert picker.family_badge.text() == "SDXL" and "SDXL checkpoint" in picker.message_label.text()
+    lora = _ckpt(tmp_path / "l.safetensors", LORA)
+    picker.choose(str(lora))
+    assert binding.get("model.family") == "sdxl"  # a rejected file leaves the family alone
+    assert picker.family_badge.text() == "unsupported" and "not a base model" in picker.message_label.text()
+    qtbot.mouseClick(picker.demo_button, Qt.MouseButton.LeftButton)
+    assert (binding.get("model.base"), binding.get("model.family")) == ("demo", "demo")
+    picker.choose("stabilityai/stable-diffusion-xl-base-1.0")
+    assert binding.get("model.family") == "sdxl" and picker.detection().kind == "hub_id"
+    picker.choose(str(tmp_path / "missing.safetensors"))
+    assert "does not exist" in picker.message_label.text()
+
+
+def test_preset_load_shows_detection_without_changing_family(qtbot, settings, tmp_path):
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    cfg = binding.config.copy()
+    cfg.set("model.base", str(_ckpt(tmp_path / "sd.safetensors", SD15)))
+    cfg.set("model.family", "auto")
+    binding.replace(cfg)
+    assert picker.edit.text() == cfg.model.base and picker.detection().family == "sd15"
+    assert binding.get("model.family") == "auto" and picker.family_mismatch() == ""
+    binding.set("model.family", "sdxl")  # contradicts the file: said, not silently changed
+    assert "looks like SD 1.5" in picker.message_label.text() and picker.property("detection_level") == "warning"
+    picker.family_editor.setCurrentIndex(picker.family_editor.findData("sd15"))
+    assert binding.get("model.family") == "sd15" and picker.family_mismatch() == ""
+
+
+def test_drop_a_file_and_a_folder(qtbot, settings, tmp_path):
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    picker.show()
+    sd = _ckpt(tmp_path / "sd15.safetensors", SD15)
+
+    def drop(path) -> QDropEvent:
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(path))])
+        enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                                Qt.KeyboardModifier.NoModifier)
+        picker.edit.dragEnterEvent(enter)
+        ev = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                        Qt.KeyboardModifier.NoModifier)
+        picker.edit.dropEvent(ev)
+        return enter, ev
+
+    enter, ev = drop(sd)
+    assert enter.isAccepted() and ev.isAccepted()
+    assert binding.get("model.base") == str(sd) and binding.get("model.family") == "sd15"
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "StableDiffusionXLPipeline"}')
+    (folder / "unet").mkdir()
+    (folder / "unet" / "config.json").write_text('{"in_channels": 4}')
+    drop(folder / "model_index.json")  # dropping the index means its folder
+    assert binding.get("model.base") == str(folder) and binding.get("model.family") == "sdxl"
+    txt = tmp_path / "notes.txt"
+    txt.write_text("hi")
+    enter, ev = drop(txt)
+    assert not enter.isAccepted() and not ev.isAccepted()
+    assert binding.get("model.base") == str(folder)
+
+
+def test_browse_buttons(qtbot, settings, tmp_path, monkeypatch):
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    sd = _ckpt(tmp_path / "pick.safetensors", SD15)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(sd), "")))
+    qtbot.mouseClick(picker.file_button, Qt.MouseButton.LeftButton)
+    assert binding.get("model.base") == str(sd)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: ""))  # cancelled
+    qtbot.mouseClick(picker.folder_button, Qt.MouseButton.LeftButton)
+    assert binding.get("model.base") == str(sd)
+
+
+def test_recent_models_are_remembered(qtbot, settings, tmp_path):
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    files = [_ckpt(tmp_path / f"m{i}.safetensors", SD15) for i in range(MAX_RECENT + 2)]
+    for f in files:
+        picker.choose(str(f))
+    picker.choose(str(files[3]))  # used again: moves to the front
+    picker.choose("demo")  # the demo is not a "recent model"
+    recent = picker.recent_models()
+    assert len(recent) == MAX_RECENT and recent[0] == str(files[3]) and recent[1] == str(files[-1])
+    assert "demo" not in recent and recent.count(str(files[3])) == 1
+    settings.sync()
+    again = ModelPicker(ConfigBinding(), settings=QSettings(settings.fileName(), QSettings.Format.IniFormat))
+    qtbot.addWidget(again)
+    assert again.recent_models() == recent
+    actions = again.recent_menu.actions()
+    assert [a.text() for a in actions] == recent
+    actions[2].trigger()
+    assert again.binding.get("model.base") == recent[2]
+    assert settings.value(RECENT_KEY)
+
+
+def test_page_does_not_import_torch_while_opening():
+    """The page is built and shown, events run, and torch is still not loaded (the probe waits)."""
+    code = (
+        "import sys, time\n"
+        "from PySide6.QtWidgets import QApplication, QMainWindow\n"
+        "app = QApplication([])\n"
+        "from guitrainer.ui.binding import ConfigBinding\n"
+        "from guitrainer.ui.model_page import ModelPage, PROBE_DELAY_MS\n"
+        "w = QMainWindow(); page = ModelPage(ConfigBinding()); w.setCentralWidget(page)\n"
+        "w.show(); t = time.perf_counter()\n"
+        "while time.perf_counter() - t < PROBE_DELAY_MS / 1000 * 0.5: app.processEvents()\n"
+        "print('torch' in sys.modules, page.probe_running())\n"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False False", (out.stdout, time.perf_counter() - t0)
