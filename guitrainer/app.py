@@ -21,6 +21,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="guitrainer", description="Train a Stable Diffusion LoRA on your own GPU.")
     p.add_argument("files", nargs="*", help="preset .toml files or image folders to open")
     p.add_argument("--self-test", action="store_true", help="open offscreen, train the demo for 2 steps, verify, exit")
+    p.add_argument("--new-instance", action="store_true", help="start a new window even if the app is already running")
     p.add_argument("--quit-after-show", action="store_true", help=argparse.SUPPRESS)  # startup bench
     return p.parse_args(argv)
 
@@ -66,12 +67,40 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app()
     _install_sigint(app)
+    files = [os.path.abspath(f) for f in args.files]
+    server = None
+    if not (args.self_test or args.quit_after_show or args.new_instance):
+        from guitrainer import APP_NAME
+        from guitrainer.ui.single_instance import InstanceServer, send_to_running, server_name
+
+        name = server_name(APP_NAME)
+        if send_to_running(name, files):
+            print("guitrainer is already running: handed it over" + (f" {len(files)} file(s)" if files else ""))
+            return 0
+        server = InstanceServer(name, app)
     from guitrainer.ui.main_window import MainWindow
 
     window = MainWindow()
     window.show()
-    if args.files:
-        window.add_paths([os.path.abspath(f) for f in args.files])
+    if server is not None:
+
+        def bring_up(paths: list[str]) -> None:
+            window.showNormal()
+            window.raise_()
+            window.activateWindow()
+            if paths:
+                window.add_paths(paths)
+
+        server.files_received.connect(bring_up)
+    if files:
+        window.add_paths(files)
+    if not (args.self_test or args.quit_after_show):
+        from PySide6.QtCore import QTimer
+
+        # Once the window has painted: look at the GPU (imports torch, off the GUI thread), then
+        # on the very first start show the environment check.
+        QTimer.singleShot(500, window.model_page.start_probe)
+        QTimer.singleShot(800, window.maybe_first_run)
     if args.quit_after_show:
         from PySide6.QtCore import QTimer
 

@@ -139,3 +139,15 @@ def test_window_screenshot(window, artifacts_dir, qtbot):
     path = artifacts_dir / "main_window.png"
     assert window.grab().save(str(path))
     assert path.stat().st_size > 10_000
+
+
+def test_second_launch_hands_files_to_running_instance(qtbot, tmp_path):
+    from guitrainer.ui.single_instance import InstanceServer, send_to_running
+
+    name = f"guitrainer-test-{tmp_path.name}"
+    server = InstanceServer(name)
+    assert server.listening
+    with qtbot.waitSignal(server.files_received, timeout=3000) as blocker:
+        assert send_to_running(name, ["/x/preset.toml"])
+    assert blocker.args == [["/x/preset.toml"]]
+    assert send_to_running(f"{name}-nobody", []) is False

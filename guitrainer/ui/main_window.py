@@ -177,6 +177,7 @@ class MainWindow(QMainWindow):
         quit_act.triggered.connect(self.close)
         m.addAction(quit_act)
         h = self.menuBar().addMenu("&Help")
+        h.addAction("&Environment…", self.show_environment)
         h.addAction("&About guitrainer", self._about)
 
     # ------------------------------------------------------------------ state
@@ -402,6 +403,21 @@ class MainWindow(QMainWindow):
         box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
         box.setObjectName("error_box")
         box.open()
+
+    def show_environment(self, first_run: bool = False):  # noqa: ANN201
+        """Help ▸ Environment: the machine's facts, each problem with its fix (probe in the background)."""
+        from guitrainer.ui.environment_dialog import EnvironmentDialog, default_folders
+
+        dlg = EnvironmentDialog(default_folders(self.binding.config.output.folder), self, first_run=first_run)
+        dlg.setObjectName("environment_dialog")
+        dlg.open()
+        return dlg
+
+    def maybe_first_run(self) -> None:
+        """Show the environment check once, on the first start."""
+        if not self.settings.value("first_run_done", False, type=bool):
+            self.settings.setValue("first_run_done", True)
+            self.show_environment(first_run=True)
 
     def _about(self) -> None:
         QMessageBox.about(

@@ -1,0 +1,77 @@
+"""One running app per user: a second launch hands its files to the first and exits.
+
+Double-clicking a preset while the app runs opens it in the running window instead of a
+second app competing for the same GPU. ``--new-instance`` starts another one anyway.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import re
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
+
+log = logging.getLogger(__name__)
+
+
+def server_name(app_name: str) -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "user"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{app_name}-{user}")
+
+
+def send_to_running(name: str, files: list[str], timeout_ms: int = 500) -> bool:
+    """True when another instance took the files (this process should exit)."""
+    sock = QLocalSocket()
+    sock.connectToServer(name)
+    if not sock.waitForConnected(timeout_ms):
+        return False
+    sock.write(json.dumps({"files": files}).encode("utf-8") + b"\n")
+    sock.flush()
+    ok = sock.waitForBytesWritten(timeout_ms) or sock.bytesToWrite() == 0
+    sock.disconnectFromServer()
+    return ok
+
+
+class InstanceServer(QObject):
+    """Listens for later launches; emits their files."""
+
+    files_received = Signal(list)
+
+    def __init__(self, name: str, parent: QObject | None = None):
+        super().__init__(parent)
+        self._server = QLocalServer(self)
+        if not self._server.listen(name):
+            QLocalServer.removeServer(name)  # a stale socket from a crashed run
+            self._server.listen(name)
+        self._server.newConnection.connect(self._accept)
+
+    @property
+    def listening(self) -> bool:
+        return self._server.isListening()
+
+    def _accept(self) -> None:
+        while self._server.hasPendingConnections():
+            sock = self._server.nextPendingConnection()
+            sock.setParent(self)
+            sock.setProperty("buffer", b"")
+            sock.readyRead.connect(lambda s=sock: self._read(s))
+
+    def _read(self, sock: QLocalSocket) -> None:
+        data = bytes(sock.property("buffer") or b"") + bytes(sock.readAll())
+        sock.setProperty("buffer", data)
+        if not data.endswith(b"\n"):
+            return  # the message is one JSON line; wait for the rest
+        sock.readyRead.disconnect()
+        sock.deleteLater()
+        try:
+            files = json.loads(data.decode("utf-8")).get("files", [])
+        except (ValueError, AttributeError):
+            log.warning("ignored a malformed message from another launch")
+            return
+        self.files_received.emit([str(f) for f in files])

@@ -1,0 +1,86 @@
+"""build_installer.py --check, the .desktop entry, and the app's --self-test."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("build_installer", ROOT / "build_installer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_check_passes_on_this_tree():
+    builder = _load_builder()
+    assert builder.check() == []
+    args = builder.pyinstaller_args(Path("/tmp/d"), Path("/tmp/w"))
+    assert "--windowed" in args and "--onedir" in args
+    assert any(a.endswith(f"presets{os.pathsep}presets") for a in args)
+    assert args.count("--copy-metadata") == len(builder.COPY_METADATA)
+
+
+def test_check_finds_broken_desktop_file(tmp_path):
+    builder = _load_builder()
+    bad = tmp_path / "x.desktop"
+    bad.write_text("[Desktop Entry]\nType=Application\nName=x\nExec=x\n", encoding="utf-8")
+    problems = builder.check_desktop_file(bad)
+    assert any("Icon" in p for p in problems) and any("%F" in p for p in problems)
+    assert builder.check_desktop_file(ROOT / "resources" / "guitrainer.desktop") == []
+
+
+def test_linux_package_layout(tmp_path):
+    """The tarball holds the app folder, the .desktop entry, the icon and an executable install.sh."""
+    import tarfile
+
+    builder = _load_builder()
+    app = tmp_path / "dist" / "guitrainer"
+    app.mkdir(parents=True)
+    (app / "guitrainer").write_text("#!/bin/sh\necho hi\n")
+    out = builder.package_linux(app, tmp_path / "dist")
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        top = names[0].split("/")[0]
+        assert f"{top}/guitrainer/guitrainer" in names
+        assert f"{top}/guitrainer.desktop" in names and f"{top}/guitrainer.png" in names
+        assert tar.getmember(f"{top}/install.sh").mode & 0o111
+
+
+def test_install_script_registers_for_user(tmp_path):
+    """Run install.sh from an unpacked package into a fake HOME."""
+    import tarfile
+
+    builder = _load_builder()
+    app = tmp_path / "dist" / "guitrainer"
+    app.mkdir(parents=True)
+    exe = app / "guitrainer"
+    exe.write_text("#!/bin/sh\necho hi\n")
+    exe.chmod(0o755)
+    out = builder.package_linux(app, tmp_path / "dist")
+    unpack = tmp_path / "unpack"
+    with tarfile.open(out) as tar:
+        tar.extractall(unpack, filter="tar")
+    top = next(unpack.iterdir())
+    home = tmp_path / "home"
+    env = dict(os.environ, HOME=str(home), XDG_DATA_HOME=str(home / ".local/share"))
+    subprocess.run(["sh", str(top / "install.sh")], check=True, env=env, capture_output=True)
+    desktop = (home / ".local/share/applications/guitrainer.desktop").read_text()
+    assert f"Exec=\"{home}/.local/share/guitrainer/app/guitrainer\" %F" in desktop
+    assert (home / ".local/share/icons/hicolor/256x256/apps/guitrainer.png").exists()
+    assert os.access(home / ".local/bin/guitrainer", os.X_OK)
+
+
+def test_self_test_flag_trains_and_verifies(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", GUITRAINER_HOME=str(tmp_path), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "guitrainer", "--self-test"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "self-test: OK" in proc.stdout
