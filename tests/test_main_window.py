@@ -151,3 +151,13 @@ def test_second_launch_hands_files_to_running_instance(qtbot, tmp_path):
         assert send_to_running(name, ["/x/preset.toml"])
     assert blocker.args == [["/x/preset.toml"]]
     assert send_to_running(f"{name}-nobody", []) is False
+
+
+def test_vram_meter_follows_detected_device(window, qtbot):
+    from guitrainer.core import hardware
+
+    window.load_preset("SDXL quality — 24 GB")
+    window.model_page.device_detected.emit(hardware.fake_device("rtx3060"))  # as when the probe finishes
+    qtbot.waitUntil(lambda: window.vram_meter.level == "over", timeout=3000)  # 24 GB preset on a 12 GB card
+    window.model_page.device_detected.emit(hardware.fake_device("h100"))
+    qtbot.waitUntil(lambda: window.vram_meter.level == "ok", timeout=3000)

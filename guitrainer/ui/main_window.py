@@ -95,6 +95,9 @@ class MainWindow(QMainWindow):
             self.stack.addWidget(page)
             QListWidgetItem(style.standardIcon(icon), page.title, self.nav)
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        # The VRAM meter follows the device the precision picker shows (probed, or chosen among GPUs).
+        self.model_page.device_detected.connect(self._on_device_detected)
+        self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
         self.nav.setCurrentRow(0)
 
         right = QWidget()
@@ -113,6 +116,11 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.nav)
         cl.addWidget(right, 1)
         self.setCentralWidget(central)
+
+    def _on_device_detected(self, device: object) -> None:
+        """The probe finished: the VRAM meter measures against the selected device."""
+        if self.vram_meter is not None:
+            self.vram_meter.set_device(getattr(device, "total_memory", None), getattr(device, "name", ""))
 
     def _make_vram_meter(self) -> QWidget | None:
         try:

@@ -1,0 +1,601 @@
+"""Measure a training step's peak memory: the ground truth the VRAM estimator is checked against.
+
+Two ways, one step function:
+
+* **CUDA**: real tensors, a warm-up step, then ``torch.cuda.max_memory_allocated`` (and ``..._reserved``)
+  over one more step.
+* **Tracked fake tensors** (no GPU needed, seconds even for SDXL): the model is built on ``meta``,
+  materialised with ``to_empty`` under :class:`~torch._subclasses.fake_tensor.FakeTensorMode` (no real memory),
+  LoRA is injected with peft, and one full step (forward, backward, clipping, optimizer step) runs under
+  :class:`StorageTracker`, a dispatch mode that counts the bytes of every live tensor storage (rounded to the
+  CUDA caching allocator's 512-byte blocks) and keeps the peak.
+
+Fake tensors on a ``cuda`` device cannot run on a CPU-only torch build (device guards need CUDA), so the fake
+step runs on fake *CPU* tensors and mixed precision is simulated by :class:`CudaAutocastEmulation`, a torch-function
+mode that applies CUDA autocast's casting policy (matmul / conv / linear / attention in fp16 or bf16; norms,
+losses, ``exp`` etc. in fp32; ``cat`` / ``stack`` promote). Attention goes through SDPA, which on CPU picks the
+flash kernel: like CUDA's flash / memory-efficient kernels it saves O(tokens) (output + logsumexp), never the
+tokens² attention matrix.
+
+bitsandbytes' 8-bit optimizers cannot run on fake tensors: their state is added **analytically**
+(:func:`guitrainer.core.vram.optimizer_state_bytes`, which mirrors bitsandbytes' ``init_state``) and the step
+itself runs a stateless SGD; the result says so in ``analytic_optimizer_state``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import tempfile
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from guitrainer.core import vram
+
+log = logging.getLogger(__name__)
+
+CUDA_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to this
+MODELS_DIR = Path(__file__).resolve().parents[2] / "resources" / "models"
+UNET_TARGETS = vram.UNET_LORA_TARGETS
+TEXT_ENCODER_TARGETS = vram.TEXT_ENCODER_LORA_TARGETS
+
+
+# --------------------------------------------------------------------------- trackers
+
+
+class StorageTracker(TorchDispatchMode):
+    """Counts the bytes of live tensor storages created while active; ``peak`` is the high-water mark.
+
+    A storage is counted once (views share it) when an op first returns it, and uncounted by a weakref
+    finalizer when the last tensor using it dies. Works on fake tensors (their storages are real Python
+    objects) and on real CPU tensors alike.
+    """
+
+    def __init__(self, block: int = CUDA_BLOCK) -> None:
+        super().__init__()
+        self.block = block
+        self.live = 0
+        self.peak = 0
+        self._seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def reset_peak(self) -> None:
+        self.peak = self.live
+
+    def track(self, t: torch.Tensor) -> None:
+        """Count ``t``'s storage if it is new (also for tensors made before the tracker was active)."""
+        st = t.untyped_storage()
+        if st in self._seen:
+            return
+        nbytes = -(-st.nbytes() // self.block) * self.block
+        self._seen[st] = nbytes
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(st, self._free, nbytes)
+
+    def _free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for o in tree_leaves(out):
+            if isinstance(o, torch.Tensor):
+                self.track(o)
+        return out
+
+
+_LOWER = {
+    F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.linear, F.bilinear,
+    F.scaled_dot_product_attention, torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm,
+    torch.addbmm, torch.einsum, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm,
+    torch.Tensor.mm, torch.conv2d, torch.conv1d, torch.prelu,
+}
+_FP32 = {
+    F.group_norm, F.layer_norm, F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.softmax,
+    F.log_softmax, F.softplus, F.cosine_similarity, F.kl_div, F.nll_loss, F.cross_entropy,
+    F.binary_cross_entropy_with_logits, torch.exp, torch.log, torch.pow, torch.rsqrt, torch.logsumexp,
+    torch.Tensor.exp, torch.Tensor.log, torch.Tensor.pow, torch.Tensor.rsqrt, torch.Tensor.softmax,
+    torch.cumsum, torch.Tensor.cumsum, torch.group_norm, torch.layer_norm,
+}
+_PROMOTE = {torch.cat, torch.stack, torch.addcmul, torch.addcdiv, torch.index_put}
+
+
+class CudaAutocastEmulation(TorchFunctionMode):
+    """CUDA autocast's casting policy as a torch-function mode, for fake CPU tensors.
+
+    Casts happen above autograd exactly as with real autocast, so autograd saves the cast copies it would
+    save on a GPU. fp32 leaf tensors that need grad (LoRA weights) are cast once and cached for the mode's
+    lifetime, like autocast's weight-cast cache.
+    """
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def _cast(self, a: Any, dtype: torch.dtype) -> Any:
+        if not isinstance(a, torch.Tensor) or not a.is_floating_point() or a.dtype == dtype:
+            return a
+        if a.is_leaf and a.requires_grad and dtype == self.dtype:
+            key = id(a)
+            if key not in self._cache:
+                self._cache[key] = a.to(dtype)
+            return self._cache[key]
+        return a.to(dtype)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _LOWER:
+            target = self.dtype
+        elif func in _FP32:
+            target = torch.float32
+        elif func in _PROMOTE:
+            tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+            if len({t.dtype for t in tensors}) <= 1:
+                return func(*args, **kwargs)
+            target = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+        else:
+            return func(*args, **kwargs)
+        args, kwargs = tree_map(lambda a: self._cast(a, target), (args, kwargs))
+        return func(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- architectures
+
+
+@functools.cache
+def _demo_configs() -> dict[str, dict[str, Any]]:
+    """The demo model's configs, from the same builder the app uses (tiny; written to a temp folder)."""
+    from guitrainer.engine.models import build_demo_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        build_demo_model(Path(tmp))
+        return {
+            part: json.loads((Path(tmp) / part / "config.json").read_text(encoding="utf-8"))
+            for part in ("unet", "vae", "text_encoder")
+        }
+
+
+def component_configs(family: str) -> dict[str, dict[str, Any]]:
+    """``{"unet": ..., "vae": ..., "text_encoder": ..., ["text_encoder_2": ...]}`` config dicts of a family."""
+    if family == "demo":
+        return _demo_configs()
+    folder = MODELS_DIR / family
+    if not folder.is_dir():
+        raise ValueError(f"no bundled configs for model family {family!r} (looked in {folder})")
+    return {
+        part: json.loads((folder / part / "config.json").read_text(encoding="utf-8"))
+        for part in ("unet", "vae", "text_encoder", "text_encoder_2")
+        if (folder / part / "config.json").is_file()
+    }
+
+
+def build_on_meta(family: str, part: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """One component (``unet``, ``vae``, ``text_encoder``, ``text_encoder_2``) built on ``meta``: no memory."""
+    cfg = component_configs(family)[part]
+    with torch.device("meta"):
+        if part == "unet":
+            from diffusers import UNet2DConditionModel
+
+            model = UNet2DConditionModel.from_config(cfg)
+        elif part == "vae":
+            from diffusers import AutoencoderKL
+
+            model = AutoencoderKL.from_config(cfg)
+        else:
+            from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+            te_cfg = CLIPTextConfig(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+            arch = (cfg.get("architectures") or ["CLIPTextModel"])[0]
+            cls = CLIPTextModelWithProjection if arch == "CLIPTextModelWithProjection" else CLIPTextModel
+            model = cls(te_cfg)
+    model.requires_grad_(False)
+    return model.to(dtype)
+
+
+def _count(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _targeted(module: torch.nn.Module, suffixes: tuple[str, ...]) -> Iterator[tuple[str, torch.nn.Module]]:
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.Linear | torch.nn.Conv2d) and any(
+            name == s or name.endswith("." + s) for s in suffixes
+        ):
+            yield name, m
+
+
+def _layer_dims(m: torch.nn.Module) -> tuple[int, int]:
+    if isinstance(m, torch.nn.Conv2d):
+        k = m.kernel_size[0] * m.kernel_size[1]
+        return m.in_channels * k, m.out_channels
+    return m.in_features, m.out_features
+
+
+def compute_model_spec(family: str) -> vram.ModelSpec:
+    """Recompute a :class:`~guitrainer.core.vram.ModelSpec` from the configs (meta build, ~1 s for SDXL).
+
+    The LoRA layer table groups identical targeted layers as ``(in, out, count, tokens_per_latent_px)``, where
+    the last is how many tokens the layer sees per latent pixel (from a meta-device forward; 0 for layers that
+    only see the 77 text tokens, i.e. cross-attention keys / values).
+    """
+    cfgs = component_configs(family)
+    unet = build_on_meta(family, "unet")
+    vae = build_on_meta(family, "vae")
+    tes = [build_on_meta(family, p) for p in ("text_encoder", "text_encoder_2") if p in cfgs]
+
+    side = 32 if family == "demo" else 64
+    seen: dict[str, int] = {}
+    all_suffixes = tuple(dict.fromkeys(s for v in UNET_TARGETS.values() for s in v))
+    hooks = []
+    for name, m in _targeted(unet, all_suffixes):
+        def hook(_m: Any, inputs: Any, _name: str = name) -> None:
+            x = inputs[0]
+            seen[_name] = x.shape[2] * x.shape[3] if x.dim() == 4 else x.shape[1]
+
+        hooks.append(m.register_forward_pre_hook(hook))
+    ucfg = cfgs["unet"]
+    with torch.device("meta"), torch.no_grad():
+        sample = torch.zeros(1, ucfg.get("in_channels", 4), side, side)
+        text = torch.zeros(1, 77, ucfg["cross_attention_dim"])
+        kw: dict[str, Any] = {}
+        if ucfg.get("addition_embed_type") == "text_time":
+            pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
+            kw["added_cond_kwargs"] = {"text_embeds": torch.zeros(1, pooled), "time_ids": torch.zeros(1, 6)}
+        unet(sample, torch.zeros(1), text, **kw)
+    for h in hooks:
+        h.remove()
+
+    def table(module: torch.nn.Module, suffixes: tuple[str, ...], tokens: dict[str, int] | None) -> tuple:
+        groups: dict[tuple[int, int, float], int] = {}
+        for name, m in _targeted(module, suffixes):
+            i, o = _layer_dims(m)
+            frac = 0.0
+            if tokens is not None:
+                n = tokens[name]
+                frac = 0.0 if n == 77 else n / (side * side)
+            groups[(i, o, frac)] = groups.get((i, o, frac), 0) + 1
+        return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
+
+    unet_lora = {t: table(unet, s, seen) for t, s in UNET_TARGETS.items()}
+    te_lora = {t: tuple(table(te, s, None) for te in tes) for t, s in TEXT_ENCODER_TARGETS.items()}
+    return vram.ModelSpec(
+        family=family,
+        unet=_count(unet),
+        text_encoders=tuple(_count(te) for te in tes),
+        vae_encoder=_count(vae.encoder) + _count(vae.quant_conv) if vae.quant_conv is not None else _count(vae.encoder),
+        vae_decoder=_count(vae) - _count(vae.encoder) - (_count(vae.quant_conv) if vae.quant_conv is not None else 0),
+        vae_channels=int(cfgs["vae"]["block_out_channels"][0]),
+        text_encoder_shapes=tuple(
+            (te.config.hidden_size, te.config.intermediate_size, te.config.num_hidden_layers) for te in tes
+        ),
+        cross_attention_dim=int(ucfg["cross_attention_dim"]),
+        unet_lora=unet_lora,
+        text_encoder_lora=te_lora,
+    )
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass
+class MemoryMeasurement:
+    """Peak memory of one training step (bytes). ``peak`` is comparable with ``torch.cuda.max_memory_allocated``."""
+
+    peak: int
+    static: int  # live at the start of the step: weights, LoRA, optimizer state
+    frozen_weights: int
+    lora_weights: int
+    optimizer_state: int
+    reserved: int | None = None  # CUDA only: max_memory_reserved
+    method: str = "fake"  # "fake" (tracked fake tensors) or "cuda"
+    analytic_optimizer_state: bool = False  # 8-bit state added from the formula, not measured
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def activations(self) -> int:
+        """Peak minus what was live before the step: activations, gradients and temporaries."""
+        return self.peak - self.static
+
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _family(config: Any) -> str:
+    fam = str(config.model.family)
+    return vram.resolve_family(fam, str(config.model.base))
+
+
+def _inject_lora(model: torch.nn.Module, rank: int, alpha: float, suffixes: tuple[str, ...]) -> list[torch.nn.Parameter]:
+    from peft import LoraConfig, inject_adapter_in_model
+
+    names = sorted({n for n, _ in _targeted(model, suffixes)})
+    with torch.device("meta"):
+        inject_adapter_in_model(
+            LoraConfig(r=rank, lora_alpha=alpha, target_modules=names, init_lora_weights="gaussian"), model
+        )
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    for p in params:
+        p.requires_grad_(True)
+        p.data = p.data.float()  # trainable params stay fp32 (master weights)
+    return params
+
+
+def _make_optimizer(name: str, params: list[torch.nn.Parameter], lr: float, real_8bit: bool) -> torch.optim.Optimizer:
+    if name == "AdamW":
+        return torch.optim.AdamW(params, lr=lr, foreach=True)  # foreach is the default on CUDA
+    if name == "Adafactor":
+        return torch.optim.Adafactor(params, lr=lr, foreach=False)
+    if real_8bit:
+        import bitsandbytes as bnb
+
+        cls = {"AdamW8bit": bnb.optim.AdamW8bit, "Lion8bit": bnb.optim.Lion8bit, "PagedAdamW8bit": bnb.optim.PagedAdamW8bit}
+        return cls[name](params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, foreach=True)  # stateless stand-in; state is added analytically
+
+
+def measure_training_step(config: Any, *, method: str = "auto", block: int = CUDA_BLOCK) -> MemoryMeasurement:
+    """Peak memory of one training step for ``config`` (a TrainingConfig).
+
+    Args:
+        config: the exact config; family, resolution, batch, rank, targets, optimizer, precision,
+            checkpointing and caching are honoured.
+        method: "cuda" (real step on the GPU), "fake" (tracked fake tensors, no GPU), "cpu" (real CPU tensors
+            tracked the same way: slow, for checking the fake simulation on small models) or "auto".
+        block: allocation rounding of the fake / cpu tracker (512 like the CUDA allocator; 1 = raw bytes).
+    """
+    if method == "auto":
+        method = "cuda" if torch.cuda.is_available() else "fake"
+    t0 = time.perf_counter()
+    if method == "cuda":
+        result = _measure_cuda(config)
+    elif method in ("fake", "cpu"):
+        result = _measure_tracked(config, fake=method == "fake", block=block)
+    else:
+        raise ValueError(f"method must be 'auto', 'cuda', 'fake' or 'cpu', not {method!r}")
+    result.seconds = time.perf_counter() - t0
+    log.info("measured %s step: peak %.2f GiB in %.1f s", method, result.peak / 2**30, result.seconds)
+    return result
+
+
+@dataclass
+class _Run:
+    unet: torch.nn.Module
+    vae: torch.nn.Module | None
+    text_encoders: list[torch.nn.Module]
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    state_bytes_analytic: int = 0
+
+
+def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """Build every component on ``meta`` (no memory) and inject LoRA: ``[unet, vae | None, *text_encoders]``.
+
+    With ``emulate_autocast``, checkpointed blocks recompute under :class:`CudaAutocastEmulation` (real
+    autocast state is restored by torch.utils.checkpoint itself; a torch-function mode is not).
+    """
+    family = _family(config)
+    p, net = config.precision, config.network
+    wdtype = _DTYPES[p.training]
+    vae_dtype = torch.float32 if (family == "sdxl" and p.training == "fp16") else wdtype
+    cfgs = component_configs(family)
+    ckpt_kwargs: dict[str, Any] = {"use_reentrant": False}
+    if emulate_autocast and p.training != "fp32":
+        ckpt_kwargs["context_fn"] = lambda: (contextlib.nullcontext(), CudaAutocastEmulation(wdtype))
+    unet = build_on_meta(family, "unet", wdtype)
+    _inject_lora(unet, net.rank, net.alpha, UNET_TARGETS[net.target_modules])
+    if p.gradient_checkpointing:
+        unet.enable_gradient_checkpointing(functools.partial(torch.utils.checkpoint.checkpoint, **ckpt_kwargs))
+    unet.train()
+    tes: list[torch.nn.Module] = []
+    if net.train_text_encoder or not p.cache_text_encoder_outputs:
+        for part in ("text_encoder", "text_encoder_2"):
+            if part in cfgs:
+                te = build_on_meta(family, part, wdtype)
+                if net.train_text_encoder:
+                    _inject_lora(te, net.rank, net.alpha, TEXT_ENCODER_TARGETS[net.target_modules])
+                    if p.gradient_checkpointing:
+                        te.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt_kwargs)
+                    te.train()
+                tes.append(te)
+    vae = None if p.cache_latents else build_on_meta(family, "vae", vae_dtype)
+    info = {"family": family, "wdtype": wdtype, "vae_dtype": vae_dtype, "ucfg": cfgs["unet"]}
+    return [unet, vae, *tes], info
+
+
+def _materialise(config: Any, modules: list[Any], device: str, real_8bit: bool) -> _Run:
+    """``to_empty`` on ``device`` (fake when a FakeTensorMode is active) and make the optimizer."""
+    for m in modules:
+        if m is not None:
+            m.to_empty(device=device)
+    unet, vae, *tes = modules
+    params = [prm for m in (unet, *tes) for n, prm in m.named_parameters() if "lora_" in n]
+    optimizer = _make_optimizer(config.optimizer.name, params, config.optimizer.lr, real_8bit)
+    run = _Run(unet, vae, tes, params, optimizer)
+    if config.optimizer.name.endswith("8bit") and not real_8bit:
+        run.state_bytes_analytic = vram.optimizer_state_bytes(config.optimizer.name, [tuple(prm.shape) for prm in params])
+    return run
+
+
+def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: Any) -> None:
+    """One training step like the trainer's: encode, noise, UNet forward, loss, backward, clip, update."""
+    p = config.precision
+    b = config.schedule.batch_size
+    res = config.dataset.resolution
+    lat = res // 8
+    ucfg = info["ucfg"]
+    wdtype = info["wdtype"]
+    if run.vae is not None:
+        with torch.no_grad():
+            pixels = torch.randn(b, 3, res, res, device=device, dtype=info["vae_dtype"])
+            latents = run.vae.encode(pixels).latent_dist.sample()
+            del pixels
+        latents = latents.float() * 0.18215
+    else:
+        latents = torch.randn(b, 4, lat, lat, device=device)
+    ids = torch.zeros(b, 77, dtype=torch.long, device=device)
+    with autocast:
+        if run.text_encoders:
+            grad = config.network.train_text_encoder
+            with torch.set_grad_enabled(grad):
+                outs = [te(ids, output_hidden_states=True) for te in run.text_encoders]
+            if len(outs) == 2:
+                text = torch.cat([outs[0].hidden_states[-2], outs[1].hidden_states[-2]], dim=-1)
+                pooled = outs[1].text_embeds
+            else:
+                text = outs[0].last_hidden_state
+                pooled = None
+            del outs
+        else:
+            text = torch.randn(b, 77, ucfg["cross_attention_dim"], device=device, dtype=wdtype)
+            pooled = None
+        kw: dict[str, Any] = {}
+        if ucfg.get("addition_embed_type") == "text_time":
+            n_pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
+            if pooled is None:
+                pooled = torch.randn(b, n_pooled, device=device, dtype=wdtype)
+            kw["added_cond_kwargs"] = {"text_embeds": pooled, "time_ids": torch.zeros(b, 6, device=device, dtype=wdtype)}
+        noise = torch.randn_like(latents)
+        timesteps = torch.randint(0, 1000, (b,), device=device)
+        noisy = (latents * 0.9 + noise * 0.1).to(wdtype)
+        pred = run.unet(noisy, timesteps, text, **kw).sample
+        loss = F.mse_loss(pred.float(), noise.float())
+        del pred, noisy, text, pooled, kw
+        scale = 65536.0 if p.training == "fp16" else 1.0  # GradScaler: scale the loss, unscale the grads
+        (loss * scale).backward()
+    grads = [prm.grad for prm in run.params if prm.grad is not None]
+    if scale != 1.0 and grads:
+        torch._foreach_mul_(grads, 1.0 / scale)
+    del grads
+    if config.schedule.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(run.params, config.schedule.max_grad_norm, foreach=True)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+
+def _init_optimizer_state(run: _Run) -> None:
+    """What the warm-up step leaves behind: the optimizer state exists, gradients are None."""
+    for prm in run.params:
+        prm.grad = torch.zeros_like(prm)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+
+def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int = CUDA_BLOCK) -> int:
+    total = 0
+    for m in modules:
+        if m is None:
+            continue
+        for n, prm in m.named_parameters():
+            if ("lora_" in n) == lora:
+                total += -(-prm.numel() * prm.element_size() // block) * block
+    return total
+
+
+def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    half = config.precision.training != "fp32"
+    if fake:
+        notes = ["fake tensors on CPU with CUDA autocast's casting policy emulated; SDPA saves O(tokens)"]
+    else:
+        notes = ["real CPU tensors (random weights), every storage tracked; CUDA autocast emulated"]
+    tracker = StorageTracker(block)
+    modules, info = _build(config, emulate_autocast=half)
+    with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext(), tracker:
+        run = _materialise(config, modules, "cpu", real_8bit=False)
+        del modules
+        if not fake:
+            with torch.no_grad():
+                for m in (run.unet, run.vae, *run.text_encoders):
+                    if m is not None:
+                        for prm in m.parameters():
+                            prm.normal_(0.0, 0.02)
+        # parameters materialised before the tracker saw an op (to_empty runs under it; this is a safety net)
+        for m in (run.unet, run.vae, *run.text_encoders):
+            if m is not None:
+                for prm in m.parameters():
+                    tracker.track(prm)
+        _init_optimizer_state(run)
+        state = sum(
+            -(-t.untyped_storage().nbytes() // block) * block
+            for s in run.optimizer.state.values()
+            for t in s.values()
+            if isinstance(t, torch.Tensor)  # moments and the 0-dim step counters
+        )
+        tracker.reset_peak()
+        static = tracker.live
+        autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
+        _step(config, run, info, "cpu", autocast)
+        peak = tracker.peak
+        frozen = _param_bytes([run.unet, run.vae, *run.text_encoders], lora=False, block=block)
+        lora = _param_bytes([run.unet, *run.text_encoders], lora=True, block=block)
+    extra = run.state_bytes_analytic
+    if extra:
+        notes.append(f"{config.optimizer.name} state ({extra / 2**20:.1f} MiB) added analytically: bitsandbytes cannot run on fake tensors")
+    return MemoryMeasurement(
+        peak=peak + extra,
+        static=static + extra,
+        frozen_weights=frozen,
+        lora_weights=lora,
+        optimizer_state=state + extra,
+        method="fake" if fake else "cpu",
+        analytic_optimizer_state=bool(extra),
+        notes=notes,
+    )
+
+
+def _measure_cuda(config: Any) -> MemoryMeasurement:
+    half = config.precision.training != "fp32"
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    modules, info = _build(config)
+    run = _materialise(config, modules, "cuda", real_8bit=True)
+    del modules
+    with torch.no_grad():
+        for m in (run.unet, run.vae, *run.text_encoders):
+            if m is not None:
+                for prm in m.parameters():  # to_empty leaves garbage; NaNs would only change the numbers
+                    prm.normal_(0.0, 0.02)
+
+    def autocast() -> Any:
+        return torch.autocast("cuda", dtype=info["wdtype"]) if half else contextlib.nullcontext()
+
+    _step(config, run, info, "cuda", autocast())  # warm-up: optimizer state, cuBLAS workspace, kernels
+    torch.cuda.synchronize()
+    static = torch.cuda.memory_allocated() - before
+    state = sum(
+        t.numel() * t.element_size() for s in run.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)
+    )
+    torch.cuda.reset_peak_memory_stats()
+    _step(config, run, info, "cuda", autocast())
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    reserved = torch.cuda.max_memory_reserved()
+    result = MemoryMeasurement(
+        peak=peak,
+        static=static,
+        frozen_weights=_param_bytes([run.unet, run.vae, *run.text_encoders], lora=False),
+        lora_weights=_param_bytes([run.unet, *run.text_encoders], lora=True),
+        optimizer_state=state,
+        reserved=reserved,
+        method="cuda",
+        notes=[f"{torch.cuda.get_device_name()}: peak after a warm-up step"],
+    )
+    del run
+    torch.cuda.empty_cache()
+    return result
