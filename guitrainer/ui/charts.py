@@ -1,0 +1,585 @@
+"""Live training charts: loss (raw + EMA), learning rate, GradScaler scale, seconds per step.
+
+Points arrive once per step (``add``) and go into numpy buffers that grow by doubling; the
+curves are redrawn by a timer at most 10 times a second and only when something changed, so
+a fast run costs the GUI thread a few array writes per step (pyqtgraph's scrolling-plot habits:
+``setDownsampling(auto=True, mode="peak")``, ``setClipToView(True)``).
+
+pyqtgraph is imported here only; the training page imports this module when the charts are
+first needed, so the main window still opens without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFileDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guitrainer.core.events import StepMetrics
+
+log = logging.getLogger(__name__)
+
+#: every series kept per step, in CSV column order
+COLUMNS: tuple[str, ...] = (
+    "step",
+    "epoch",
+    "loss",
+    "loss_ema",
+    "class_loss",
+    "lr",
+    "grad_scale",
+    "skipped",
+    "seconds_per_step",
+    "images_per_second",
+)
+REDRAW_INTERVAL_MS = 100  # <= 10 Hz
+MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
+NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
+
+LOSS_COLOR = "#2f7ed8"
+EMA_COLOR = "#d9480f"
+CLASS_COLOR = "#2b8a3e"
+LR_COLOR = "#7048e8"
+SCALE_COLOR = "#0b7285"
+SKIP_COLOR = "#e03131"
+SPS_COLOR = "#5c677d"
+
+
+class MetricBuffer:
+    """Named float64 columns that grow by doubling; ``column(name)`` is a view of the filled part."""
+
+    def __init__(self, names: tuple[str, ...] = COLUMNS, capacity: int = 1024):
+        self.names = names
+        self._capacity = max(16, int(capacity))
+        self._n = 0
+        self._cols: dict[str, np.ndarray] = {k: np.full(self._capacity, np.nan) for k in names}
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def append(self, values: dict[str, float]) -> None:
+        """Add one row; missing columns are NaN."""
+        if self._n == self._capacity:
+            self._grow()
+        i = self._n
+        for name, col in self._cols.items():
+            col[i] = values.get(name, np.nan)
+        self._n += 1
+
+    def _grow(self) -> None:
+        new = self._capacity * 2
+        for name, col in self._cols.items():
+            bigger = np.full(new, np.nan)
+            bigger[: self._n] = col[: self._n]
+            self._cols[name] = bigger
+        self._capacity = new
+
+    def column(self, name: str) -> np.ndarray:
+        return self._cols[name][: self._n]
+
+    def set_column(self, name: str, values: np.ndarray) -> None:
+        self._cols[name][: self._n] = values
+
+    def clear(self) -> None:
+        self._n = 0
+        for col in self._cols.values():
+            col.fill(np.nan)
+
+
+def ema(values: np.ndarray, smoothing: float) -> np.ndarray:
+    """Debiased exponential moving average (TensorBoard's): non-finite values are passed over."""
+    out = np.full(values.shape, np.nan)
+    a = float(smoothing)
+    s, k = 0.0, 0
+    for i, v in enumerate(values.tolist()):
+        if math.isfinite(v):
+            s = a * s + (1.0 - a) * v
+            k += 1
+        if k:
+            out[i] = s / (1.0 - a**k) if a > 0 else s
+    return out
+
+
+def sticky_range(current: tuple[float, float], target: tuple[float, float]) -> tuple[float, float] | None:
+    """Where an auto-ranged axis should go: None keeps ``current`` while it still frames ``target`` well.
+
+    A new range leaves half the data's span as headroom on the side the data outgrew (10% on the
+    other), so a growing series moves the axis now and then instead of at every point.
+    """
+    a, b = min(target), max(target)
+    c, d = min(current), max(current)
+    span = b - a
+    if span <= 0:  # a flat series: frame it around its value, not pyqtgraph's arbitrary ±0.5
+        pad = abs(b) * 0.25 or 0.5
+        if c <= a <= d and (d - c) <= 8 * pad:
+            return None
+        return a - pad, b + pad
+    if c <= a and b <= d and span >= 0.3 * (d - c) > 0:
+        return None
+    lo = 0.5 * span if a < c else 0.1 * span
+    hi = 0.5 * span if b > d else 0.1 * span
+    return a - lo, b + hi
+
+
+class FollowViewBox(pg.ViewBox):
+    """A ViewBox framed by the charts themselves (:meth:`follow`), in steps, instead of pyqtgraph's auto-range.
+
+    Why: while a training thread holds the GIL, every Qt call the GUI thread makes waits for it, so
+    a repaint of a whole plot costs ~100 ms instead of ~5. pyqtgraph's auto-range re-renders axes
+    and titles on every new point; a range that moves in steps (:func:`sticky_range`) repaints only
+    the curves. The user's pan / zoom stops the following; the "A" button or the menu's "View all"
+    starts it again.
+    """
+
+    def __init__(self, *args, log_y: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.following = True
+        self.log_y = log_y
+        self.sigRangeChangedManually.connect(self._user_moved)
+        self.disableAutoRange()
+
+    def _user_moved(self, *_: object) -> None:
+        self.following = False
+
+    def enableAutoRange(self, axis=None, enable=True, x=None, y=None):  # noqa: N802, ANN001, ANN201
+        if enable is False or (x is False and y is False):
+            return super().enableAutoRange(axis, enable, x, y)
+        self.following = True  # "A" button / "View all": follow the data again, framed by the charts
+        self.sigStateChanged.emit(self)
+        return None
+
+    def autoRange(self, padding=None, items=None, item=None):  # noqa: N802, ANN001, ANN201
+        self.following = True
+        return super().autoRange(padding, items, item)
+
+    def follow(
+        self, x: tuple[float, float] | None, y: tuple[float, float] | None, *, x_exact: tuple[float, float] | None = None
+    ) -> None:
+        """Frame the data bounds ``x`` / ``y`` (``y`` in data units; log10 is taken on a log axis).
+
+        ``x_exact``: show exactly this x range (another plot's), instead of framing ``x``.
+        """
+        if not self.following:
+            return
+        if y is not None and self.log_y:
+            y = (math.log10(y[0]), math.log10(y[1])) if y[0] > 0 and y[1] > 0 else None
+        current = self.viewRange()
+        if x_exact is not None:
+            same = all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(current[0], x_exact))
+            nx = None if same else x_exact
+        else:
+            nx = sticky_range(tuple(current[0]), x) if x is not None else None
+        ny = sticky_range(tuple(current[1]), y) if y is not None else None
+        if nx is not None or ny is not None:
+            self.setRange(xRange=nx, yRange=ny, padding=0, disableAutoRange=False)
+
+
+def _bounds(*arrays: np.ndarray, positive: bool = False) -> tuple[float, float] | None:
+    """(min, max) of the finite values (positive ones only on a log axis), or None."""
+    lo, hi = math.inf, -math.inf
+    for a in arrays:
+        if not len(a):
+            continue
+        v = a[np.isfinite(a)]
+        if positive:
+            v = v[v > 0]
+        if v.size:
+            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
+    return (lo, hi) if lo <= hi else None
+
+
+class TrainingCharts(QWidget):
+    """Four linked plots fed with :class:`StepMetrics`; see the module docstring for the redraw rules."""
+
+    redrawn = Signal()  # after each timer redraw (tests, benchmarks)
+
+    def __init__(self, parent: QWidget | None = None, *, smoothing: float = 0.9):
+        super().__init__(parent)
+        self.buffer = MetricBuffer()
+        self._smoothing = float(smoothing)
+        self._ema_state = (0.0, 0)  # biased sum, finite count
+        self._dirty = False
+        self._ema_stale = False
+        self._last_epoch: int | None = None
+        self._boundaries: list[float] = []
+        self._drawn_boundaries = 0
+        self._epoch_lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._skipped: list[tuple[float, float]] = []
+        self._has_class_loss = False
+        self._scaler_visible = True
+        self.redraw_count = 0
+        self._timer = QTimer(self)
+        self._timer.setInterval(REDRAW_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_timer)
+        self._build()
+
+    # ------------------------------------------------------------------ layout
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(6)
+
+        bar = QHBoxLayout()
+        bar.setSpacing(8)
+        bar.addWidget(QLabel("Smoothing"))
+        self.smoothing_slider = QSlider(Qt.Orientation.Horizontal)
+        self.smoothing_slider.setObjectName("smoothing_slider")
+        self.smoothing_slider.setRange(0, 99)
+        self.smoothing_slider.setFixedWidth(140)
+        self.smoothing_slider.setToolTip("How strongly the orange loss curve is smoothed (exponential moving average).")
+        self.smoothing_spin = QDoubleSpinBox()
+        self.smoothing_spin.setObjectName("smoothing_spin")
+        self.smoothing_spin.setRange(0.0, 0.99)
+        self.smoothing_spin.setSingleStep(0.05)
+        self.smoothing_spin.setDecimals(2)
+        self.smoothing_spin.setToolTip(self.smoothing_slider.toolTip())
+        self.smoothing_slider.setValue(round(self._smoothing * 100))
+        self.smoothing_spin.setValue(self._smoothing)
+        self.smoothing_slider.valueChanged.connect(lambda v: self.set_smoothing(v / 100.0))
+        self.smoothing_spin.valueChanged.connect(self.set_smoothing)
+        bar.addWidget(self.smoothing_slider)
+        bar.addWidget(self.smoothing_spin)
+        bar.addSpacing(12)
+        self.readout = QLabel("No data yet")
+        self.readout.setObjectName("chart_readout")
+        self.readout.setStyleSheet("color: palette(placeholder-text);")
+        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the charts
+        bar.addWidget(self.readout, 1)
+        self.csv_button = QPushButton("Export CSV…")
+        self.csv_button.setToolTip("Save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
+        self.csv_button.clicked.connect(self._export_csv_dialog)
+        self.png_button = QPushButton("Export PNG…")
+        self.png_button.setToolTip("Save the charts as an image.")
+        self.png_button.clicked.connect(self._export_png_dialog)
+        bar.addWidget(self.csv_button)
+        bar.addWidget(self.png_button)
+        outer.addLayout(bar)
+
+        self.plots_area = QWidget()
+        grid = QGridLayout(self.plots_area)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setSpacing(6)
+        self.loss_widget, self.loss_plot = self._plot("Loss", "loss")
+        self.lr_widget, self.lr_plot = self._plot("Learning rate", "lr")
+        self.sps_widget, self.sps_plot = self._plot("Seconds per step", "seconds")
+        self.scale_widget, self.scale_plot = self._plot("GradScaler loss scale (log)", "scale")
+        self.scale_plot.setLogMode(x=False, y=True)
+
+        legend = self.loss_plot.addLegend(offset=(-10, 10))
+        legend.setLabelTextColor(self._fg())
+        finite = {"connect": "finite"}  # NaN (no value, or an overflowed loss) leaves a gap
+        self.loss_curve = self.loss_plot.plot(name="loss", pen=pg.mkPen(QColor(LOSS_COLOR).lighter(150), width=1), **finite)
+        self.ema_curve = self.loss_plot.plot(name="smoothed", pen=pg.mkPen(EMA_COLOR, width=2), **finite)
+        self.class_curve: pg.PlotDataItem | None = None
+        self.lr_curve = self.lr_plot.plot(pen=pg.mkPen(LR_COLOR, width=2), **finite)
+        self.sps_curve = self.sps_plot.plot(pen=pg.mkPen(SPS_COLOR, width=1), **finite)
+        self.scale_curve = self.scale_plot.plot(pen=pg.mkPen(SCALE_COLOR, width=2), **finite)
+        self.skip_markers = self.scale_plot.plot(
+            name="skipped step", pen=None, symbol="x", symbolSize=9, symbolPen=pg.mkPen(SKIP_COLOR, width=2), symbolBrush=SKIP_COLOR
+        )
+
+        self.scale_cell = QStackedWidget()
+        self.scale_cell.addWidget(self.scale_widget)
+        self.no_scaler_note = QLabel(f"<b>Loss scale</b><br>{NO_SCALER_TEXT}: the GradScaler chart is hidden.")
+        self.no_scaler_note.setObjectName("no_scaler_note")
+        self.no_scaler_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.no_scaler_note.setWordWrap(True)
+        self.no_scaler_note.setFrameShape(QFrame.Shape.StyledPanel)
+        self.no_scaler_note.setStyleSheet("color: palette(placeholder-text); padding: 12px;")
+        self.scale_cell.addWidget(self.no_scaler_note)
+
+        grid.addWidget(self.loss_widget, 0, 0, 1, 3)
+        grid.addWidget(self.lr_widget, 1, 0)
+        grid.addWidget(self.scale_cell, 1, 1)
+        grid.addWidget(self.sps_widget, 1, 2)
+        grid.setRowStretch(0, 3)
+        grid.setRowStretch(1, 2)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
+        outer.addWidget(self.plots_area, 1)
+
+    def _fg(self) -> QColor:
+        return self.palette().color(QPalette.ColorRole.WindowText)
+
+    def _plot(self, title: str, key: str) -> tuple[pg.PlotWidget, pg.PlotItem]:
+        bg = self.palette().color(QPalette.ColorRole.Base)
+        fg = self._fg()
+        w = pg.PlotWidget(background=bg, viewBox=FollowViewBox(log_y=key == "scale"))
+        w.setObjectName(f"plot_{key}")
+        w.setMinimumHeight(120)
+        p = w.getPlotItem()
+        p.setTitle(title, color=fg.name(), size="9pt")
+        # No grid: pyqtgraph draws it with the axes, which would then repaint with every new point.
+        p.setDownsampling(auto=True, mode="peak")
+        p.setClipToView(True)
+        p.setMenuEnabled(True)
+        for name in ("left", "bottom"):
+            ax = p.getAxis(name)
+            ax.setPen(pg.mkPen(fg.lighter(160) if fg.lightness() < 128 else fg.darker(160)))
+            ax.setTextPen(pg.mkPen(fg))
+        p.getAxis("left").setWidth(58)  # a fixed width: new tick labels never re-lay-out the plot
+        return w, p
+
+    # ------------------------------------------------------------------ data in
+    def add(self, m: StepMetrics) -> None:
+        """Append one step (cheap: array writes only; drawing happens on the timer)."""
+        loss = float(m.loss)
+        s, k = self._ema_state
+        a = self._smoothing
+        if math.isfinite(loss):
+            s, k = a * s + (1.0 - a) * loss, k + 1
+            self._ema_state = (s, k)
+        smoothed = (s / (1.0 - a**k) if a > 0 else s) if k else math.nan
+        if self._last_epoch is not None and m.epoch != self._last_epoch:
+            self._boundaries.append(m.step - 0.5)
+        self._last_epoch = m.epoch
+        scale = math.nan if m.grad_scale is None else float(m.grad_scale)
+        if m.class_loss is not None:
+            self._has_class_loss = True
+        if m.skipped and math.isfinite(scale):
+            self._skipped.append((float(m.step), scale))
+        self.buffer.append(
+            {
+                "step": float(m.step),
+                "epoch": float(m.epoch),
+                "loss": loss,
+                "loss_ema": smoothed,
+                "class_loss": math.nan if m.class_loss is None else float(m.class_loss),
+                "lr": float(m.lr),
+                "grad_scale": scale,
+                "skipped": 1.0 if m.skipped else 0.0,
+                "seconds_per_step": float(m.seconds_per_step),
+                "images_per_second": float(m.images_per_second),
+            }
+        )
+        if m.grad_scale is not None and not self._scaler_visible:
+            self.set_scaler_visible(True)  # the data says there is a scaler
+        self._dirty = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def clear(self) -> None:
+        """Forget every point (a new run)."""
+        self.buffer.clear()
+        self._ema_state = (0.0, 0)
+        self._last_epoch = None
+        self._boundaries.clear()
+        self._skipped.clear()
+        for plot, line in self._epoch_lines:
+            plot.removeItem(line)
+        self._epoch_lines.clear()
+        self._drawn_boundaries = 0
+        self._has_class_loss = False
+        if self.class_curve is not None:
+            self.loss_plot.removeItem(self.class_curve)
+            self.class_curve = None
+        self._dirty = True
+        self.redraw()
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def series(self, name: str) -> np.ndarray:
+        """A copy of one series (see :data:`COLUMNS`)."""
+        return self.buffer.column(name).copy()
+
+    @property
+    def smoothing(self) -> float:
+        return self._smoothing
+
+    def set_smoothing(self, value: float) -> None:
+        """EMA factor in [0, 0.99]; the whole smoothed curve is recomputed at the next redraw."""
+        value = min(0.99, max(0.0, float(value)))
+        if abs(value - self._smoothing) < 1e-9:
+            return
+        self._smoothing = value
+        self.smoothing_slider.blockSignals(True)
+        self.smoothing_slider.setValue(round(value * 100))
+        self.smoothing_slider.blockSignals(False)
+        self.smoothing_spin.blockSignals(True)
+        self.smoothing_spin.setValue(value)
+        self.smoothing_spin.blockSignals(False)
+        self._ema_stale = True
+        self._dirty = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    # ------------------------------------------------------------------ scaler
+    @property
+    def scaler_visible(self) -> bool:
+        return self._scaler_visible
+
+    def set_scaler_visible(self, visible: bool) -> None:
+        """Show the loss-scale plot, or a one-line note that this precision has no scaler."""
+        self._scaler_visible = bool(visible)
+        self.scale_cell.setCurrentWidget(self.scale_widget if visible else self.no_scaler_note)
+
+    # ------------------------------------------------------------------ drawing
+    def _on_timer(self) -> None:
+        if not self._dirty:
+            self._timer.stop()
+            return
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Push the buffers into the curves now (the timer calls this when data changed)."""
+        self._dirty = False
+        buf = self.buffer
+        if self._ema_stale:
+            self._recompute_ema()
+        x = buf.column("step")
+        self.loss_curve.setData(x, buf.column("loss"))
+        self.ema_curve.setData(x, buf.column("loss_ema"))
+        self.lr_curve.setData(x, buf.column("lr"))
+        self.sps_curve.setData(x, buf.column("seconds_per_step"))
+        if self._scaler_visible:
+            self.scale_curve.setData(x, buf.column("grad_scale"))
+            if self._skipped:
+                sk = np.asarray(self._skipped)
+                self.skip_markers.setData(sk[:, 0], sk[:, 1])
+            else:
+                self.skip_markers.setData([], [])
+        if self._has_class_loss:
+            if self.class_curve is None:
+                self.class_curve = self.loss_plot.plot(
+                    name="class loss", pen=pg.mkPen(CLASS_COLOR, width=1), connect="finite"
+                )
+            self.class_curve.setData(x, buf.column("class_loss"))
+        self._frame()
+        self._draw_epoch_lines()
+        self._update_readout()
+        self.redraw_count += 1
+        self.redrawn.emit()
+
+    def _frame(self) -> None:
+        """Keep the data in view (plots the user has not panned or zoomed); all plots show the same steps."""
+        col = self.buffer.column
+        x = _bounds(col("step"))
+        lead = self.loss_plot.getViewBox()
+        lead.follow(x, _bounds(col("loss"), col("loss_ema"), col("class_loss")))
+        same_x = tuple(lead.viewRange()[0]) if lead.following else None
+        self.lr_plot.getViewBox().follow(x, _bounds(col("lr")), x_exact=same_x)
+        self.sps_plot.getViewBox().follow(x, _bounds(col("seconds_per_step")), x_exact=same_x)
+        if self._scaler_visible:
+            self.scale_plot.getViewBox().follow(x, _bounds(col("grad_scale"), positive=True), x_exact=same_x)
+
+    def _recompute_ema(self) -> None:
+        self._ema_stale = False
+        loss = self.buffer.column("loss")
+        self.buffer.set_column("loss_ema", ema(loss, self._smoothing))
+        finite = loss[np.isfinite(loss)]
+        a = self._smoothing
+        s = 0.0
+        for v in finite.tolist():
+            s = a * s + (1.0 - a) * v
+        self._ema_state = (s, len(finite))
+
+    def _draw_epoch_lines(self) -> None:
+        pen = pg.mkPen(self._fg(), width=1, style=Qt.PenStyle.DashLine)
+        pen.setColor(QColor(128, 128, 128, 140))
+        while self._drawn_boundaries < min(len(self._boundaries), MAX_EPOCH_LINES):
+            pos = self._boundaries[self._drawn_boundaries]
+            for plot in (self.loss_plot, self.lr_plot, self.sps_plot, self.scale_plot):
+                line = pg.InfiniteLine(pos=pos, angle=90, pen=pen, movable=False)
+                line.setToolTip(f"epoch {self._drawn_boundaries + 2} starts")
+                plot.addItem(line, ignoreBounds=True)
+                self._epoch_lines.append((plot, line))
+            self._drawn_boundaries += 1
+
+    def _update_readout(self) -> None:
+        n = len(self.buffer)
+        if not n:
+            self.readout.setText("No data yet")
+            return
+        i = n - 1
+        col = self.buffer.column
+        parts = [f"step {int(col('step')[i])}", f"loss {col('loss')[i]:.4g}"]
+        e = col("loss_ema")[i]
+        if math.isfinite(e):
+            parts.append(f"smoothed {e:.4g}")
+        parts.append(f"lr {col('lr')[i]:.3g}")
+        sc = col("grad_scale")[i]
+        if math.isfinite(sc):
+            parts.append(f"scale {sc:g}")
+        if self._skipped:
+            parts.append(f"{len(self._skipped)} skipped")
+        self.readout.setText(" · ".join(parts))
+
+    @property
+    def epoch_boundaries(self) -> list[float]:
+        return list(self._boundaries)
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        return [int(s) for s, _ in self._skipped]
+
+    # ------------------------------------------------------------------ export
+    def export_csv(self, path: str | Path) -> int:
+        """Write every series as CSV (empty cells where a series has no value); returns the row count."""
+        if self._ema_stale:
+            self._recompute_ema()
+        cols = [self.buffer.column(c) for c in COLUMNS]
+        ints = {"step", "epoch", "skipped"}
+        n = len(self.buffer)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            for i in range(n):
+                row = []
+                for name, c in zip(COLUMNS, cols):
+                    v = float(c[i])
+                    if not math.isfinite(v):
+                        row.append("")
+                    elif name in ints:
+                        row.append(str(int(v)))
+                    else:
+                        row.append(repr(v))
+                w.writerow(row)
+        log.info("exported %d chart rows to %s", n, path)
+        return n
+
+    def export_png(self, path: str | Path) -> bool:
+        """Save the plots as a PNG image (a grab of the chart area, as seen)."""
+        if self._dirty:
+            self.redraw()
+        ok = bool(self.plots_area.grab().save(str(path), "PNG"))
+        if not ok:
+            log.warning("could not write %s", path)
+        return ok
+
+    def _export_csv_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export chart data", "training_metrics.csv", "CSV (*.csv)")
+        if path:
+            try:
+                self.export_csv(path)
+            except OSError as e:
+                self.readout.setText(f"Could not save {path}: {e}")
+
+    def _export_png_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export charts", "training_charts.png", "PNG image (*.png)")
+        if path and not self.export_png(path):
+            self.readout.setText(f"Could not save {path}")

@@ -1,0 +1,222 @@
+"""Background workers: a QObject moved to a QThread, with the canonical wiring (DESIGN §3).
+
+A worker lives in its own thread and talks to the GUI only through signals, which Qt queues
+to the GUI thread, so slots that touch widgets always run there. Control requests (stop,
+pause, sample now, save now) are *not* queued slots: the worker's thread is busy in the
+training loop, so they set thread-safe flags (:class:`~guitrainer.core.events.Control`) that
+the loop polls once per step.
+
+No torch at import time: the engine is imported inside the worker thread when a run starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+
+from guitrainer.config import TrainingConfig
+from guitrainer.core.events import Control, Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
+
+log = logging.getLogger(__name__)
+
+
+class RunsToSummary(Protocol):
+    """What a trainer looks like to the worker: ``run() -> RunSummary``."""
+
+    def run(self) -> RunSummary: ...
+
+
+#: ``factory(config, reporter, control)`` builds a trainer; the default imports the real engine lazily.
+TrainerFactory = Callable[[TrainingConfig, Reporter, Control], RunsToSummary]
+
+# Threads and workers kept alive until the thread has finished, so a caller that
+# drops its references cannot get a running QThread garbage-collected ("Destroyed while running").
+_LIVE: set[tuple[QThread, QObject]] = set()
+
+
+class BaseWorker(QObject):
+    """A job for a background thread: override :meth:`work`; ``run`` turns its outcome into signals.
+
+    ``finished(result)`` after a normal return, ``failed(message, traceback)`` after an exception.
+    Exactly one of the two is emitted; nothing is swallowed.
+    """
+
+    finished = Signal(object)
+    failed = Signal(str, str)
+
+    def work(self) -> Any:
+        raise NotImplementedError
+
+    @Slot()
+    def run(self) -> None:
+        """Thread entry point (connected to ``QThread.started``)."""
+        try:
+            result = self.work()
+        except BaseException as e:  # noqa: BLE001 - every error must reach the GUI
+            tb = traceback.format_exc()
+            log.error("%s failed: %s\n%s", type(self).__name__, e, tb)
+            message = str(e) or type(e).__name__
+            if not isinstance(e, Exception):
+                message = f"{type(e).__name__}: {message}"
+            self.failed.emit(message, tb)
+            return
+        self.finished.emit(result)
+
+
+def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
+    """Start ``worker`` on a new QThread with the canonical wiring and return the thread.
+
+    ``thread.started -> worker.run``; ``worker.finished / failed -> thread.quit``;
+    ``thread.finished -> deleteLater`` of both. Keep no Python reference to either after
+    ``thread.finished``: their C++ objects are deleted then.
+    """
+    thread = QThread()
+    thread.setObjectName(name or f"{type(worker).__name__}Thread")
+    worker.moveToThread(thread)
+    # The janitor lives in the calling (GUI) thread, so its slot runs there (queued); Qt owns it.
+    janitor = _Janitor(QCoreApplication.instance())
+    entry = (thread, worker)
+    janitor.entry = entry
+    _LIVE.add(entry)
+    thread.started.connect(worker.run)
+    worker.finished.connect(thread.quit)
+    worker.failed.connect(thread.quit)
+    thread.finished.connect(worker.deleteLater)
+    thread.finished.connect(thread.deleteLater)
+    thread.finished.connect(janitor.release)
+    thread.start()
+    return thread
+
+
+class _Janitor(QObject):
+    """Drops the module's references to a finished thread and its worker, on the GUI thread."""
+
+    entry: tuple[QThread, QObject] | None = None
+
+    @Slot()
+    def release(self) -> None:
+        entry, self.entry = self.entry, None
+        if entry is None:
+            return
+        thread = entry[0]
+        with contextlib.suppress(RuntimeError):  # RuntimeError: already deleted by deleteLater
+            thread.wait(5000)  # `finished` is emitted just before the OS thread ends
+        _LIVE.discard(entry)
+        self.deleteLater()
+
+
+def live_threads() -> int:
+    """How many threads started by :func:`run_in_thread` have not yet been released."""
+    return len(_LIVE)
+
+
+def cap_torch_threads() -> int:
+    """On a CPU run leave one core to the GUI: lower torch's intra-op threads to cores - 1.
+
+    Only lowers, never raises. Returns the thread count now in force (0 when torch is not loaded).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    target = max(1, (os.cpu_count() or 2) - 1)
+    if torch.get_num_threads() > target:
+        torch.set_num_threads(target)
+    return int(torch.get_num_threads())
+
+
+def default_trainer_factory(config: TrainingConfig, reporter: Reporter, control: Control) -> RunsToSummary:
+    """The real engine, imported here (in the worker thread) so the GUI never loads torch at start."""
+    import torch  # noqa: F401 - loaded first so its threads can be capped before anything runs
+
+    cap_torch_threads()
+    from guitrainer.engine.trainer import Trainer
+
+    return Trainer(config, reporter, control)
+
+
+class _SignalReporter:
+    """A :class:`Reporter` that turns each engine callback into a queued signal of the worker."""
+
+    def __init__(self, worker: TrainingWorker):
+        self._worker = worker
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        self._worker.step_finished.emit(metrics)
+
+    def on_status(self, text: str) -> None:
+        self._worker.status_changed.emit(str(text))
+
+    def on_warning(self, text: str) -> None:
+        self._worker.warning_raised.emit(str(text))
+
+    def on_saved(self, saved: SavedFile) -> None:
+        self._worker.checkpoint_saved.emit(saved)
+
+    def on_sample(self, sample: SampleImage) -> None:
+        self._worker.sample_ready.emit(sample)
+
+
+class TrainingWorker(BaseWorker):
+    """Runs ``Trainer(config, reporter, control).run()`` in a background thread.
+
+    Signals (all queued to the GUI thread; payloads are frozen dataclasses of plain numbers):
+        step_finished(StepMetrics), status_changed(str), warning_raised(str),
+        sample_ready(SampleImage), checkpoint_saved(SavedFile),
+        finished(RunSummary), failed(message, traceback).
+
+    The control methods (:meth:`stop`, :meth:`pause`, ...) are safe to call from the GUI thread
+    while the run holds the worker thread.
+    """
+
+    step_finished = Signal(object)
+    status_changed = Signal(str)
+    warning_raised = Signal(str)
+    sample_ready = Signal(object)
+    checkpoint_saved = Signal(object)
+
+    def __init__(self, config: TrainingConfig, trainer_factory: TrainerFactory | None = None):
+        super().__init__()
+        self.config = config.copy()  # the run owns its settings; the user's stay untouched
+        self.control = Control()
+        self._factory: TrainerFactory = trainer_factory or default_trainer_factory
+
+    # ------------------------------------------------------------------ control (any thread)
+    def stop(self) -> None:
+        """Ask the run to stop after the current step; the engine saves the LoRA and a resumable state."""
+        self.control.request_stop()
+
+    def pause(self) -> None:
+        self.control.pause()
+
+    def resume(self) -> None:
+        self.control.resume()
+
+    def request_sample(self) -> None:
+        self.control.request_sample()
+
+    def request_save(self) -> None:
+        self.control.request_save()
+
+    @property
+    def paused(self) -> bool:
+        return self.control.paused
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.control.stop_requested
+
+    # ------------------------------------------------------------------ the run (worker thread)
+    def work(self) -> RunSummary:
+        reporter = _SignalReporter(self)
+        trainer = self._factory(self.config, reporter, self.control)
+        summary = trainer.run()
+        if not isinstance(summary, RunSummary):
+            raise TypeError(f"the trainer returned {type(summary).__name__}, not a RunSummary")
+        return summary

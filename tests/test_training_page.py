@@ -1,0 +1,449 @@
+"""Training page, charts, log panel and sample gallery; the real engine on the tiny demo model."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QImage
+from PySide6.QtWidgets import QMessageBox
+from test_training_worker import FakeTrainer, fake_factory  # tests/ is on sys.path (rootdir conftest)
+
+from guitrainer.config import TrainingConfig
+from guitrainer.core import hardware
+from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
+from guitrainer.presets import PresetStore
+from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.training_page import TrainingPage, TrainState, check_start, find_state
+
+DEMO = "Demo — tiny built-in model (CPU, seconds)"
+
+
+def demo_config(tmp_path: Path, **schedule) -> TrainingConfig:
+    cfg = PresetStore().get(DEMO).config()
+    cfg.output.folder = str(tmp_path / "out")
+    for k, v in schedule.items():
+        setattr(cfg.schedule, k, v)
+    return cfg
+
+
+def make_dataset(folder: Path, n: int = 2) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        img = QImage(64, 64, QImage.Format.Format_RGB32)
+        img.fill(QColor.fromHsv(i * 40, 200, 220))
+        img.save(str(folder / f"img{i}.png"))
+        (folder / f"img{i}.txt").write_text("a colored square")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _reset_fakes():
+    FakeTrainer.instances.clear()
+    yield
+
+
+@pytest.fixture
+def cpu_device(monkeypatch):
+    """A known CPU machine, so no test waits for the real device probe (it imports bitsandbytes: seconds)."""
+    dev = hardware.fake_device("cpu")
+    monkeypatch.setattr(hardware, "cached", lambda: dev)
+    return dev
+
+
+@pytest.fixture
+def make_page(qtbot, tmp_path, cpu_device):
+    pages: list[TrainingPage] = []
+
+    def make(cfg: TrainingConfig | None = None, factory=None) -> TrainingPage:
+        binding = ConfigBinding(cfg or demo_config(tmp_path))
+        page = TrainingPage(binding, trainer_factory=factory)
+        qtbot.addWidget(page)
+        page.resize(1360, 900)
+        page.show()
+        qtbot.waitExposed(page)
+        pages.append(page)
+        return page
+
+    yield make
+    for page in pages:  # never leave a training thread behind
+        if page.is_active:
+            page.stop()
+            page.wait_until_idle(120)
+
+
+def click_train(qtbot, page: TrainingPage) -> None:
+    assert page.train_button.isEnabled()
+    qtbot.mouseClick(page.train_button, Qt.MouseButton.LeftButton)
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def metrics(step: int, *, epoch: int = 1, loss: float = 1.0, scale: float | None = None, skipped: bool = False,
+            class_loss: float | None = None) -> StepMetrics:
+    return StepMetrics(step=step, total_steps=10_000, epoch=epoch, loss=loss, lr=1e-4 * step, grad_scale=scale,
+                       skipped=skipped, seconds_per_step=0.1, images_per_second=10.0, class_loss=class_loss)
+
+
+def test_charts_buffer_ema_epochs_skips_and_export(qtbot, tmp_path):
+    from guitrainer.ui.charts import COLUMNS, TrainingCharts, ema
+
+    charts = TrainingCharts(smoothing=0.5)
+    qtbot.addWidget(charts)
+    charts.resize(900, 600)
+    charts.show()
+    rng = np.random.default_rng(0)
+    losses = rng.uniform(0.5, 1.5, 3000)
+    losses[10] = math.inf  # an overflowed step must not poison the smoothed curve
+    for i, loss in enumerate(losses, 1):
+        skipped = i in (5, 777)
+        charts.add(metrics(i, epoch=1 + (i - 1) // 1000, loss=float(loss), scale=2.0 ** (16 - (i in (5, 777))),
+                           skipped=skipped, class_loss=0.3 if i % 2 else None))
+    assert len(charts) == 3000
+    assert charts.buffer.capacity == 4096  # 1024 -> 2048 -> 4096 by doubling
+    assert charts.epoch_boundaries == [1000.5, 2000.5]
+    assert charts.skipped_steps == [5, 777]
+    smoothed = charts.series("loss_ema")
+    assert np.all(np.isfinite(smoothed))
+    np.testing.assert_allclose(smoothed, ema(losses, 0.5))
+    # reference debiased EMA by hand for the first points
+    assert smoothed[0] == pytest.approx(losses[0])
+    assert smoothed[1] == pytest.approx((0.5 * 0.5 * losses[0] + 0.5 * losses[1]) / (1 - 0.25))
+    # redraw happens on the timer, and pushes the buffers into the curves
+    with qtbot.waitSignal(charts.redrawn, timeout=2000):
+        pass
+    assert len(charts.loss_curve.xData) == 3000 and len(charts.ema_curve.yData) == 3000  # the curves' full data
+    assert charts.class_curve is not None  # class loss appeared: its own series
+    assert len(charts._epoch_lines) == 2 * 4  # a boundary line in each of the four plots
+    assert list(charts.skip_markers.xData) == [5, 777]
+    assert list(charts.skip_markers.yData) == [2.0**15, 2.0**15]
+    # smoothing change recomputes the whole curve
+    charts.smoothing_slider.setValue(90)
+    assert charts.smoothing == pytest.approx(0.9)
+    with qtbot.waitSignal(charts.redrawn, timeout=2000):
+        pass
+    np.testing.assert_allclose(charts.series("loss_ema"), ema(losses, 0.9))
+    # CSV: every series
+    path = tmp_path / "m.csv"
+    assert charts.export_csv(path) == 3000
+    rows = list(csv.DictReader(path.open()))
+    assert tuple(rows[0]) == COLUMNS and len(rows) == 3000
+    assert rows[4]["skipped"] == "1" and rows[3]["skipped"] == "0"
+    assert float(rows[4]["grad_scale"]) == 32768.0
+    assert rows[1]["class_loss"] == "" and float(rows[0]["class_loss"]) == 0.3
+    assert rows[10]["loss"] == ""  # inf written as an empty cell
+    png = tmp_path / "c.png"
+    assert charts.export_png(png)
+    img = QImage(str(png))
+    assert img.width() > 400 and img.height() > 300
+    charts.clear()
+    assert len(charts) == 0 and charts.epoch_boundaries == [] and charts.class_curve is None
+
+
+def test_charts_hide_scaler_with_a_note(qtbot):
+    from guitrainer.ui.charts import NO_SCALER_TEXT, TrainingCharts
+
+    charts = TrainingCharts()
+    qtbot.addWidget(charts)
+    charts.show()
+    charts.set_scaler_visible(False)
+    assert not charts.scale_widget.isVisible()
+    assert charts.no_scaler_note.isVisible() and NO_SCALER_TEXT in charts.no_scaler_note.text()
+    charts.add(metrics(1, scale=None))
+    assert not charts.scaler_visible
+    charts.add(metrics(2, scale=1024.0))  # data with a scale brings the plot back
+    assert charts.scaler_visible and charts.scale_widget.isVisible()
+    assert charts.scale_plot.ctrl.logYCheck.isChecked()  # log axis
+
+
+# --------------------------------------------------------------------------- log panel and gallery
+
+
+def test_log_panel_takes_records_from_other_threads(qtbot):
+    from guitrainer.ui.log_panel import LogPanel
+
+    panel = LogPanel()
+    qtbot.addWidget(panel)
+    panel.attach("guitrainer")
+    logger = logging.getLogger("guitrainer.engine.fake")
+    t = threading.Thread(target=lambda: (logger.info("hello from the trainer"), logger.warning("careful")))
+    t.start()
+    t.join()
+    qtbot.waitUntil(lambda: "careful" in panel.text(), timeout=2000)
+    assert "hello from the trainer" in panel.text()
+    panel.detach()
+    logger.warning("after detach")
+    qtbot.wait(50)
+    assert "after detach" not in panel.text()
+    assert panel.handler not in logging.getLogger("guitrainer").handlers
+
+
+def test_gallery_newest_first_and_enlarges(qtbot, tmp_path):
+    from guitrainer.ui.sample_gallery import SampleGallery
+
+    gallery = SampleGallery()
+    qtbot.addWidget(gallery)
+    gallery.show()
+    for step, color in ((10, "red"), (20, "blue")):
+        img = QImage(64, 64, QImage.Format.Format_RGB32)
+        img.fill(QColor(color))
+        path = tmp_path / f"s{step}.png"
+        img.save(str(path))
+        gallery.add_sample(SampleImage(path=str(path), prompt=f"a {color} circle", step=step))
+    assert [s.step for s in gallery.samples()] == [20, 10]
+    rect = gallery.visualItemRect(gallery.item(1))
+    qtbot.mouseClick(gallery.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    dialog = gallery.dialog
+    assert dialog is not None and dialog.isVisible()
+    assert "Step 10" in dialog.caption.text() and "a red circle" in dialog.caption.text()
+    assert dialog.image.pixmap().width() >= 256  # enlarged
+    dialog.close()
+
+
+# --------------------------------------------------------------------------- page with a fake trainer
+
+
+def test_page_runs_a_fake_trainer_and_buttons_follow_the_state(qtbot, make_page):
+    page = make_page(factory=fake_factory(steps=100_000, delay=0.005))
+    before = page.binding.config.to_dict()
+    assert page.state == TrainState.IDLE
+    assert not page.stop_button.isEnabled() and not page.pause_button.isEnabled()
+    qtbot.waitUntil(lambda: page._charts is not None, timeout=5000)  # charts built right after the page shows
+    click_train(qtbot, page)
+    assert page.state == TrainState.RUNNING
+    assert not page.train_button.isEnabled() and page.stop_button.isEnabled() and page.save_button.isEnabled()
+    assert not page.settings_panel.isEnabled()
+    qtbot.waitUntil(lambda: len(page.charts) >= 5, timeout=5000)
+    qtbot.waitUntil(lambda: "step" in page.progress_bar.text(), timeout=2000)
+    assert "ETA" in page.progress_label.text() and "img/s" in page.progress_label.text()
+    qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
+    assert page.state == TrainState.PAUSED and page.pause_button.text() == "Resume"
+    assert not page.save_button.isEnabled()
+    qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
+    assert page.state == TrainState.RUNNING
+    with qtbot.waitSignal(page.run_finished, timeout=5000) as blocker:
+        qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+        assert page.state == TrainState.STOPPING
+    assert blocker.args[0].status == "stopped"
+    assert page.state == TrainState.FINISHED
+    assert page.train_button.isEnabled() and page.settings_panel.isEnabled()
+    assert "Stopped at step" in page.status_label.text()
+    assert page.warning_label.isVisible() and "fake warning" in page.warning_label.text()
+    assert page.binding.config.to_dict() == before  # the run used a copy
+
+
+def test_exception_in_trainer_shows_error_dialog_and_page_recovers(qtbot, make_page):
+    page = make_page(factory=fake_factory(steps=10, fail_at=2))
+    before = page.binding.config.to_dict()
+    with qtbot.waitSignal(page.run_failed, timeout=5000):
+        click_train(qtbot, page)
+    box = page.findChild(QMessageBox, "training_error_box")
+    assert box is not None and box.isVisible()
+    assert box.text() == "fake failure at step 2"
+    assert "ValueError" in box.detailedText() and "Traceback" in box.detailedText()
+    assert any("Show Details" in b.text() for b in box.buttons())
+    box.button(QMessageBox.StandardButton.Ok).click()
+    assert page.state == TrainState.FAILED
+    assert page.train_button.isEnabled() and not page.stop_button.isEnabled()
+    assert page.binding.config.to_dict() == before
+    # usable again: the next run works
+    page.trainer_factory = fake_factory(steps=3)
+    with qtbot.waitSignal(page.run_finished, timeout=5000) as blocker:
+        click_train(qtbot, page)
+    assert blocker.args[0].status == "finished" and page.state == TrainState.FINISHED
+
+
+def test_failed_summary_shows_message_and_advice(qtbot, make_page):
+    class OutOfMemory:
+        def run(self):
+            return RunSummary("failed", 0, 0, None, message="out of memory at step 1", advice=("lower the batch size",))
+
+    page = make_page(factory=lambda c, r, k: OutOfMemory())
+    with qtbot.waitSignal(page.run_finished, timeout=5000):
+        click_train(qtbot, page)
+    box = page.error_box
+    assert box is not None and box.isVisible()
+    assert "out of memory" in box.text() and "lower the batch size" in box.informativeText()
+    box.close()
+    assert page.state == TrainState.FAILED and page.train_button.isEnabled()
+
+
+def test_start_checks_list_problems_in_plain_words(qtbot, make_page, tmp_path):
+    cfg = demo_config(tmp_path)
+    cfg.model.base = str(tmp_path / "no" / "model.safetensors")
+    page = make_page(cfg, factory=fake_factory())
+    click_train(qtbot, page)
+    box = page.findChild(QMessageBox, "start_problems_box")
+    assert box is not None and box.isVisible()
+    assert "model.safetensors" in box.informativeText() and "was not found" in box.informativeText()
+    box.close()
+    assert page.state == TrainState.IDLE and page.train_button.isEnabled()
+    assert FakeTrainer.instances == []  # nothing ran
+
+    cfg2 = demo_config(tmp_path)
+    cfg2.model.base = "someone/some-model"  # a hub id is fine, but then images are needed
+    assert check_start(cfg2).errors == ["No training images: add an image folder on the Dataset page."]
+    cfg2.set("dataset.folders", [str(tmp_path / "missing")])
+    assert check_start(cfg2).errors == [f"The image folder “{tmp_path / 'missing'}” does not exist."]
+    (tmp_path / "empty").mkdir()
+    cfg2.set("dataset.folders", [str(tmp_path / "empty")])
+    assert "hold no images" in check_start(cfg2).errors[0]
+    cfg2.set("dataset.folders", [str(make_dataset(tmp_path / "10_images"))])
+    assert check_start(cfg2).ok
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg3 = demo_config(tmp_path)
+    cfg3.output.folder = str(blocker / "sub")
+    assert any("Cannot write to the output folder" in e for e in check_start(cfg3).errors)
+
+
+def test_memory_estimate_above_the_gpu_asks_first(qtbot, make_page, tmp_path, monkeypatch):
+    small_gpu = hardware.fake_device("gtx1080")
+    monkeypatch.setattr(hardware, "cached", lambda: small_gpu)
+    cfg = demo_config(tmp_path)
+    cfg.model.family = "sdxl"  # estimated as SDXL: far above 8 GiB in fp32
+    check = check_start(cfg, small_gpu)
+    assert check.ok and check.confirm and "more than your GPU has" in check.confirm[0]
+    page = make_page(cfg, factory=fake_factory(steps=2))
+    click_train(qtbot, page)
+    box = page.confirm_box
+    assert box is not None and box.isVisible() and page.state == TrainState.CHECKING
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert page.state == TrainState.IDLE and FakeTrainer.instances == []
+    with qtbot.waitSignal(page.run_finished, timeout=5000):
+        click_train(qtbot, page)
+        page.confirm_box.button(QMessageBox.StandardButton.Yes).click()
+
+
+def test_unknown_device_is_probed_in_the_background(qtbot, make_page, monkeypatch):
+    calls: list[str] = []
+
+    def probe():
+        calls.append(threading.current_thread().name)
+        return hardware.fake_device("cpu")
+
+    monkeypatch.setattr(hardware, "cached", lambda: None)
+    monkeypatch.setattr(hardware, "probe", probe)
+    page = make_page(factory=fake_factory(steps=2))
+    with qtbot.waitSignal(page.run_finished, timeout=5000):
+        click_train(qtbot, page)
+        assert page.state == TrainState.CHECKING
+    assert calls and calls[0] != threading.current_thread().name
+
+
+def test_confirm_close_keeps_or_stops(qtbot, make_page, monkeypatch):
+    page = make_page(factory=fake_factory(steps=100_000, delay=0.005))
+    assert page.confirm_close()  # idle: nothing to ask
+    click_train(qtbot, page)
+    qtbot.waitUntil(lambda: len(page.charts) >= 2, timeout=5000)
+    monkeypatch.setattr(page, "_ask_close", lambda: "keep")
+    assert page.confirm_close() is False and page.state == TrainState.RUNNING
+    monkeypatch.setattr(page, "_ask_close", lambda: "stop")
+    assert page.confirm_close() is True
+    assert page.state == TrainState.FINISHED and page.last_summary.status == "stopped"
+
+
+# --------------------------------------------------------------------------- the real engine, demo model
+
+
+@pytest.fixture
+def real_engine():
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    pytest.importorskip("guitrainer.engine.trainer")
+    return torch
+
+
+@pytest.mark.slow
+def test_real_engine_fp16_charts_scale_and_screenshot(qtbot, make_page, tmp_path, real_engine, artifacts_dir):
+    cfg = demo_config(tmp_path, max_steps=3)
+    cfg.precision.training = "fp16"
+    page = make_page(cfg)
+    click_train(qtbot, page)
+    qtbot.waitUntil(lambda: len(page.charts) >= 2, timeout=60_000)
+    qtbot.waitUntil(lambda: page.charts.redraw_count > 0 and "step" in page.progress_bar.text(), timeout=5000)
+    qtbot.wait(250)
+    page.grab().save(str(artifacts_dir / "training_page.png"))
+    assert page.charts.scaler_visible and page.charts.scale_widget.isVisible()
+    scale = page.charts.series("grad_scale")
+    assert np.all(np.isfinite(scale)) and np.all(scale > 0)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        pass
+    summary = blocker.args[0]
+    assert summary.status == "finished" and summary.steps == 3
+    assert list(page.charts.series("step")) == [1.0, 2.0, 3.0]
+    assert Path(summary.lora_path).is_file()
+    assert "loading the base model" in page.log_panel.text().lower()  # the engine's log reached the panel
+
+
+@pytest.mark.slow
+def test_real_engine_bf16_has_no_scale_series(qtbot, make_page, tmp_path, real_engine):
+    cfg = demo_config(tmp_path, max_steps=2)
+    cfg.precision.training = "bf16"
+    page = make_page(cfg)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        click_train(qtbot, page)
+    assert blocker.args[0].status == "finished"
+    assert len(page.charts) == 2
+    assert not page.charts.scaler_visible and page.charts.no_scaler_note.isVisible()
+    assert np.all(np.isnan(page.charts.series("grad_scale")))
+
+
+@pytest.mark.slow
+def test_real_engine_stop_saves_and_resume_continues(qtbot, make_page, tmp_path, real_engine):
+    cfg = demo_config(tmp_path, max_steps=500)
+    cfg.precision.training = "fp32"
+    page = make_page(cfg)
+    assert not page.resume_state_button.isEnabled()
+    click_train(qtbot, page)
+    qtbot.waitUntil(lambda: len(page.charts) >= 2, timeout=60_000)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    first = blocker.args[0]
+    assert first.status == "stopped" and 2 <= first.steps < 500
+    assert Path(first.lora_path).is_file() and first.lora_path.endswith(".safetensors")
+    assert first.state_path and find_state(page.binding.config) == first.state_path
+    assert page.last_state_path == first.state_path and page.resume_state_button.isEnabled()
+    assert page.binding.config.schedule.resume_from == ""  # the user's settings are untouched
+
+    steps_before = list(page.charts.series("step"))
+    assert steps_before[-1] == first.steps
+    new_steps: list[int] = []
+    click = page.resume_state_button
+    qtbot.mouseClick(click, Qt.MouseButton.LeftButton)
+    assert page.state == TrainState.RUNNING and page.run_config.schedule.resume_from == first.state_path
+    assert page.worker is not None
+    page.worker.step_finished.connect(lambda m: new_steps.append(m.step))
+    qtbot.waitUntil(lambda: len(new_steps) >= 2, timeout=60_000)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        page.stop()
+    second = blocker.args[0]
+    assert new_steps[0] == first.steps + 1  # the step count continues
+    assert second.status == "stopped" and second.steps > first.steps
+    steps_after = list(page.charts.series("step"))
+    assert steps_after[: len(steps_before)] == steps_before  # the chart kept the first part of the run
+    assert steps_after == list(range(1, second.steps + 1))
+
+
+@pytest.mark.slow
+def test_real_engine_failure_shows_dialog(qtbot, make_page, tmp_path, real_engine, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = demo_config(tmp_path, max_steps=2)
+    cfg.model.base = "nobody/no-such-model"  # passes the start check (a hub id), fails to load offline
+    cfg.model.family = "auto"
+    cfg.set("dataset.folders", [str(make_dataset(tmp_path / "images"))])
+    page = make_page(cfg)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        click_train(qtbot, page)
+    assert blocker.args[0].status == "failed"
+    box = page.findChild(QMessageBox, "training_error_box")
+    assert box is not None and box.isVisible() and "no-such-model" in box.text()
+    box.close()
+    assert page.state == TrainState.FAILED and page.train_button.isEnabled()
