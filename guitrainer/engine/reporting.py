@@ -1,0 +1,67 @@
+"""Console reporter for the headless CLI: a tqdm progress bar with loss, lr and loss scale."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from guitrainer.core.events import SampleImage, SavedFile, StepMetrics
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleReporter:
+    """Implements :class:`guitrainer.core.events.Reporter` for a terminal. ``quiet`` drops the bar and statuses."""
+
+    def __init__(self, quiet: bool = False, stream: Any = None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self._bar: Any = None
+        self.last: StepMetrics | None = None
+
+    def _write(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream)
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        self.last = metrics
+        if self.quiet:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=metrics.total_steps, unit="step", file=self.stream, dynamic_ncols=True)
+        bar = self._bar
+        if bar.total != metrics.total_steps:
+            bar.total = metrics.total_steps
+        bar.n = metrics.step
+        post = {"epoch": metrics.epoch, "loss": f"{metrics.loss:.4f}", "lr": f"{metrics.lr:.2e}"}
+        if metrics.grad_scale is not None:
+            post["scale"] = f"{metrics.grad_scale:g}"
+        if metrics.skipped_total:
+            post["skipped"] = metrics.skipped_total
+        bar.set_postfix(post, refresh=False)
+        bar.refresh()
+
+    def on_status(self, text: str) -> None:
+        if not self.quiet:
+            self._write(text)
+
+    def on_warning(self, text: str) -> None:
+        self._write(f"warning: {text}")
+
+    def on_saved(self, saved: SavedFile) -> None:
+        if not self.quiet:
+            self._write(f"saved {saved.kind}: {saved.path}")
+
+    def on_sample(self, sample: SampleImage) -> None:
+        if not self.quiet:
+            self._write(f"sample: {sample.path} ({sample.prompt})")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

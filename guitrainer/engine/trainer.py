@@ -1,0 +1,684 @@
+"""The training loop: ``Trainer(config, reporter, control).run() -> RunSummary``.
+
+Mixed precision follows DESIGN §4 exactly, by hand rather than through accelerate's
+``mixed_precision`` so every rule is visible here:
+
+* frozen weights (UNet, VAE, text encoders) are cast to the compute dtype (fp16 / bf16 / fp32);
+* trainable LoRA params (and so the optimizer state) stay fp32;
+* the forward runs under ``torch.autocast(device_type, dtype)`` for fp16 / bf16;
+* fp16 only: ``torch.amp.GradScaler`` scales the loss, ``unscale_`` runs before clipping, steps with
+  inf/NaN gradients are skipped and counted, and the scale is reported every step.
+
+accelerate provides the device, DDP wrapping under ``accelerate launch`` and the main-process rule
+(only the main process reports and saves). Gradient accumulation is done by hand with ``no_sync``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from guitrainer.config import DatasetFolder, TrainingConfig
+from guitrainer.core.events import Control, NullReporter, Reporter, RunSummary, SavedFile, StepMetrics
+from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with, numbered_path
+from guitrainer.core.paths import expand
+from guitrainer.engine import data as D
+from guitrainer.engine import lora as L
+from guitrainer.engine.models import LoadedModel, ModelLoadError, ensure_demo_dataset, load_base_model
+from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
+
+log = logging.getLogger(__name__)
+
+#: fp16: this many skipped steps in a row (inf/NaN gradients every time) stop the run
+MAX_CONSECUTIVE_SKIPS = 10
+STATE_VERSION = 1
+STATE_FILE = "trainer_state.json"
+COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: settings a saved state must share with the run that resumes it
+_RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
+
+OOM_ADVICE = (
+    "turn on gradient checkpointing (Precision page)",
+    "use a smaller batch size (raise gradient accumulation to keep the effective batch)",
+    "use an 8-bit optimizer (AdamW8bit)",
+    "cache latents so the VAE leaves memory",
+    "lower the resolution",
+)
+
+
+class TrainingFailed(Exception):
+    """Stops the run with a message and advice; turned into a "failed" RunSummary."""
+
+    def __init__(self, message: str, advice: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.message = message
+        self.advice = advice
+
+
+@dataclass
+class _Progress:
+    """Where the run is: what a resumable state stores besides weights, optimizer and RNG."""
+
+    global_step: int = 0
+    epoch: int = 0  # 0-based epoch being trained
+    batch_pos: int = 0  # next batch of ``epoch``
+    skipped_total: int = 0
+    consecutive_skips: int = 0
+    last_loss: float | None = None
+
+
+def _is_oom(e: BaseException) -> bool:
+    oom_type = getattr(torch, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(e, oom_type):
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+class Trainer:
+    """Trains a LoRA as ``config`` says; reports through ``reporter``; obeys ``control`` once per step."""
+
+    def __init__(self, config: TrainingConfig, reporter: Reporter | None = None, control: Control | None = None):
+        self.config = config
+        self.reporter: Reporter = reporter or NullReporter()
+        self.control = control or Control()
+        self.warnings: list[str] = []
+        self.progress = _Progress()
+        self.model: LoadedModel | None = None
+        self.lora_path: str | None = None
+        self.state_path: str | None = None
+        self._intermediates: list[str] = []
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> RunSummary:
+        """Train; returns how the run ended. Out of memory and NaN losses end as "failed" with advice."""
+        try:
+            return self._run()
+        except TrainingFailed as f:
+            return self._summary("failed", f.message, f.advice)
+        except (D.DatasetError, ModelLoadError, L.LoraFormatError) as e:
+            return self._summary("failed", str(e), ())
+        except (RuntimeError, MemoryError) as e:
+            if not (_is_oom(e) or isinstance(e, MemoryError)):
+                raise
+            self._free_memory()
+            msg = f"out of memory at step {self.progress.global_step + 1}: {str(e).splitlines()[0][:200]}"
+            return self._summary("failed", msg, OOM_ADVICE)
+
+    # ------------------------------------------------------------------ reporting helpers
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        log.warning(text)
+        if self._main:
+            self.reporter.on_warning(text)
+
+    def _status(self, text: str) -> None:
+        log.info(text)
+        if self._main:
+            self.reporter.on_status(text)
+
+    def _summary(self, status: str, message: str = "", advice: tuple[str, ...] = ()) -> RunSummary:
+        p = self.progress
+        return RunSummary(
+            status=status,
+            steps=p.global_step,
+            epochs=p.epoch,
+            final_loss=p.last_loss,
+            lora_path=self.lora_path,
+            state_path=self.state_path,
+            message=message,
+            advice=tuple(advice),
+            skipped_steps=p.skipped_total,
+            warnings=tuple(self.warnings),
+        )
+
+    def _free_memory(self) -> None:
+        self.model = None
+        self.optimizer = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ set-up
+    _main = True
+
+    def _setup(self) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+        from diffusers.training_utils import cast_training_params
+
+        cfg = self.config
+        self.accelerator = Accelerator(gradient_accumulation_steps=cfg.schedule.gradient_accumulation, mixed_precision="no")
+        acc = self.accelerator
+        self._main = acc.is_main_process
+        self.device = acc.device
+        if self.device.type == "cpu":
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+        set_seed(cfg.schedule.seed)
+        self.precision = cfg.precision.training
+        self.dtype = COMPUTE_DTYPES[self.precision]
+        self._status("loading the base model")
+        m = load_base_model(cfg.model)
+        self.model = m
+        self.dataset = self._build_dataset(m)
+
+        # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's VAE
+        # overflows in fp16, and CPUs have no fast fp16 convolutions (a 64 px demo step is 10x slower).
+        vae_fp32 = self.precision == "fp16" and (m.family == "sdxl" or self.device.type == "cpu")
+        vae_dtype = torch.float32 if vae_fp32 else self.dtype
+        # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
+        torch.nn.Module.to(m.unet, self.device, self.dtype)
+        torch.nn.Module.to(m.vae, self.device, vae_dtype)
+        for te in m.text_encoders:
+            te.to(self.device, dtype=self.dtype)
+
+        n = cfg.network
+        L.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
+        self.train_te = bool(n.train_text_encoder)
+        if self.train_te:
+            for te in m.text_encoders:
+                L.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
+        trained = [m.unet, *(m.text_encoders if self.train_te else [])]
+        cast_training_params(trained, dtype=torch.float32)  # fp32 master weights for the LoRA
+        if cfg.model.init_lora and not cfg.schedule.resume_from:
+            left_out: list[str] = []
+            tes = m.text_encoders if self.train_te else []
+            count = L.load_kohya_lora(expand(cfg.model.init_lora), m.unet, tes, strict=False, skipped=left_out)
+            if not count:
+                raise L.LoraFormatError(f"{cfg.model.init_lora}: none of its LoRA modules match the layers trained here")
+            if left_out:
+                self._warn(f"{len(left_out)} modules of {cfg.model.init_lora} are not trained here and were left out")
+            self._status(f"continuing from {cfg.model.init_lora} ({count} LoRA modules)")
+        if cfg.precision.gradient_checkpointing:
+            m.unet.enable_gradient_checkpointing()
+            if self.train_te:
+                for te in m.text_encoders:
+                    enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
+                    enable()
+        m.unet.train()
+        for te in m.text_encoders:
+            te.train(self.train_te)
+
+        self.unet_params = L.lora_parameters(m.unet)
+        self.te_params = [p for te in m.text_encoders for p in L.lora_parameters(te)] if self.train_te else []
+        self.params = self.unet_params + self.te_params
+        groups = param_groups(self.unet_params, self.te_params, cfg.optimizer.lr, cfg.optimizer.text_encoder_lr)
+        self.optimizer, self.optimizer_name = build_optimizer(cfg.optimizer, groups, warn=self._warn)
+
+        self.batches_per_epoch = math.ceil(self._shard_len() / cfg.schedule.batch_size)
+        self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.schedule.gradient_accumulation)
+        s = cfg.schedule
+        self.total_steps = s.max_steps if s.max_steps > 0 else s.epochs * self.steps_per_epoch
+        self.lr_scheduler = build_lr_scheduler(s, self.optimizer, self.total_steps)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
+        ddp = acc.num_processes > 1
+        self.unet = acc.prepare_model(m.unet) if ddp else m.unet
+        self.text_encoders = [acc.prepare_model(te) if ddp and self.train_te else te for te in m.text_encoders]
+
+        self.latent_cache: dict[int, torch.Tensor] = {}
+        if cfg.precision.cache_latents and not cfg.dataset.flip_augment:
+            self._cache_latents()
+        self.text_cache: dict[str, tuple[torch.Tensor, dict[str, torch.Tensor] | None]] = {}
+        self.cache_text = bool(cfg.precision.cache_text_encoder_outputs and not self.train_te)
+
+        if cfg.schedule.resume_from:
+            self._load_state(expand(cfg.schedule.resume_from))
+        else:
+            set_seed(cfg.schedule.seed, device_specific=True)  # the noise sequence starts here, whatever set-up used
+        if cfg.sampling.every_n_steps and cfg.sampling.prompts:
+            self._warn("sample images during training arrive with a later version; no samples will be made")
+
+    def _build_dataset(self, m: LoadedModel) -> D.TrainDataset:
+        dcfg = self.config.dataset
+        if not dcfg.folders and self.config.model.base == "demo":
+            import copy
+
+            dcfg = copy.copy(dcfg)
+            dcfg.folders = [DatasetFolder(path=str(ensure_demo_dataset()), repeats=1)]
+            self._status(f"using the built-in demo dataset in {dcfg.folders[0].path}")
+        items = D.collect_items(dcfg, warn=self._warn)
+        ds = D.TrainDataset(items, dcfg)
+        self._status(f"{len(items)} images, {len(ds)} per epoch with repeats")
+        return ds
+
+    def _shard_len(self) -> int:
+        acc = self.accelerator
+        return len(range(acc.process_index, len(self.dataset), acc.num_processes))
+
+    def _cache_latents(self) -> None:
+        """Encode every image once (fixed generator) and keep the latents; the VAE then leaves the GPU."""
+        assert self.model is not None
+        vae = self.model.vae
+        g = torch.Generator(device="cpu").manual_seed(self.config.schedule.seed)
+        self._status("caching latents")
+        with torch.no_grad():
+            for idx in range(len(self.dataset.items)):
+                px = self.dataset.pixels(idx).unsqueeze(0).to(self.device, vae.dtype)
+                dist = vae.encode(px).latent_dist
+                eps = torch.randn(dist.mean.shape, generator=g).to(self.device, dist.mean.dtype)
+                lat = (dist.mean + dist.std * eps) * vae.config.scaling_factor
+                self.latent_cache[idx] = lat[0].to(self.dtype)
+        if self.device.type == "cuda":
+            vae.to("cpu")
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ loss
+    def _encode_text(self, captions: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """Encoder hidden states (and SDXL's added conditioning) for a batch of captions."""
+        if self.cache_text:
+            missing = [c for c in dict.fromkeys(captions) if c not in self.text_cache]
+            for c in missing:
+                with torch.no_grad():
+                    h, added = self._encode_text_uncached([c])
+                self.text_cache[c] = (h.detach(), {k: v.detach() for k, v in added.items()} if added else None)
+            hs = torch.cat([self.text_cache[c][0] for c in captions])
+            first = self.text_cache[captions[0]][1]
+            if first is None:
+                return hs, None
+            return hs, {k: torch.cat([self.text_cache[c][1][k] for c in captions]) for k in first}  # type: ignore[index]
+        with contextlib.nullcontext() if self.train_te else torch.no_grad():
+            return self._encode_text_uncached(captions)
+
+    def _encode_text_uncached(self, captions: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        assert self.model is not None
+        m = self.model
+        ids = [
+            tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True, return_tensors="pt")
+            .input_ids.to(self.device)
+            for tok in m.tokenizers
+        ]
+        if m.family != "sdxl":
+            return self.text_encoders[0](ids[0])[0], None
+        hidden, pooled = [], None
+        for te, i in zip(self.text_encoders, ids):
+            out = te(i, output_hidden_states=True)
+            hidden.append(out.hidden_states[-2])
+            pooled = getattr(out, "text_embeds", None)
+        res = self.config.dataset.resolution
+        time_ids = torch.tensor([[res, res, 0, 0, res, res]], device=self.device, dtype=hidden[0].dtype).repeat(len(captions), 1)
+        return torch.cat(hidden, dim=-1), {"text_embeds": pooled, "time_ids": time_ids}  # type: ignore[dict-item]
+
+    def _latents(self, batch: dict[str, Any]) -> torch.Tensor:
+        assert self.model is not None
+        if self.latent_cache:
+            return torch.stack([self.latent_cache[i] for i in batch["indices"]])
+        vae = self.model.vae
+        with torch.no_grad():
+            px = batch["pixels"].to(self.device, vae.dtype)
+            lat = vae.encode(px).latent_dist.sample() * vae.config.scaling_factor
+        return lat.to(self.dtype)
+
+    def _forward_loss(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Noise-prediction MSE of one micro-batch (epsilon, or v with a v-prediction scheduler). Runs under autocast."""
+        assert self.model is not None
+        sched = self.model.noise_scheduler
+        latents = batch["latents"]
+        noise = torch.randn_like(latents)
+        t = torch.randint(0, sched.config.num_train_timesteps, (latents.shape[0],), device=latents.device).long()
+        noisy = sched.add_noise(latents, noise, t)
+        hidden, added = self._encode_text(batch["captions"])
+        pred = self.unet(noisy, t, hidden, added_cond_kwargs=added).sample
+        target = sched.get_velocity(latents, noise, t) if self.model.prediction_type == "v_prediction" else noise
+        return F.mse_loss(pred.float(), target.float(), reduction="mean")
+
+    def evaluation_loss(self, seed: int = 0, adapters: bool = True, repeats: int = 4) -> float:
+        """Mean loss over every image ``repeats`` times with noise and timesteps fixed by ``seed``.
+
+        Leaves every RNG as it was. ``adapters=False`` measures the base model (the LoRA switched off).
+        Call after :meth:`run` (the trained model is kept).
+        """
+        assert self.model is not None, "run() first"
+        unet = self.model.unet
+        devices = [self.device] if self.device.type == "cuda" else []
+        losses: list[float] = []
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(seed)
+            unet.eval()  # no LoRA dropout while measuring
+            if not adapters:
+                unet.disable_adapters()
+            try:
+                idx = list(range(len(self.dataset.items))) * repeats
+                for b in D.batches_of(idx, self.config.schedule.batch_size):
+                    batch = {
+                        "pixels": torch.stack([self.dataset.pixels(i) for i in b]),
+                        "captions": [D.apply_trigger(self.dataset.items[i].caption, self.config.dataset.trigger_word) for i in b],
+                        "indices": b,
+                    }
+                    batch["latents"] = self._latents(batch)
+                    with self._autocast():
+                        losses.append(float(self._forward_loss(batch)))
+            finally:
+                unet.train()
+                if not adapters:
+                    unet.enable_adapters()
+        return sum(losses) / len(losses)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    # ------------------------------------------------------------------ one optimizer step
+    def _optimizer_step(self, micro: list[list[int]]) -> tuple[float, float | None, bool]:
+        """Forward/backward over the micro-batches, then one (possibly skipped) update. -> loss, grad norm, skipped."""
+        acc, scaler = self.accelerator, self.scaler
+        losses = []
+        for j, b in enumerate(micro):
+            batch = D.collate([self.dataset[i] for i in b])
+            batch["latents"] = self._latents(batch)  # frozen VAE, outside autocast: it runs in its own dtype
+            sync = j == len(micro) - 1 or acc.num_processes == 1
+            with contextlib.nullcontext() if sync else acc.no_sync(self.unet):
+                with self._autocast():
+                    loss = self._forward_loss(batch)
+                losses.append(loss.detach())
+                scaled = loss / len(micro)
+                (scaler.scale(scaled) if scaler else scaled).backward()
+        loss_value = float(torch.stack(losses).mean().item())
+        if not math.isfinite(loss_value) and scaler is None:
+            raise TrainingFailed(
+                f"loss became NaN at step {self.progress.global_step + 1} ({self.precision}); training stopped. "
+                "The last saved LoRA and training state were kept unchanged.",
+                (
+                    "lower the learning rate (e.g. by 10x)",
+                    "keep gradient clipping on (max grad norm 1.0)",
+                    "use fp32 to rule out a precision problem",
+                    "check the dataset for broken images",
+                ),
+            )
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)  # before clipping: clip the true gradients
+        max_norm = self.config.schedule.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else float("inf"))
+        skipped = False
+        if scaler is not None:
+            before = scaler.get_scale()
+            scaler.step(self.optimizer)
+            scaler.update()
+            skipped = scaler.get_scale() < before
+        else:
+            self.optimizer.step()
+        if not skipped:  # like accelerate: a skipped update does not advance the schedule
+            self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        norm_value = float(norm.item())
+        return loss_value, (norm_value if math.isfinite(norm_value) else None), skipped
+
+    # ------------------------------------------------------------------ loop
+    def _run(self) -> RunSummary:
+        self._setup()
+        cfg, p = self.config, self.progress
+        bs, ga = cfg.schedule.batch_size, cfg.schedule.gradient_accumulation
+        images_per_step = bs * ga * self.accelerator.num_processes
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.started_at = datetime.now(UTC)
+        self._status(f"training {self.total_steps} steps ({self.precision}, {self.optimizer_name}) on {self.device}")
+        batches: list[list[int]] = []
+        batches_epoch = -1
+        while p.global_step < self.total_steps:
+            if batches_epoch != p.epoch:
+                order = D.epoch_order(len(self.dataset), cfg.schedule.seed, p.epoch)
+                shard = order[self.accelerator.process_index :: self.accelerator.num_processes]
+                batches, batches_epoch = D.batches_of(shard, bs), p.epoch
+            micro = batches[p.batch_pos : p.batch_pos + ga]
+            t0 = time.perf_counter()
+            loss, norm, skipped = self._optimizer_step(micro)
+            dt = time.perf_counter() - t0
+            p.global_step += 1
+            p.batch_pos += len(micro)
+            p.last_loss = loss if math.isfinite(loss) else p.last_loss
+            p.skipped_total += int(skipped)
+            p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
+            self._report(loss, norm, skipped, dt, images_per_step)
+            if p.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+                raise TrainingFailed(
+                    f"fp16 overflow: {p.consecutive_skips} steps in a row had inf/NaN gradients and were skipped "
+                    f"(step {p.global_step}); training stopped. The last saved LoRA and state were kept unchanged.",
+                    ("switch to bf16 AMP if your GPU supports it", "lower the learning rate", "use fp32"),
+                )
+            if p.batch_pos >= len(batches):
+                p.epoch += 1
+                p.batch_pos = 0
+                n = cfg.output.save_every_n_epochs
+                if n and p.epoch % n == 0 and p.global_step < self.total_steps:
+                    self._save_intermediate(f"{p.epoch:06d}")
+            outcome = self._poll_control()
+            if outcome is not None:
+                return outcome
+        self._status("training finished")
+        self.lora_path = self._save_final()
+        self.state_path = self._save_state()
+        return self._summary("finished", f"trained {p.global_step} steps")
+
+    def _report(self, loss: float, norm: float | None, skipped: bool, dt: float, images: int) -> None:
+        if not self._main:
+            return
+        p = self.progress
+        peak = int(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else None
+        self.reporter.on_step(
+            StepMetrics(
+                step=p.global_step,
+                total_steps=self.total_steps,
+                epoch=p.epoch + 1,
+                loss=loss,
+                lr=float(self.optimizer.param_groups[0]["lr"]),
+                grad_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
+                skipped=skipped,
+                skipped_total=p.skipped_total,
+                grad_norm=norm,
+                seconds_per_step=dt,
+                images_per_second=images / dt if dt > 0 else 0.0,
+                peak_memory_bytes=peak,
+            )
+        )
+
+    def _poll_control(self) -> RunSummary | None:
+        c, p = self.control, self.progress
+        if c.take_save_request():
+            self._save_intermediate(f"step{p.global_step:06d}")
+        if c.take_sample_request():
+            self._status("sample images during training arrive with a later version; nothing was generated")
+        if c.paused and not c.stop_requested:
+            self._status(f"paused at step {p.global_step}")
+            c.wait_while_paused()
+            if not c.stop_requested:
+                self._status("resumed")
+        if c.stop_requested:
+            self._status(f"stopping at step {p.global_step}; saving the LoRA and a resumable state")
+            self.lora_path = self._save_final()
+            self.state_path = self._save_state()
+            return self._summary("stopped", f"stopped at step {p.global_step}; resume from {self.state_path}")
+        return None
+
+    # ------------------------------------------------------------------ saving
+    def _out_dir(self) -> Path:
+        return expand(self.config.output.folder)
+
+    def _metadata(self) -> dict[str, str]:
+        assert self.model is not None
+        cfg = self.config
+        meta = L.base_metadata(cfg, self.model.family)
+        tags: Counter[str] = Counter()
+        for it in self.dataset.items:
+            tags.update(t.strip() for t in it.caption.split(",") if t.strip())
+        meta.update(
+            {
+                "ss_training_started_at": str(self.started_at.timestamp()),
+                "ss_num_train_images": str(len(self.dataset)),
+                "ss_tag_frequency": json.dumps({"dataset": dict(tags)}),
+                "ss_steps": str(self.progress.global_step),
+                "ss_epoch": str(self.progress.epoch),
+                "ss_optimizer": self.optimizer_name,
+                "modelspec.title": cfg.output.title or cfg.output.name,
+                "modelspec.architecture": "stable-diffusion-xl-v1-base/lora" if self.model.family == "sdxl" else "stable-diffusion-v1/lora",
+            }
+        )
+        return meta
+
+    def _write_lora(self, path: Path) -> str:
+        assert self.model is not None
+        tes = self.model.text_encoders if self.train_te else []
+        sd = L.kohya_state_dict(self.model.unet, tes, self.config.network.alpha)
+        for w in L.save_lora(path, sd, self._metadata(), self.config.precision.save):
+            self._warn(w)
+        return str(path)
+
+    def _save_final(self) -> str | None:
+        if not self._main:
+            return None
+        o = self.config.output
+        path = self._out_dir() / f"{o.name}.safetensors"
+        if not o.overwrite:
+            path = numbered_path(path)
+        out = self._write_lora(path)
+        self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
+        return out
+
+    def _save_intermediate(self, tag: str) -> None:
+        if not self._main:
+            return
+        o = self.config.output
+        path = self._out_dir() / f"{o.name}-{tag}.safetensors"
+        if not o.overwrite:
+            path = numbered_path(path)
+        out = self._write_lora(path)
+        self._intermediates.append(out)
+        self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
+        if o.keep_last:
+            while len(self._intermediates) > o.keep_last:
+                old = Path(self._intermediates.pop(0))
+                with contextlib.suppress(OSError):
+                    old.unlink()
+        self._save_state()
+
+    def state_dir(self) -> Path:
+        """``<output.folder>/<output.name>_state``: where the resumable state is written."""
+        return self._out_dir() / f"{self.config.output.name}_state"
+
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        assert self.model is not None
+        out = {f"unet.{n}": p.detach().cpu() for n, p in self.model.unet.named_parameters() if p.requires_grad}
+        if self.train_te:
+            for i, te in enumerate(self.model.text_encoders):
+                out.update({f"te{i}.{n}": p.detach().cpu() for n, p in te.named_parameters() if p.requires_grad})
+        return {k: v.contiguous() for k, v in out.items()}
+
+    def _save_state(self) -> str | None:
+        """Write the resumable state into a temp folder, then rename it over the state folder."""
+        if not self._main:
+            return None
+        from safetensors.torch import save_file
+
+        target = self.state_dir()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        p = self.progress
+        try:
+            weights = self._trainable_state()
+            atomic_write_with(tmp / "lora_params.safetensors", lambda f: save_file(weights, str(f)))
+            atomic_write_with(tmp / "optimizer.pt", lambda f: torch.save(self.optimizer.state_dict(), f))
+            atomic_write_with(tmp / "lr_scheduler.pt", lambda f: torch.save(self.lr_scheduler.state_dict(), f))
+            if self.scaler is not None:
+                atomic_write_with(tmp / "scaler.pt", lambda f: torch.save(self.scaler.state_dict(), f))
+            atomic_write_with(tmp / "rng.pt", lambda f: torch.save(_rng_state(), f))
+            info = {
+                "version": STATE_VERSION,
+                "global_step": p.global_step,
+                "epoch": p.epoch,
+                "batch_pos": p.batch_pos,
+                "skipped_total": p.skipped_total,
+                "last_loss": p.last_loss,
+                "total_steps": self.total_steps,
+                "dataset_len": len(self.dataset),
+                "intermediates": self._intermediates,
+                "config": self.config.to_dict(),
+            }
+            atomic_write_bytes(tmp / STATE_FILE, json.dumps(info, indent=2).encode("utf-8"))
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            if target.exists():
+                os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
+        return str(target)
+
+    def _load_state(self, folder: Path) -> None:
+        from safetensors.torch import load_file
+
+        info_file = folder / STATE_FILE
+        if not info_file.is_file():
+            raise TrainingFailed(f"{folder} is not a training state folder (no {STATE_FILE})", ("pick the <name>_state folder",))
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+        saved = TrainingConfig.from_dict(info["config"]) if "config" in info else None
+        if saved is not None:
+            for key in _RESUME_MUST_MATCH:
+                if saved.get(key) != self.config.get(key):
+                    raise TrainingFailed(
+                        f"cannot resume: `{key}` was {saved.get(key)!r} in the saved state and is {self.config.get(key)!r} now",
+                        (f"set `{key}` back to {saved.get(key)!r}",),
+                    )
+        if info.get("dataset_len") != len(self.dataset):
+            self._warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
+        assert self.model is not None
+        weights = load_file(str(folder / "lora_params.safetensors"))
+        named = {f"unet.{n}": p for n, p in self.model.unet.named_parameters() if p.requires_grad}
+        if self.train_te:
+            for i, te in enumerate(self.model.text_encoders):
+                named.update({f"te{i}.{n}": p for n, p in te.named_parameters() if p.requires_grad})
+        if set(named) != set(weights):
+            raise TrainingFailed(f"{folder}: the saved LoRA does not match this network", ("check rank and layers trained",))
+        with torch.no_grad():
+            for k, prm in named.items():
+                prm.copy_(weights[k].to(prm.device, prm.dtype))
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=self.device, weights_only=True))
+        self.lr_scheduler.load_state_dict(torch.load(folder / "lr_scheduler.pt", weights_only=True))
+        if self.scaler is not None and (folder / "scaler.pt").is_file():
+            self.scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=True))
+        _set_rng_state(torch.load(folder / "rng.pt", weights_only=True))
+        p = self.progress
+        p.global_step, p.epoch, p.batch_pos = int(info["global_step"]), int(info["epoch"]), int(info["batch_pos"])
+        p.skipped_total, p.last_loss = int(info.get("skipped_total", 0)), info.get("last_loss")
+        self._intermediates = list(info.get("intermediates", []))
+        self._status(f"resumed from {folder} at step {p.global_step} (epoch {p.epoch + 1})")
+
+
+def _rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states, in a form ``torch.load(weights_only=True)`` accepts."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
