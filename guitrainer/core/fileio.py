@@ -26,6 +26,15 @@ def _explain(path: Path, e: OSError) -> WriteError:
     return err
 
 
+def _target_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path in the target's folder; on success fsync it and rename it over ``path``.
@@ -39,6 +48,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         os.close(fd)
+        # mkstemp makes 0600 files: keep the replaced file's mode, else the usual umask default.
+        os.chmod(tmp, _target_mode(path))
     except OSError as e:
         raise _explain(path, e) from e
     tmp_path = Path(tmp)
