@@ -63,6 +63,7 @@ from guitrainer.ui.caption_editor import CaptionEditCommand, CaptionEditor
 from guitrainer.ui.captioning import CaptioningPanel
 from guitrainer.ui.dataset_model import DatasetFilterProxy, DatasetModel, ItemRole, ThumbnailDelegate
 from guitrainer.ui.pages import Page
+from guitrainer.ui.regularization_panel import RegularizationPanel
 from guitrainer.ui.tag_tools import TagToolsPanel
 from guitrainer.ui.thumbnails import GRID_SIZE, ThumbnailLoader
 
@@ -359,6 +360,8 @@ class DatasetPage(Page):
         self.tabs.addTab(self.captioning, "Auto-caption")
         self.tabs.addTab(summary_page, "Summary")
         self.tabs.addTab(options_page, "Options")
+        self.regularization = RegularizationPanel(self.binding, self.loader, self)  # class images (issue 11)
+        self.tabs.addTab(self.regularization, "Regularization")
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(left)
@@ -562,6 +565,7 @@ class DatasetPage(Page):
             thread.quit()
             thread.wait(5000)
         self.captioning.shutdown()
+        self.regularization.shutdown()
         self.loader.shutdown()
 
     # ------------------------------------------------------------------ drag and drop

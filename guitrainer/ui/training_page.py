@@ -47,6 +47,7 @@ from guitrainer.core.paths import expand
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
+from guitrainer.ui.regularization_panel import prior_loss_box
 from guitrainer.ui.sample_gallery import SampleGallery
 from guitrainer.ui.workers import BaseWorker, TrainerFactory, TrainingWorker, run_in_thread
 
@@ -293,6 +294,7 @@ class TrainingPage(Page):
         sl.addWidget(build_form(self.binding, "network", title="LoRA network"))
         sl.addWidget(build_form(self.binding, "optimizer", title="Optimizer"))
         sl.addWidget(build_form(self.binding, "schedule", title="Schedule"))
+        sl.addWidget(prior_loss_box(self.binding))
         sl.addWidget(build_form(self.binding, "sampling", title="Samples"))
         sl.addStretch(1)
         settings_scroll = QScrollArea()
