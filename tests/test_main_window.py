@@ -161,3 +161,13 @@ def test_vram_meter_follows_detected_device(window, qtbot):
     qtbot.waitUntil(lambda: window.vram_meter.level == "over", timeout=3000)  # 24 GB preset on a 12 GB card
     window.model_page.device_detected.emit(hardware.fake_device("h100"))
     qtbot.waitUntil(lambda: window.vram_meter.level == "ok", timeout=3000)
+
+
+def test_fp16_overflow_warning_reaches_output_page(window):
+    from guitrainer.engine.export import FP16_WARNING_TAG
+
+    window.binding.set("precision.save", "fp16")
+    window.training_page._on_warning(f"{FP16_WARNING_TAG} lora_unet_x.lora_up.weight exceeds ±65504.")
+    assert window.output_page._advice_row.isVisibleTo(window.output_page)
+    window.output_page.advice_button.click()
+    assert window.binding.config.precision.save == "bf16"

@@ -97,6 +97,8 @@ class MainWindow(QMainWindow):
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         # The VRAM meter follows the device the precision picker shows (probed, or chosen among GPUs).
         self.model_page.device_detected.connect(self._on_device_detected)
+        # An fp16 overflow found while saving shows up on the Output page with its "save as bf16" fix.
+        self.training_page.warning_raised.connect(self.output_page.note_warning)
         self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
         self.nav.setCurrentRow(0)
 

@@ -1,18 +1,255 @@
-"""Output page: where the LoRA goes, its format, save precision and metadata."""
+"""Output page: where the LoRA goes, its format, save precision, metadata, and a check that others can load it.
+
+No torch at import: the file-name preview uses :mod:`guitrainer.engine.export`'s pure helpers, and the
+Verify button imports the engine in its worker thread.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QWidget
+import html
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from guitrainer.ui.binding import ConfigBinding, build_form
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guitrainer.core.precision import save_overflow_advice
+from guitrainer.engine import export as X
+from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
 from guitrainer.ui.pages import Page
+from guitrainer.ui.workers import BaseWorker, run_in_thread
+
+log = logging.getLogger(__name__)
+
+METADATA_FIELDS = ("title", "author", "description", "trigger_words", "license")
+#: ``verifier(path, model_config) -> VerifyResult``; the default is the real engine
+Verifier = Callable[[str, Any], Any]
+
+
+def _default_verifier(path: str, model_cfg: Any) -> Any:
+    from guitrainer.engine.verify import verify_lora
+
+    return verify_lora(path, model_cfg)
+
+
+class VerifyWorker(BaseWorker):
+    """Runs :func:`guitrainer.engine.verify.verify_lora` on a file against the base model, off the GUI thread."""
+
+    def __init__(self, path: str, model_cfg: Any, verifier: Verifier | None = None):
+        super().__init__()
+        self.path, self.model_cfg = path, model_cfg
+        self._verifier = verifier or _default_verifier
+
+    def work(self) -> Any:
+        return self._verifier(self.path, self.model_cfg)
 
 
 class OutputPage(Page):
+    """Output folder and name with a preview of the files, format, save precision (with the fp16 advice),
+    save schedule, metadata, and a Verify button.
+
+    Signals:
+        verified(object): a verification finished (the :class:`~guitrainer.engine.verify.VerifyResult`).
+    """
+
     title = "Output"
     subtitle = "Where the trained LoRA is written, in which format and precision, and what it says about itself."
 
-    def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
+    verified = Signal(object)
+
+    def __init__(self, binding: ConfigBinding, parent: QWidget | None = None, *, verifier: Verifier | None = None):
         super().__init__(binding, parent)
-        self.body.addWidget(build_form(binding, "output", title="Output"))
+        self._verifier = verifier
+        self.verify_running = False
+        self.body.addWidget(self._where_box())
+        self.body.addWidget(self._saving_box())
+        self.body.addWidget(self._metadata_box())
+        self.body.addWidget(self._verify_box())
         self.finish()
+        binding.changed.connect(self._on_changed)
+        binding.replaced.connect(self._refresh_preview)
+        self._refresh_preview()
+
+    # ------------------------------------------------------------------ layout
+    def _row(self, form: QFormLayout, path: str, editor: QWidget | None = None) -> QWidget:
+        editor = editor or make_editor(self.binding, path, self)
+        lab = QLabel(label_for(path), self)
+        lab.setToolTip(editor.toolTip())
+        lab.setBuddy(editor)
+        form.addRow(lab, editor)
+        return editor
+
+    def _where_box(self) -> QGroupBox:
+        box = QGroupBox("Where and how", self)
+        form = QFormLayout(box)
+        self.folder_edit = make_editor(self.binding, "output.folder", box)
+        browse = QPushButton("Browse…", box)
+        browse.setObjectName("browse_output_folder")
+        browse.clicked.connect(self._browse_folder)
+        row = QWidget(box)
+        h = QHBoxLayout(row)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.addWidget(self.folder_edit, 1)
+        h.addWidget(browse)
+        self._row(form, "output.folder", row).setToolTip(self.folder_edit.toolTip())
+        self.name_edit = self._row(form, "output.name")
+        self.format_combo = self._row(form, "output.format")
+        self._row(form, "output.overwrite")
+        self.preview = QLabel(box)
+        self.preview.setObjectName("file_preview")
+        self.preview.setWordWrap(True)
+        self.preview.setTextInteractionFlags(self.preview.textInteractionFlags() | self.preview.textInteractionFlags().TextSelectableByMouse)
+        form.addRow(QLabel("Files written", box), self.preview)
+        return box
+
+    def _saving_box(self) -> QGroupBox:
+        box = QGroupBox("Saving", self)
+        form = QFormLayout(box)
+        self._row(form, "precision.save")
+        self.advice_label = QLabel(box)
+        self.advice_label.setObjectName("save_advice")
+        self.advice_label.setWordWrap(True)
+        self.advice_label.setStyleSheet("color: #b3261e;")
+        self.advice_button = QPushButton("Save as bf16", box)
+        self.advice_button.setObjectName("apply_save_advice")
+        self.advice_button.clicked.connect(self._apply_advice)
+        adv = QWidget(box)
+        v = QVBoxLayout(adv)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.addWidget(self.advice_label)
+        v.addWidget(self.advice_button)
+        form.addRow("", adv)
+        self._advice_row = adv
+        adv.setVisible(False)
+        self._advice: Any = None
+        self._row(form, "output.save_every_n_epochs")
+        self._row(form, "output.keep_last")
+        return box
+
+    def _metadata_box(self) -> QGroupBox:
+        box = QGroupBox("About this LoRA (saved in the file)", self)
+        form = QFormLayout(box)
+        for name in METADATA_FIELDS:
+            self._row(form, f"output.{name}")
+        return box
+
+    def _verify_box(self) -> QGroupBox:
+        box = QGroupBox("Check a LoRA file", self)
+        v = QVBoxLayout(box)
+        hint = QLabel("Loads the file with diffusers (ComfyUI and A1111 read the same keys) into the base model chosen "
+                      "on the Model page and compares the outputs with our own reading of the file.", box)
+        hint.setWordWrap(True)
+        hint.setStyleSheet("color: palette(placeholder-text);")
+        v.addWidget(hint)
+        row = QHBoxLayout()
+        self.verify_path = QLineEdit(box)
+        self.verify_path.setObjectName("verify_path")
+        self.verify_path.setPlaceholderText("a .safetensors LoRA, or a diffusers LoRA folder")
+        browse = QPushButton("Browse…", box)
+        browse.clicked.connect(self._browse_verify)
+        self.verify_button = QPushButton("Verify", box)
+        self.verify_button.setObjectName("verify_button")
+        self.verify_button.clicked.connect(self.start_verify)
+        row.addWidget(self.verify_path, 1)
+        row.addWidget(browse)
+        row.addWidget(self.verify_button)
+        v.addLayout(row)
+        self.verify_result = QLabel(box)
+        self.verify_result.setObjectName("verify_result")
+        self.verify_result.setWordWrap(True)
+        v.addWidget(self.verify_result)
+        return box
+
+    # ------------------------------------------------------------------ file names
+    def _on_changed(self, path: str) -> None:
+        if path.startswith("output."):
+            self._refresh_preview()
+        if path == "precision.save" and self.binding.get("precision.save") != "fp16":
+            self._advice_row.setVisible(False)
+
+    def _refresh_preview(self) -> None:
+        rows = X.planned_files(self.binding.config.output)
+        self.preview.setText(
+            "<br>".join(f"<b>{html.escape(what)}</b>: {html.escape(path)}" for what, path in rows)
+        )
+
+    def preview_paths(self) -> list[str]:
+        """The previewed paths, in order (final, intermediate when enabled, state folder)."""
+        return [p for _w, p in X.planned_files(self.binding.config.output)]
+
+    def _browse_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Output folder", str(self.binding.get("output.folder")))
+        if folder:
+            self.binding.set("output.folder", folder)
+
+    def _browse_verify(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "LoRA file", str(self.binding.get("output.folder")), "LoRA (*.safetensors)")
+        if path:
+            self.verify_path.setText(path)
+
+    # ------------------------------------------------------------------ fp16 advice
+    def set_fp16_overflow(self, report: Mapping[str, float] | list[str] | None) -> None:
+        """Show (or clear) the advice for tensors the last run could not save in fp16 (name -> max |value|)."""
+        self._advice = save_overflow_advice(report) if report else None
+        if self._advice is None:
+            self._advice_row.setVisible(False)
+            return
+        self.advice_label.setText(self._advice.message)
+        self.advice_button.setText(self._advice.suggestion_text.capitalize() or "Save as bf16")
+        self._advice_row.setVisible(True)
+
+    def note_warning(self, text: str) -> None:
+        """Feed the run's warnings here: the fp16 save warning (tagged by the engine) is shown on this page."""
+        if not text.startswith(X.FP16_WARNING_TAG):
+            return
+        self._advice = None
+        self.advice_label.setText(text.removeprefix(X.FP16_WARNING_TAG).strip())
+        self.advice_button.setText("Save as bf16")
+        self._advice_row.setVisible(True)
+
+    def _apply_advice(self) -> None:
+        suggestion = self._advice.suggestion if self._advice is not None else {"precision.save": "bf16"}
+        for path, value in suggestion.items():
+            self.binding.set(path, value)
+        self._advice_row.setVisible(False)
+
+    # ------------------------------------------------------------------ verify
+    def start_verify(self, path: str | None = None) -> None:
+        """Verify ``path`` (default: the path field) in the background; the result appears below the button."""
+        path = (path if isinstance(path, str) else None) or self.verify_path.text().strip()
+        if not path:
+            self.verify_result.setText("Choose a LoRA file to check first.")
+            return
+        self.verify_path.setText(path)
+        self.verify_button.setEnabled(False)
+        self.verify_running = True
+        self.verify_result.setText("Checking… (loading the base model and the file)")
+        worker = VerifyWorker(path, self.binding.config.copy().model, self._verifier)
+        worker.finished.connect(self._on_verified)
+        worker.failed.connect(self._on_verify_failed)
+        self._worker = worker
+        run_in_thread(worker, name="VerifyLoRA")
+
+    def _on_verified(self, result: Any) -> None:
+        self.verify_running = False
+        self.verify_button.setEnabled(True)
+        mark = "✔" if result.ok else "✘"
+        color = "#1b6e20" if result.ok else "#b3261e"
+        self.verify_result.setText(f"<span style='color:{color}'>{mark} {html.escape(result.message)}</span>")
+        self.verified.emit(result)
+
+    def _on_verify_failed(self, message: str, _tb: str) -> None:
+        self.verify_running = False
+        self.verify_button.setEnabled(True)
+        self.verify_result.setText(f"<span style='color:#b3261e'>✘ Could not check the file: {html.escape(message)}</span>")

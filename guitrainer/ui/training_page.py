@@ -243,6 +243,7 @@ class TrainingPage(Page):
     state_changed = Signal(str)  # TrainState value
     run_finished = Signal(object)  # RunSummary (any status)
     run_failed = Signal(str, str)  # message, traceback: an exception escaped the trainer
+    warning_raised = Signal(str)  # a warning from the engine (other pages react, e.g. fp16 overflow on Output)
 
     def __init__(
         self,
@@ -756,6 +757,7 @@ class TrainingPage(Page):
         self.warning_label.setText(f"⚠ {text}{more}")
         self.warning_label.setToolTip("\n".join(self._warnings[-20:]))
         self.warning_label.show()
+        self.warning_raised.emit(text)
 
     @Slot(object)
     def _on_sample(self, sample: SampleImage) -> None:

@@ -1,0 +1,328 @@
+"""Writing a trained LoRA: file names, metadata, the fp16 range check, and the export itself.
+
+Importing this module does not load torch (the Output page uses the file-name helpers while the
+window opens); the functions that touch tensors import it when called.
+
+Formats (DESIGN §5):
+
+* ``kohya``: ``<folder>/<name>.safetensors`` with ``lora_unet_*`` / ``lora_te_*`` keys and the real alpha;
+  what ComfyUI, A1111/Forge and diffusers read.
+* ``diffusers``: ``<folder>/<name>/pytorch_lora_weights.safetensors`` with peft keys (``unet.<module>.lora_A.weight``)
+  and diffusers' ``lora_adapter_metadata`` (the LoraConfig, so alpha != rank survives), as
+  ``StableDiffusionPipeline.save_lora_weights`` writes it; ``pipe.load_lora_weights(<folder>/<name>)`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from guitrainer.core.fileio import numbered_path
+from guitrainer.core.paths import expand
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from guitrainer.core.precision import Advice
+
+log = logging.getLogger(__name__)
+
+DIFFUSERS_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
+FP16_MAX = 65504.0
+#: fp16's smallest subnormal is 2**-24; anything below half of it rounds to zero
+FP16_TINY = 2.0**-25
+#: a tensor is reported when more than this fraction of its non-zero values would become zero in fp16
+UNDERFLOW_FRACTION = 1e-3
+#: the trainer's warning about an fp16 save starts with this, so the Output page can pick it out of the log
+FP16_WARNING_TAG = "[fp16 save]"
+ARCHITECTURES = {"sd15": "stable-diffusion-v1/lora", "sdxl": "stable-diffusion-xl-v1-base/lora"}
+BASE_VERSIONS = {"sd15": "sd_v1", "sdxl": "sdxl_base_v1-0"}
+IMPLEMENTATIONS = {"sd15": "diffusers", "sdxl": "https://github.com/Stability-AI/generative-models"}
+
+Fp16Overflow = Literal["bf16", "fp32", "write", "raise"]
+
+
+# --------------------------------------------------------------------------- fp16 range check
+
+
+@dataclass(frozen=True)
+class Fp16Report:
+    """What casting a state dict to fp16 would break, by tensor name.
+
+    Attributes:
+        overflow: name -> largest absolute value, for tensors with values beyond ±65504 (they become inf).
+        underflow: name -> fraction of the tensor's non-zero values that would become 0.
+    """
+
+    overflow: dict[str, float] = field(default_factory=dict)
+    underflow: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.overflow and not self.underflow
+
+    def advice(self) -> Advice | None:
+        """The Output page's advice (save as bf16 or fp32) when something overflows; None otherwise."""
+        from guitrainer.core.precision import save_overflow_advice
+
+        return save_overflow_advice(self.overflow)
+
+    def message(self) -> str:
+        """Plain words for a log line; empty when fp16 keeps everything."""
+        parts = []
+        adv = self.advice()
+        if adv is not None:
+            parts.append(adv.message)
+        if self.underflow:
+            names = sorted(self.underflow, key=self.underflow.get, reverse=True)  # type: ignore[arg-type]
+            worst = self.underflow[names[0]]
+            parts.append(
+                f"{len(names)} tensor{'s' if len(names) != 1 else ''} lose small values to zero in fp16 "
+                f"(up to {worst:.1%} of {names[0]}); bf16 or fp32 keep them."
+            )
+        return " ".join(parts)
+
+
+class Fp16OverflowError(ValueError):
+    """An fp16 save was refused because values exceed ±65504 (``on_fp16_overflow="raise"``)."""
+
+    def __init__(self, report: Fp16Report):
+        super().__init__(report.message())
+        self.report = report
+
+
+def check_fp16(state_dict: Mapping[str, torch.Tensor], *, underflow_fraction: float = UNDERFLOW_FRACTION) -> Fp16Report:
+    """Find the tensors fp16 cannot hold: values beyond ±65504, or more than ``underflow_fraction`` of a
+    tensor's non-zero values flushed to zero. Run it BEFORE writing; nothing is cast in place."""
+    import torch
+
+    overflow: dict[str, float] = {}
+    underflow: dict[str, float] = {}
+    for name, t in state_dict.items():
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        v = t.detach().float()
+        peak = float(v.abs().max())
+        if not math.isfinite(peak) or peak > FP16_MAX:
+            overflow[name] = peak
+        nonzero = int(torch.count_nonzero(v))
+        if nonzero:
+            lost = int(torch.count_nonzero((v != 0) & (v.to(torch.float16) == 0)))
+            if lost / nonzero > underflow_fraction:
+                underflow[name] = lost / nonzero
+    return Fp16Report(overflow, underflow)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _family(family: str) -> str:
+    return "sdxl" if family == "sdxl" else "sd15"
+
+
+def _unix(t: float | datetime | None) -> float:
+    if t is None:
+        return datetime.now(UTC).timestamp()
+    return t.timestamp() if isinstance(t, datetime) else float(t)
+
+
+def build_metadata(
+    config: Any,
+    family: str,
+    *,
+    num_images: int,
+    epochs: int,
+    steps: int,
+    started: float | datetime | None,
+    finished: float | datetime | None,
+    tag_frequency: Mapping[str, Mapping[str, int]],
+    optimizer_name: str,
+    epoch: int | None = None,
+) -> dict[str, str]:
+    """kohya ``ss_*`` and ``modelspec.*`` metadata (every value a string) for a LoRA trained with ``config``.
+
+    Args:
+        config: the :class:`guitrainer.config.TrainingConfig` of the run.
+        family: "demo", "sd15" or "sdxl" (demo models are SD 1.x-shaped).
+        num_images: training images (kohya counts images x repeats).
+        epochs: epochs of the run (``ss_num_epochs``); ``epoch`` is the one just finished (default ``epochs``).
+        steps: optimizer steps done so far.
+        started, finished: unix times (or datetimes) the run started and this file was written.
+        tag_frequency: ``{folder name: {tag: count}}`` as kohya writes it.
+        optimizer_name: the optimizer really used (after any fallback).
+    """
+    fam = _family(family)
+    n, o, res = config.network, config.output, int(config.dataset.resolution)
+    done = _unix(finished)
+    meta: dict[str, Any] = {
+        "ss_network_module": "networks.lora",
+        "ss_network_dim": n.rank,
+        "ss_network_alpha": f"{float(n.alpha):g}",
+        "ss_network_dropout": f"{float(n.dropout):g}",
+        "ss_base_model_version": BASE_VERSIONS[fam],
+        "ss_v2": "False",
+        "ss_sd_model_name": Path(str(config.model.base)).name or str(config.model.base),
+        "ss_mixed_precision": config.precision.training,
+        "ss_save_precision": config.precision.save,
+        "ss_resolution": f"({res}, {res})",
+        "ss_num_train_images": num_images,
+        "ss_num_epochs": epochs,
+        "ss_epoch": epoch if epoch is not None else epochs,
+        "ss_steps": steps,
+        "ss_max_train_steps": config.schedule.max_steps if config.schedule.max_steps > 0 else "",
+        "ss_batch_size_per_device": config.schedule.batch_size,
+        "ss_gradient_accumulation_steps": config.schedule.gradient_accumulation,
+        "ss_seed": config.schedule.seed,
+        "ss_learning_rate": f"{config.optimizer.lr:g}",
+        "ss_unet_lr": f"{config.optimizer.lr:g}",
+        "ss_text_encoder_lr": f"{config.optimizer.text_encoder_lr:g}" if n.train_text_encoder else "0",
+        "ss_lr_scheduler": config.schedule.lr_scheduler,
+        "ss_optimizer": optimizer_name,
+        "ss_tag_frequency": json.dumps({k: dict(v) for k, v in tag_frequency.items()}, ensure_ascii=False),
+        "ss_training_started_at": f"{_unix(started):.6f}",
+        "ss_training_finished_at": f"{done:.6f}",
+        "ss_output_name": o.name,
+        "modelspec.sai_model_spec": "1.0.0",
+        "modelspec.architecture": ARCHITECTURES[fam],
+        "modelspec.implementation": IMPLEMENTATIONS[fam],
+        "modelspec.title": o.title or o.name,
+        "modelspec.date": datetime.fromtimestamp(done, UTC).replace(microsecond=0).isoformat(),
+        "modelspec.resolution": f"{res}x{res}",
+    }
+    for key, value in (
+        ("modelspec.author", o.author),
+        ("modelspec.description", o.description),
+        ("modelspec.trigger_phrase", o.trigger_words),
+        ("modelspec.license", o.license),
+    ):
+        if str(value).strip():
+            meta[key] = str(value).strip()
+    return {k: str(v) for k, v in meta.items() if str(v) != ""}
+
+
+def tag_frequency(items: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """``{folder name: {tag: count}}`` from items with ``.image`` (a path) and ``.caption`` (comma-separated tags)."""
+    out: dict[str, dict[str, int]] = {}
+    for it in items:
+        folder = out.setdefault(Path(it.image).parent.name or "dataset", {})
+        for tag in (t.strip() for t in str(it.caption).split(",")):
+            if tag:
+                folder[tag] = folder.get(tag, 0) + 1
+    return out
+
+
+# --------------------------------------------------------------------------- file names
+
+
+def lora_path(output: Any, tag: str = "") -> Path:
+    """Where a LoRA of ``output`` (an :class:`~guitrainer.config.OutputConfig`) goes, before any numbering.
+
+    kohya: ``<folder>/<name>[-tag].safetensors``; diffusers: ``<folder>/<name>[-tag]/pytorch_lora_weights.safetensors``.
+    """
+    stem = f"{output.name}-{tag}" if tag else str(output.name)
+    folder = expand(output.folder)
+    if output.format == "diffusers":
+        return folder / stem / DIFFUSERS_WEIGHT_NAME
+    return folder / f"{stem}.safetensors"
+
+
+def free_lora_path(output: Any, tag: str = "") -> Path:
+    """:func:`lora_path`, numbered (``name_2``...) when taken, unless ``output.overwrite``: never overwrite silently."""
+    path = lora_path(output, tag)
+    if output.overwrite:
+        return path
+    if output.format == "diffusers":
+        return numbered_path(path.parent) / path.name
+    return numbered_path(path)
+
+
+def saved_item(path: str | Path, fmt: str) -> Path:
+    """What the user sees as "the LoRA": the file (kohya) or its folder (diffusers)."""
+    p = Path(path)
+    return p.parent if fmt == "diffusers" and p.name == DIFFUSERS_WEIGHT_NAME else p
+
+
+def planned_files(output: Any, epochs: int | None = None) -> list[tuple[str, str]]:
+    """(what, path) of the files a run will write, for the Output page's preview."""
+    out = [("Final LoRA", str(saved_item(free_lora_path(output), output.format)))]
+    n = int(output.save_every_n_epochs)
+    if n:
+        first = saved_item(lora_path(output, f"{n:06d}"), output.format)
+        keep = f", newest {output.keep_last} kept" if output.keep_last else ""
+        out.append((f"Every {n} epoch{'s' if n != 1 else ''}{keep}", str(first)))
+    out.append(("Training state (to resume)", str(expand(output.folder) / f"{output.name}_state")))
+    return out
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """A written LoRA: where, in which precision (may differ from the one asked after an fp16 overflow), and findings."""
+
+    path: str
+    save_precision: str
+    fp16: Fp16Report | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def export_lora(
+    path: str | Path,
+    unet: nn.Module,
+    text_encoders: Sequence[nn.Module] = (),
+    *,
+    fmt: str = "kohya",
+    save_precision: str = "fp16",
+    alpha: float | None = None,
+    metadata: Mapping[str, str] | None = None,
+    on_fp16_overflow: Fp16Overflow = "bf16",
+) -> ExportResult:
+    """Write the peft LoRA of ``unet`` (and trained ``text_encoders``) atomically in ``fmt`` and ``save_precision``.
+
+    The fp16 check runs before anything is written. With values beyond ±65504, ``on_fp16_overflow`` decides:
+    "bf16"/"fp32" write that precision instead (and say so), "write" writes fp16 anyway (infinities),
+    "raise" raises :class:`Fp16OverflowError` and writes nothing. A failed write raises
+    :class:`~guitrainer.core.fileio.WriteError` and leaves any previous file intact.
+    """
+    from guitrainer.engine import lora as L
+
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    if fmt == "diffusers":
+        sd = L.diffusers_state_dict(unet, text_encoders)
+        adapter = L.diffusers_adapter_metadata(unet, text_encoders, alpha)
+        meta["format"] = "pt"
+        meta["lora_adapter_metadata"] = json.dumps(adapter, indent=2, sort_keys=True)
+    elif fmt == "kohya":
+        sd = L.kohya_state_dict(unet, text_encoders, alpha)
+    else:
+        raise ValueError(f"`output.format` must be 'kohya' or 'diffusers', not {fmt!r}")
+    if not sd:
+        raise ValueError("the model has no LoRA layers to save")
+    report: Fp16Report | None = None
+    warnings: list[str] = []
+    used = save_precision
+    if save_precision == "fp16":
+        report = check_fp16(sd)
+        if report.overflow:
+            if on_fp16_overflow == "raise":
+                raise Fp16OverflowError(report)
+            if on_fp16_overflow in ("bf16", "fp32"):
+                used = on_fp16_overflow
+                warnings.append(f"{FP16_WARNING_TAG} {report.message()} This file was saved as {used} instead.")
+            else:
+                warnings.append(f"{FP16_WARNING_TAG} {report.message()} It was saved as fp16 anyway.")
+        elif report.underflow:
+            warnings.append(f"{FP16_WARNING_TAG} {report.message()}")
+    meta["ss_save_precision"] = used
+    L.save_lora(path, sd, meta, used, check=False)
+    for w in warnings:
+        log.warning(w)
+    return ExportResult(str(path), used, report, tuple(warnings))

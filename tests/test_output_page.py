@@ -1,0 +1,92 @@
+"""Output page: file-name preview, fp16 advice, metadata fields, and the Verify button (real check, demo model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guitrainer.config import TrainingConfig
+from guitrainer.ui.binding import ConfigBinding, bound_editors
+from guitrainer.ui.output_page import OutputPage
+
+
+@pytest.fixture
+def page(qtbot, tmp_path):
+    cfg = TrainingConfig()
+    cfg.output.folder = str(tmp_path / "out")
+    cfg.output.name = "ink_style"
+    cfg.model.base = "demo"
+    binding = ConfigBinding(cfg)
+    p = OutputPage(binding)
+    qtbot.addWidget(p)
+    p.resize(760, 1000)
+    p.show()
+    return p
+
+
+def test_preview_follows_name_format_and_schedule(page, tmp_path):
+    out = tmp_path / "out"
+    assert page.preview_paths() == [str(out / "ink_style.safetensors"), str(out / "ink_style_state")]
+    editors = bound_editors(page)
+    editors["output.name"].setText("ink2")
+    editors["output.name"].textEdited.emit("ink2")
+    assert "ink2.safetensors" in page.preview.text()
+    combo = editors["output.format"]
+    combo.setCurrentIndex(combo.findData("diffusers"))
+    assert page.binding.get("output.format") == "diffusers"
+    assert page.preview_paths()[0] == str(out / "ink2")
+    page.binding.set("output.save_every_n_epochs", 5)
+    assert page.preview_paths()[1] == str(out / "ink2-000005") and "Every 5 epochs" in page.preview.text()
+    for name in ("title", "author", "description", "trigger_words", "license", "keep_last", "folder"):
+        assert f"output.{name}" in editors
+    assert "precision.save" in editors
+
+
+def test_fp16_overflow_advice_switches_to_bf16(page, qtbot):
+    page.binding.set("precision.save", "fp16")
+    assert not page.advice_label.isVisible()
+    page.set_fp16_overflow({"lora_unet_mid_block_attentions_0_proj_out.lora_up.weight": 1.2e6})
+    assert page.advice_label.isVisible() and "65504" in page.advice_label.text()
+    qtbot.mouseClick(page.advice_button, __import__("PySide6.QtCore", fromlist=["Qt"]).Qt.MouseButton.LeftButton)
+    assert page.binding.get("precision.save") == "bf16" and not page.advice_label.isVisible()
+    page.note_warning("[fp16 save] 1 tensor of the LoRA hold values beyond fp16's ±65504 ... saved as bf16 instead.")
+    assert page.advice_label.isVisible() and page.advice_label.text().startswith("1 tensor")
+    page.note_warning("something else")  # other warnings are not this page's business
+
+
+def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
+    import torch
+
+    from guitrainer.config import ModelConfig
+    from guitrainer.engine import export as X
+    from guitrainer.engine import lora as L
+    from guitrainer.engine import models as M
+
+    torch.set_num_threads(1)
+    m = M.load_base_model(ModelConfig(base="demo"))
+    L.inject_unet_lora(m.unet, 4, 8.0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in L.lora_parameters(m.unet):
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    path = tmp_path / "check.safetensors"
+    X.export_lora(path, m.unet, save_precision="fp16", alpha=8.0)
+    page.verify_path.setText(str(path))
+    with qtbot.waitSignal(page.verified, timeout=60000) as sig:
+        page.verify_button.click()
+        assert not page.verify_button.isEnabled()
+    qtbot.waitUntil(lambda: "diffusers reads this file" in page.verify_result.text(), timeout=5000)
+    assert sig.args[0].ok and "every key used" in page.verify_result.text()
+    assert page.verify_button.isEnabled()
+    page.set_fp16_overflow({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": 7.1e4})
+    page.grab().save(str(artifacts_dir / "output_page.png"))
+    assert Path(artifacts_dir / "output_page.png").stat().st_size > 0
+
+
+def test_verify_reports_a_broken_file_in_plain_words(page, qtbot, tmp_path):
+    bad = tmp_path / "broken.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    page.start_verify(str(bad))
+    qtbot.waitUntil(lambda: not page.verify_running, timeout=60000)
+    assert "Could not check the file" in page.verify_result.text() and "not a readable" in page.verify_result.text()
