@@ -10,6 +10,10 @@ Measures, from ``DatasetPage.add_paths`` (what a drop calls):
 Images are generated once into a cache folder and reused.
 
     QT_QPA_PLATFORM=offscreen python bench/dataset_grid.py [--count 2000] [--size 1024] [--warm]
+        [--trace] [--no-thumbs]
+
+``--trace`` times GUI-thread slots and GC passes and lists what ran in each probe gap over 30 ms;
+``--no-thumbs`` makes every thumbnail job fail at once (the probe without the thumbnail worker);
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--warm", action="store_true", help="reuse the thumbnail disk cache of a previous run")
+    ap.add_argument("--trace", action="store_true", help="time GUI-thread slots and GC passes; explain long gaps")
+    ap.add_argument("--no-thumbs", action="store_true", help="thumbnail jobs do nothing (probe baseline)")
     args = ap.parse_args()
     folder = image_folder(args.count, args.size)
     home = Path(os.environ.get("GUITRAINER_BENCH_HOME", "")) if args.warm else Path(tempfile.mkdtemp(prefix="gt_bench_"))
@@ -79,6 +85,14 @@ def main() -> int:
     from guitrainer.ui.binding import ConfigBinding
     from guitrainer.ui.dataset_page import DatasetPage
 
+    trace = Tracer() if args.trace else None
+    if trace:
+        trace.install()
+    if args.no_thumbs:
+        from guitrainer.ui import thumbnails
+
+        thumbnails.render_thumbnail = lambda path, size: (_ for _ in ()).throw(OSError("disabled"))  # type: ignore
+
     app = QApplication.instance() or QApplication(sys.argv)
     page = DatasetPage(ConfigBinding())
     page.resize(1440, 900)
@@ -86,6 +100,10 @@ def main() -> int:
     for _ in range(5):
         app.processEvents()
     rss_before = rss_mb()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # as guitrainer.app.main does once the window is shown
 
     gaps: list[float] = []
     probe_last = [time.perf_counter()]
@@ -96,6 +114,8 @@ def main() -> int:
     def tick() -> None:
         now = time.perf_counter()
         gap = now - probe_last[0] - 0.010
+        if trace and gap > 0.030:
+            trace.gaps.append((probe_last[0], now, phase[0]))
         if gaps and gap > max(gaps):
             worst_at[0] = phase[0]
         gaps.append(gap)
@@ -187,7 +207,93 @@ def main() -> int:
     print(f"thumbnail memory cache: {page.loader.memory_bytes / 2**20:.0f} MiB in {len(page.loader)} images")
     print(f"longest GUI-thread block: {worst:.1f} ms (phase: {worst_at[0]}); gaps > 50 ms: {over50} of {len(gaps_after)}")
     print("longest block per phase (ms): " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in per_phase.items() if k != "idle"))
+    if trace:
+        trace.report()
     return 0
+
+
+class Tracer:
+    """Times GUI-thread slots and GC passes, then lists what ran inside each long probe gap."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, float, str]] = []  # start, end, what
+        self.gaps: list[tuple[float, float, str]] = []
+        self.totals: dict[str, list[float]] = {}
+        self._gc_start = 0.0
+
+    def install(self) -> None:
+        import gc
+        import threading
+
+        from guitrainer.ui import dataset_model, dataset_page, thumbnails
+
+        main = threading.get_ident()
+
+        def on_gc(phase: str, info: dict) -> None:
+            if phase == "start":
+                self._gc_start = time.perf_counter()
+            else:
+                where = "gui" if threading.get_ident() == main else "worker"
+                self.events.append((self._gc_start, time.perf_counter(), f"gc gen{info['generation']} ({where})"))
+
+        gc.callbacks.append(on_gc)
+        for cls, name in (
+            (dataset_model.DatasetModel, "_on_thumb"),
+            (dataset_model.DatasetModel, "add_items"),
+            (dataset_model.ThumbnailDelegate, "paint"),
+            (dataset_page.DatasetPage, "_on_batch"),
+            (dataset_page.DatasetPage, "_update_summary"),
+            (dataset_page.DatasetPage, "_on_scan_done"),
+            (dataset_page.DatasetPage, "add_paths"),
+            (dataset_page.ds, "collect"),
+            (dataset_page.DatasetPage, "_sync_config"),
+            (dataset_page.DatasetPage, "_rebuild_folders_table"),
+            (dataset_page.DatasetPage, "_update_selection_label"),
+            (dataset_page.SummaryPanel, "show_summary"),
+            (dataset_page.TagToolsPanel, "set_frequencies"),
+            (dataset_page.ds, "summarize"),
+            (dataset_page.ds, "tag_frequency"),
+            (thumbnails.ThumbnailLoader, "_on_done"),  # before the batched hand-over
+            (thumbnails.ThumbnailLoader, "_take_results"),
+            (dataset_model.DatasetModel, "flush_thumbnails"),
+            (dataset_model.DatasetFilterProxy, "filterAcceptsRow"),
+            (dataset_page.DatasetPage, "_summary_step"),
+            (dataset_page.DatasetPage, "_start_summary"),
+        ):
+            if hasattr(cls, name):
+                setattr(cls, name, self._wrap(getattr(cls, name), f"{cls.__name__}.{name}"))
+
+    def _wrap(self, fn, label: str):
+        import functools
+
+        @functools.wraps(fn)
+        def inner(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                e = time.perf_counter()
+                self.events.append((t, e, label))
+                self.totals.setdefault(label, []).append(e - t)
+
+        return inner
+
+    def report(self) -> None:
+        print("GUI-thread slots: calls, total ms, max ms")
+        for label, ds in sorted(self.totals.items()):
+            print(f"  {label}: {len(ds)}, {sum(ds) * 1000:.0f}, {max(ds) * 1000:.1f}")
+        gcs = [e for e in self.events if e[2].startswith("gc")]
+        for kind in sorted({e[2] for e in gcs}):
+            ds = [e[1] - e[0] for e in gcs if e[2] == kind]
+            print(f"  {kind}: {len(ds)} passes, max {max(ds) * 1000:.1f} ms, total {sum(ds) * 1000:.0f} ms")
+        print("gaps > 30 ms and what ran in them (events >= 2 ms, summed by kind):")
+        for a, b, ph in self.gaps:
+            inside: dict[str, list[float]] = {}
+            for s, e, what in self.events:
+                if e > a and s < b and e - s >= 0.002:
+                    inside.setdefault(what, []).append(e - s)
+            desc = "; ".join(f"{w} ×{len(v)} {sum(v) * 1000:.0f} ms (max {max(v) * 1000:.0f})" for w, v in inside.items())
+            print(f"  {(b - a) * 1000 - 10:.0f} ms [{ph}]: {desc or '-'}")
 
 
 if __name__ == "__main__":

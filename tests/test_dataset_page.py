@@ -326,3 +326,107 @@ def test_screenshot_with_dataset(page, qtbot, tmp_path, artifacts_dir):
     page.tabs.setCurrentIndex(2)
     page.grab().save(str(artifacts_dir / "dataset_page_autocaption.png"))
     assert (artifacts_dir / "dataset_page.png").stat().st_size > 10000
+
+
+# ---------------------------------------------------------------------- GUI-thread work stays small (issue 8)
+
+
+def test_ready_thumbnails_are_announced_in_few_data_changed(page, qtbot, tmp_path):
+    from guitrainer.ui.thumbnails import GRID_SIZE
+
+    for i in range(12):
+        art(tmp_path / "c" / f"img{i:02d}.png", size=(64, 64), seed=i)
+    drop(page, [tmp_path / "c"], qtbot)
+    page.loader.wait()
+    qtbot.wait(50)
+    model = page.model
+    changes: list[tuple[int, int, list]] = []
+    model.dataChanged.connect(lambda a, b, roles: changes.append((a.row(), b.row(), list(roles))))
+    # Twelve thumbnails become ready in one batch, rows 0-4 and 7-11: two runs, two dataChanged.
+    for row in [*range(5), *range(7, 12)]:
+        model.loader.ready.emit(str(model.item(row).image_path), GRID_SIZE)
+    model.loader.ready.emit(str(model.item(5).image_path), GRID_SIZE + 1)  # another size: not the grid's
+    assert changes == []  # nothing until control returns to the event loop
+    qtbot.waitUntil(lambda: len(changes) == 2)
+    qtbot.wait(20)
+    assert [(a, b) for a, b, _ in changes] == [(0, 4), (7, 11)]
+    assert all(roles == [Qt.ItemDataRole.DecorationRole] for _, _, roles in changes)
+
+
+def test_thumbnail_loader_hands_results_over_in_batches(qtbot, tmp_path):
+    from guitrainer.ui.thumbnails import ThumbnailLoader
+
+    paths = [str(art(tmp_path / f"t{i}.png", size=(80, 60), seed=i)) for i in range(6)]
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    loader = ThumbnailLoader(disk_dir=False, threads=2)
+    ready: list[str] = []
+    loader.ready.connect(lambda p, _s: ready.append(p))
+    for p in [*paths, str(tmp_path / "bad.png")]:
+        assert loader.get(p, 32) is None
+    qtbot.waitUntil(lambda: not loader.is_pending(), timeout=10000)
+    assert sorted(ready) == sorted([*paths, str(tmp_path / "bad.png")])
+    assert all(loader.get(p, 32) is not None for p in paths)
+    assert loader.failed(str(tmp_path / "bad.png"), 32)
+    loader.shutdown()
+
+
+def test_summary_in_slices_equals_one_summarize(tmp_path):
+    import random
+
+    from guitrainer.ui.dataset_page import SummaryBuilder, SummaryParams
+
+    rng = random.Random(7)
+    sizes = [(1024, 1024), (1024, 768), (768, 1024), (640, 1536), (300, 200), (0, 0), (2000, 900)]
+    flags = [set(), {Flag.SMALL}, {Flag.EMPTY}, {Flag.ALPHA, Flag.CMYK}, {Flag.UNREADABLE}]
+    items = []
+    for i in range(537):
+        w, h = rng.choice(sizes)
+        cap = ", ".join(rng.sample(["a", "b", "Cat", "cat", "dog", "x y", "sunset"], rng.randint(0, 4)))
+        items.append(
+            ds.DatasetItem(
+                image_path=tmp_path / f"{i}.png",
+                caption_path=tmp_path / f"{i}.txt",
+                caption=cap,
+                caption_exists=rng.random() < 0.8,
+                repeats=rng.choice([1, 1, 3, 10]),
+                flags=set(rng.choice(flags)),
+                width=w,
+                height=h,
+            )
+        )
+    builder = SummaryBuilder(slice_size=50)
+    for params in (
+        SummaryParams(512, True, 256, 1024, 64, 1),
+        SummaryParams(768, True, 256, 1536, 64, 4),
+        SummaryParams(512, False, 256, 1024, 64, 3),
+    ):
+        expected = ds.summarize(
+            items, params.resolution, bucketing=params.bucketing, min_side=params.min_side,
+            max_side=params.max_side, step=params.step, batch_size=params.batch_size,
+        )  # fmt: skip
+        steps = list(builder.run(items, params))
+        assert sum(s is None for s in steps) > 5  # computed slice by slice
+        summary, freq = steps[-1]
+        assert summary == expected
+        assert list(summary.resolution_histogram) == list(expected.resolution_histogram)
+        assert list(summary.buckets) == list(expected.buckets)
+        assert freq == ds.tag_frequency(it.caption for it in items)
+    # Cached slices: one caption edit recomputes one slice only.
+    items[3].caption = "brand new"
+    steps = list(builder.run(items, SummaryParams(512, False, 256, 1024, 64, 3)))
+    assert sum(s is None for s in steps) == 1
+    assert steps[-1][1] == ds.tag_frequency(it.caption for it in items)
+    with pytest.raises(ValueError):
+        builder.compute(items, SummaryParams(512, True, 1024, 256, 64, 1))
+
+
+def test_the_same_folder_dropped_twice_at_once_is_added_once(page, qtbot, tmp_path):
+    for i in range(30):
+        art(tmp_path / "d" / f"img{i:02d}.png", size=(64, 64), seed=i)
+    first = page.add_paths([tmp_path / "d"])
+    with qtbot.waitSignal(page.import_finished, timeout=10000):
+        second = page.add_paths([tmp_path / "d"])  # before the first import is done
+    qtbot.waitUntil(lambda: not page.is_loading())
+    assert len(page.items) == 30
+    assert first.added + second.added == 30 and len(first.duplicates) + len(second.duplicates) == 30
+    qtbot.waitUntil(lambda: page.summary.summary is not None and page.summary.summary.image_count == 30)

@@ -51,7 +51,7 @@ def test_demo_tokenizer_knows_the_demo_words(demo):
 def test_missing_model_and_single_file_give_clear_errors(tmp_path):
     ckpt = tmp_path / "model.safetensors"
     ckpt.write_bytes(b"x")
-    with pytest.raises(M.ModelLoadError, match="single-file"):
+    with pytest.raises(M.ModelLoadError, match="model.safetensors is only 1 bytes"):
         M.load_base_model(ModelConfig(base=str(ckpt), family="auto"))
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -74,7 +74,9 @@ def test_scan_repeats_captions_trigger_and_corrupt_files(tmp_path):
     (folder / "b.caption").write_text("red")
     (folder / "c.webp").write_bytes(b"garbage")
     (folder / "notes.md").write_text("ignored")
-    cfg = DatasetConfig(folders=[DatasetFolder.from_value(str(folder))], resolution=32, caption_extension=".caption", trigger_word="sks")
+    cfg = DatasetConfig(
+        folders=[DatasetFolder.from_value(str(folder))], resolution=32, caption_extension=".caption", trigger_word="sks", bucketing=False
+    )
     warnings: list[str] = []
     items = D.collect_items(cfg, warn=warnings.append)
     assert [i.image.name for i in items] == ["a.jpg", "b.png"]

@@ -1,26 +1,39 @@
-"""Training data: scan image folders, captions, kohya repeats; a torch Dataset; a seeded epoch order.
+"""Training data: the images the dataset page shows, captions, kohya repeats, aspect buckets, batches.
 
-Simple version: every image is resized (short side) and center-cropped to a square of
-``dataset.resolution``; aspect buckets come later.
+* Images are found and inspected by :mod:`guitrainer.core.dataset` (``scan_folders``), so training sees
+  exactly what the dataset page shows. Unreadable, truncated or empty files are skipped and listed
+  in one warning; a dataset with no usable image is a :class:`DatasetError` before training starts.
+* Aspect buckets come from :mod:`guitrainer.core.buckets` (bounds and step from the config). Each image
+  is resized to cover its bucket and **center**-cropped (deterministic, so cached latents stay valid);
+  the original size and the crop's top-left corner are kept for SDXL's ``add_time_ids``. Without
+  bucketing every image goes to the ``resolution`` x ``resolution`` square the same way.
+* Pixels: EXIF orientation applied; transparency composited on white; CMYK, 16-bit, palette and
+  grey images converted to RGB.
+* :func:`epoch_batches`: every batch holds images of one bucket; the order is fixed by (seed, epoch),
+  so a resumed run sees the same batches.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from guitrainer.core import dataset as core_ds
+from guitrainer.core.buckets import Bucket, assign_bucket, make_buckets
 from guitrainer.core.paths import expand
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+IMAGE_EXTENSIONS = tuple(sorted(core_ds.IMAGE_EXTENSIONS))
 PIXEL_CACHE_BYTES = 256 * 1024 * 1024
+_HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
 class DatasetError(ValueError):
@@ -29,29 +42,42 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class TrainItem:
-    """One image and its caption (trigger word not yet applied), used ``repeats`` times per epoch."""
+    """One image and its caption (trigger word not yet applied), used ``repeats`` times per epoch.
+
+    ``width`` / ``height`` are the upright size (after EXIF rotation); ``bucket`` is (width, height).
+    """
 
     image: Path
     caption: str
     repeats: int = 1
+    width: int = 0
+    height: int = 0
+    bucket: Bucket = (0, 0)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How an image becomes its bucket: resized to ``resized`` (w, h), then cropped at (left, top)."""
+
+    original: tuple[int, int]  # (width, height), upright
+    resized: tuple[int, int]
+    left: int
+    top: int
+    bucket: Bucket
+
+    def flipped_left(self) -> int:
+        """The crop's left edge in the mirrored image."""
+        return self.resized[0] - self.bucket[0] - self.left
+
+    def time_ids(self, flip: bool = False) -> list[int]:
+        """SDXL's ``add_time_ids``: original (h, w), crop top-left (top, left), target (h, w)."""
+        left = self.flipped_left() if flip else self.left
+        return [self.original[1], self.original[0], self.top, left, self.bucket[1], self.bucket[0]]
 
 
 def read_caption(image: Path, extension: str = ".txt") -> str:
     """The caption beside ``image`` (``name<extension>``), or "" when there is none."""
-    ext = extension if extension.startswith(".") else f".{extension}"
-    side = image.with_suffix(ext)
-    if side.is_file():
-        return side.read_text(encoding="utf-8", errors="replace").strip()
-    return ""
-
-
-def scan_folder(folder: str | Path, repeats: int = 1, caption_extension: str = ".txt") -> list[TrainItem]:
-    """Images directly in ``folder`` (sorted by name) with their sidecar captions."""
-    root = expand(str(folder))
-    if not root.is_dir():
-        raise DatasetError(f"image folder not found: {root}")
-    files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
-    return [TrainItem(p, read_caption(p, caption_extension), repeats) for p in files]
+    return core_ds.read_caption(core_ds.caption_path_for(image, extension)).text.strip()
 
 
 def apply_trigger(caption: str, trigger: str) -> str:
@@ -64,34 +90,64 @@ def apply_trigger(caption: str, trigger: str) -> str:
     return f"{trigger}, {caption}" if caption else trigger
 
 
-def _check_image(path: Path) -> str | None:
+def _check_decode(path: Path) -> str | None:
+    """None when the whole image decodes, else why not."""
     from PIL import Image
 
     try:
         with Image.open(path) as im:
-            im.verify()
-        with Image.open(path) as im:
             im.load()
     except Exception as e:  # noqa: BLE001 - any decoder error means "skip this file"
-        return f"skipping unreadable image {path}: {e}"
+        return str(e) or type(e).__name__
     return None
 
 
-def collect_items(dataset_cfg: Any, warn: Any = None) -> list[TrainItem]:
-    """All usable items of ``dataset_cfg.folders``; corrupt images are skipped with a warning via ``warn(text)``.
+def bucket_list(dataset_cfg: Any) -> list[Bucket]:
+    """The buckets of the config (just the square when bucketing is off)."""
+    res = int(dataset_cfg.resolution)
+    if not dataset_cfg.bucketing:
+        return [(res, res)]
+    try:
+        return make_buckets(
+            res, int(dataset_cfg.min_bucket_resolution), int(dataset_cfg.max_bucket_resolution), int(dataset_cfg.bucket_step)
+        )
+    except ValueError as e:
+        raise DatasetError(f"aspect buckets cannot be made from these settings: {e}") from e
 
-    Raises :class:`DatasetError` when nothing usable is left.
+
+def collect_items(dataset_cfg: Any, warn: Callable[[str], None] | None = None) -> list[TrainItem]:
+    """All usable items of ``dataset_cfg.folders``, each with its bucket.
+
+    Unreadable / truncated / empty images are skipped and listed in one ``warn(text)``.
+    Raises :class:`DatasetError` for a missing folder or when nothing usable is left.
     """
+    folders: list[tuple[Path, int]] = []
+    for f in dataset_cfg.folders:
+        root = expand(str(f.path))
+        if not root.is_dir():
+            raise DatasetError(f"image folder not found: {root}")
+        folders.append((root, max(1, int(f.repeats))))
+    scan = core_ds.scan_folders(folders, dataset_cfg.caption_extension, int(dataset_cfg.resolution))
+    buckets = bucket_list(dataset_cfg)
     items: list[TrainItem] = []
-    for folder in dataset_cfg.folders:
-        for item in scan_folder(folder.path, folder.repeats, dataset_cfg.caption_extension):
-            problem = _check_image(item.image)
-            if problem:
-                log.warning(problem)
-                if warn:
-                    warn(problem)
-                continue
-            items.append(item)
+    skipped: list[str] = []
+    for it in scan.items:
+        severe = sorted(f.description for f in it.flags if f.severe)
+        problem = "; ".join(severe) if severe else None
+        if problem is None and not (it.width and it.height):
+            problem = "size unknown"
+        if problem is None:
+            problem = _check_decode(it.image_path)
+        if problem:
+            skipped.append(f"{it.image_path} ({problem})")
+            continue
+        bucket = assign_bucket(it.width, it.height, buckets) if dataset_cfg.bucketing else buckets[0]
+        items.append(TrainItem(it.image_path, it.caption.strip(), it.repeats, it.width, it.height, bucket))
+    if skipped:
+        text = f"skipped {len(skipped)} unreadable image{'s' if len(skipped) != 1 else ''}: " + ", ".join(skipped)
+        log.warning(text)
+        if warn:
+            warn(text)
     if not items:
         where = ", ".join(str(f.path) for f in dataset_cfg.folders) or "(no folders set)"
         raise DatasetError(
@@ -100,34 +156,69 @@ def collect_items(dataset_cfg: Any, warn: Any = None) -> list[TrainItem]:
     return items
 
 
-def load_image_tensor(path: Path, resolution: int, flip: bool = False) -> torch.Tensor:
-    """RGB image -> short side resized to ``resolution``, center-cropped square, CHW float in [-1, 1]."""
+# --------------------------------------------------------------------------- pixels
+
+
+def open_rgb(path: str | Path) -> Any:
+    """The image upright (EXIF orientation applied) as 8-bit RGB; transparency composited on white."""
     import numpy as np
     from PIL import Image, ImageOps
 
-    with Image.open(path) as im:
-        im = ImageOps.exif_transpose(im).convert("RGB")
-        w, h = im.size
-        s = resolution / min(w, h)
-        nw, nh = max(resolution, round(w * s)), max(resolution, round(h * s))
-        im = im.resize((nw, nh), Image.Resampling.BICUBIC)
-        left, top = (nw - resolution) // 2, (nh - resolution) // 2
-        im = im.crop((left, top, left + resolution, top + resolution))
-        if flip:
-            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        arr = np.asarray(im, dtype=np.float32)
-    return torch.from_numpy(arr).permute(2, 0, 1).contiguous() / 127.5 - 1.0
+    with Image.open(path) as src:
+        im = ImageOps.exif_transpose(src)
+        im.load()
+    mode = im.mode
+    if mode in _HIGH_BIT_MODES:
+        arr = np.asarray(im, dtype=np.float64)
+        if mode.startswith("I;16") or arr.max(initial=0) > 255:
+            arr = arr / 257.0  # 16-bit range -> 8-bit
+        elif mode == "F" and arr.max(initial=0) <= 1.0:
+            arr = arr * 255.0
+        im = Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), "L")
+    elif mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+    elif mode in _ALPHA_MODES or (mode in ("L", "RGB") and "transparency" in im.info):
+        im = im.convert("RGBA")
+    if im.mode == "RGBA":
+        white = Image.new("RGBA", im.size, (255, 255, 255, 255))
+        white.alpha_composite(im)
+        im = white
+    return im.convert("RGB") if im.mode != "RGB" else im
+
+
+def geometry(width: int, height: int, bucket: Bucket) -> Geometry:
+    """Resize (width, height) to cover ``bucket`` keeping the aspect, then center-crop to it."""
+    bw, bh = bucket
+    s = max(bw / width, bh / height)
+    rw, rh = max(bw, round(width * s)), max(bh, round(height * s))
+    return Geometry((width, height), (rw, rh), (rw - bw) // 2, (rh - bh) // 2, bucket)
+
+
+def load_image_tensor(path: Path, size: int | Bucket, flip: bool = False) -> torch.Tensor:
+    """Image -> resized to cover ``size`` ((w, h) or a square side), center-cropped, CHW float in [-1, 1]."""
+    import numpy as np
+    from PIL import Image
+
+    bucket = (size, size) if isinstance(size, int) else size
+    im = open_rgb(path)
+    g = geometry(im.width, im.height, bucket)
+    im = im.resize(g.resized, Image.Resampling.BICUBIC)
+    im = im.crop((g.left, g.top, g.left + bucket[0], g.top + bucket[1]))
+    if flip:
+        im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    arr = np.asarray(im, dtype=np.float32)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous() / 127.5 - 1.0
 
 
 def shuffle_tags(caption: str, keep_tokens: int, rng: random.Random) -> str:
-    tags = [t.strip() for t in caption.split(",") if t.strip()]
+    tags = core_ds.split_tags(caption)
     head, tail = tags[:keep_tokens], tags[keep_tokens:]
     rng.shuffle(tail)
     return ", ".join(head + tail)
 
 
 class TrainDataset(torch.utils.data.Dataset):
-    """Items expanded by their repeats; ``__getitem__`` gives ``{"pixels", "caption", "index"}``.
+    """Items expanded by their repeats; ``__getitem__`` gives one sample (see :meth:`sample`).
 
     Random caption / flip choices use Python's global ``random`` (saved and restored on resume).
     """
@@ -135,13 +226,29 @@ class TrainDataset(torch.utils.data.Dataset):
     def __init__(self, items: Sequence[TrainItem], dataset_cfg: Any):
         self.items = list(items)
         self.cfg = dataset_cfg
+        res = int(dataset_cfg.resolution)
+        self.buckets: list[Bucket] = [it.bucket if it.bucket[0] else (res, res) for it in self.items]
         self.index: list[int] = [i for i, it in enumerate(self.items) for _ in range(max(1, it.repeats))]
+        self._geometry: dict[int, Geometry] = {}
         self._pixel_cache: dict[int, torch.Tensor] = {}
         # keep decoded images in memory only while that stays small
-        self._cache_pixels = len(self.items) * 3 * 4 * int(dataset_cfg.resolution) ** 2 <= PIXEL_CACHE_BYTES
+        need = sum(3 * 4 * b[0] * b[1] for b in self.buckets)
+        self._cache_pixels = need <= PIXEL_CACHE_BYTES
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def bucket_of(self, pos: int) -> Bucket:
+        """The bucket of dataset position ``pos`` (an index into the repeat-expanded list)."""
+        return self.buckets[self.index[pos]]
+
+    def geometry(self, item_idx: int) -> Geometry:
+        g = self._geometry.get(item_idx)
+        if g is None:
+            it = self.items[item_idx]
+            w, h = (it.width, it.height) if it.width else open_rgb(it.image).size
+            g = self._geometry[item_idx] = geometry(w, h, self.buckets[item_idx])
+        return g
 
     def caption(self, item_idx: int, rng: random.Random | None = None) -> str:
         rng = rng or random  # type: ignore[assignment]
@@ -153,19 +260,41 @@ class TrainDataset(torch.utils.data.Dataset):
             return ""
         return apply_trigger(text, cfg.trigger_word)
 
+    def fixed_caption(self, item_idx: int) -> str:
+        """The caption without shuffling or dropout (what a text cache stores)."""
+        return apply_trigger(self.items[item_idx].caption, self.cfg.trigger_word)
+
     def pixels(self, item_idx: int, flip: bool = False) -> torch.Tensor:
-        """The item's image tensor (decoded once and kept, the unflipped one)."""
+        """The item's image tensor at its bucket size (decoded once and kept, the unflipped one)."""
         t = self._pixel_cache.get(item_idx)
         if t is None:
-            t = load_image_tensor(self.items[item_idx].image, self.cfg.resolution)
+            t = load_image_tensor(self.items[item_idx].image, self.buckets[item_idx])
             if self._cache_pixels:
                 self._pixel_cache[item_idx] = t
         return t.flip(-1) if flip else t
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        item_idx = self.index[i]
+    def item_sample(self, item_idx: int, flip: bool, caption: str, with_pixels: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "caption": caption,
+            "index": item_idx,
+            "flip": flip,
+            "time_ids": torch.tensor(self.geometry(item_idx).time_ids(flip), dtype=torch.float32),
+        }
+        if with_pixels:
+            out["pixels"] = self.pixels(item_idx, flip)
+        return out
+
+    def sample(self, pos: int, with_pixels: bool = True) -> dict[str, Any]:
+        """``{"pixels", "caption", "index", "flip", "time_ids"}`` of dataset position ``pos``.
+
+        ``with_pixels=False`` skips decoding the image (the latents are cached).
+        """
+        item_idx = self.index[pos]
         flip = bool(self.cfg.flip_augment) and random.random() < 0.5
-        return {"pixels": self.pixels(item_idx, flip), "caption": self.caption(item_idx), "index": item_idx}
+        return self.item_sample(item_idx, flip, self.caption(item_idx), with_pixels)
+
+    def __getitem__(self, pos: int) -> dict[str, Any]:
+        return self.sample(pos)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -179,9 +308,46 @@ def batches_of(order: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
 
 
+def epoch_batches(
+    buckets: Sequence[Bucket],
+    seed: int,
+    epoch: int,
+    batch_size: int,
+    num_processes: int = 1,
+    process_index: int = 0,
+) -> list[list[int]]:
+    """The batches of ``epoch`` for one process: positions ``0..len(buckets)-1``, one bucket per batch.
+
+    ``buckets[pos]`` is the bucket of dataset position ``pos``. The positions are shuffled by
+    :func:`epoch_order`, grouped by bucket (each bucket's last batch may be smaller), and the batches
+    shuffled by a second generator fixed by (seed, epoch). With one bucket this is exactly
+    ``batches_of(epoch_order(...))``. With several processes each gets every ``num_processes``-th
+    batch; the list is padded (from its start) so that every process gets as many.
+    """
+    order = epoch_order(len(buckets), seed, epoch)
+    groups: dict[Bucket, list[int]] = {}
+    for pos in order:
+        groups.setdefault(tuple(buckets[pos]), []).append(pos)  # type: ignore[arg-type]
+    batches = [b for group in groups.values() for b in batches_of(group, batch_size)]
+    if len(groups) > 1:
+        g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) ^ 0x5EED)
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+    if num_processes > 1:
+        i = 0
+        while len(batches) % num_processes:
+            batches.append(batches[i])
+            i += 1
+        batches = batches[process_index::num_processes]
+    return batches
+
+
 def collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "pixels": torch.stack([s["pixels"] for s in samples]),
+    out: dict[str, Any] = {
         "captions": [s["caption"] for s in samples],
         "indices": [s["index"] for s in samples],
+        "flips": [bool(s.get("flip", False)) for s in samples],
+        "time_ids": torch.stack([s["time_ids"] for s in samples]) if "time_ids" in samples[0] else None,
     }
+    if "pixels" in samples[0]:
+        out["pixels"] = torch.stack([s["pixels"] for s in samples])
+    return out

@@ -1,24 +1,33 @@
-"""Base models: load any local diffusers folder, and build the tiny built-in demo model and dataset.
+"""Base models: a diffusers folder, a single-file checkpoint (offline), a hub id, or the tiny built-in demo.
+
+* diffusers folder (SD 1.5 or SDXL layout): :func:`load_diffusers_folder`.
+* single file ``.safetensors`` (the civitai kind): :func:`load_single_file`. The family comes from the
+  file's keys (:func:`guitrainer.core.checkpoint.detect_model`); the architecture configs, tokenizers
+  and scheduler come from a local config folder (``resources/models/<family>``, no weights), so
+  nothing is downloaded. ``.ckpt`` / ``.pt`` pickles are read only with ``torch.load(weights_only=True)``:
+  anything but tensors is refused and never executed.
+* hub id: downloaded (online) with progress reported through a callback, then loaded as a folder.
 
 The demo model is made from configs with a fixed seed (random weights, no download), saved as a
-normal diffusers folder under ``user_data_dir()/models/demo`` and then loaded through the very same
-:func:`load_diffusers_folder` as any other model, so the demo exercises the real loading code.
+normal diffusers folder under ``user_data_dir()/models/demo`` and loaded like any other folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from guitrainer.core.paths import expand, user_data_dir
+from guitrainer.core.paths import expand, resources_dir, user_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +38,9 @@ DEMO_WORDS = [
     *("a", "photo", "of", "red", "green", "blue", "yellow", "purple", "orange", "white", "black"),
     *("circle", "square", "small", "big", "on", "background", "shape", "drawing", "demo"),
 ]
+PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
+#: ``progress(what, done, total)`` while a model is downloaded
+Progress = Callable[[str, int, int], None]
 
 
 class ModelLoadError(RuntimeError):
@@ -37,7 +49,11 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class LoadedModel:
-    """The parts of a Stable Diffusion model the trainer needs (all on CPU, fp32, frozen as loaded)."""
+    """The parts of a Stable Diffusion model the trainer needs (all on CPU, fp32, frozen as loaded).
+
+    ``identity`` names the exact weights (path + sizes/mtimes of the weight files): caches key on it.
+    ``source`` is "demo", "folder", "single_file" or "hub".
+    """
 
     unet: Any
     vae: Any
@@ -47,6 +63,8 @@ class LoadedModel:
     family: str  # "demo", "sd15", "sdxl"
     path: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    identity: str = ""
+    source: str = "folder"
 
     @property
     def text_encoder(self) -> Any:
@@ -60,37 +78,108 @@ class LoadedModel:
     def prediction_type(self) -> str:
         return str(self.noise_scheduler.config.get("prediction_type", "epsilon"))
 
+    @property
+    def is_sdxl(self) -> bool:
+        return len(self.text_encoders) > 1
+
 
 # --------------------------------------------------------------------------- loading
 
 
-def load_base_model(model_cfg: Any, *, offline: bool | None = None) -> LoadedModel:
-    """Load ``model_cfg.base`` (a :class:`guitrainer.config.ModelConfig`): 'demo', a diffusers folder or a hub id.
+def load_base_model(
+    model_cfg: Any,
+    *,
+    offline: bool | None = None,
+    config_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Load ``model_cfg.base`` (a :class:`guitrainer.config.ModelConfig`).
 
-    Single-file checkpoints (.safetensors / .ckpt) are not supported yet and raise :class:`ModelLoadError`.
+    Args:
+        model_cfg: ``base`` is "demo", a diffusers folder, a single-file checkpoint or a hub id;
+            ``family`` is "auto" or the family to expect.
+        offline: no downloads (default: from ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``).
+        config_dir: for single files, the folder with the architecture configs, tokenizers and
+            scheduler (default ``resources/models/<family>``).
+        progress: called as ``progress(what, done, total)`` while a hub model downloads.
+    Raises:
+        ModelLoadError: naming the file and what is wrong with it.
     """
     base = str(model_cfg.base).strip()
     family = str(getattr(model_cfg, "family", "auto"))
+    if not base:
+        raise ModelLoadError("no base model chosen: pick a diffusers folder, a .safetensors checkpoint or 'demo'")
     if base == DEMO_NAME:
-        return load_diffusers_folder(ensure_demo_model(), family="demo")
+        m = load_diffusers_folder(ensure_demo_model(), family="demo")
+        m.source = "demo"
+        return m
     path = expand(base)
     if path.is_dir():
         return load_diffusers_folder(path, family=family)
-    if path.suffix.lower() in (".safetensors", ".ckpt") or path.is_file():
-        raise ModelLoadError(
-            f"{base}: single-file checkpoints are not supported yet; use a diffusers folder (with model_index.json)."
-        )
+    if path.is_file() or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
+        return load_single_file(path, family=family, config_dir=config_dir)
     if offline is None:
         offline = _offline()
-    try:
-        return load_diffusers_folder(base, family=family, local_files_only=offline)
-    except (OSError, ValueError) as e:
-        hint = " (offline: only models already in the Hugging Face cache can be used)" if offline else ""
-        raise ModelLoadError(f"could not load base model {base!r}{hint}: {e}") from e
+    if offline:
+        try:
+            m = load_diffusers_folder(base, family=family, local_files_only=True)
+        except (ModelLoadError, OSError, ValueError) as e:
+            raise ModelLoadError(
+                f"could not load base model {base!r} (offline: only models already in the Hugging Face cache can be used): {e}"
+            ) from e
+    else:
+        folder = download_model(base, progress)
+        m = load_diffusers_folder(folder, family=family)
+    m.source = "hub"
+    return m
 
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "0") not in ("", "0")
+
+
+#: files of a diffusers repo the trainer needs (no fp16 / .bin / ema duplicates)
+HUB_PATTERNS = [
+    "model_index.json",
+    "*/config.json",
+    "scheduler/scheduler_config.json",
+    "tokenizer*/*",
+    "unet/diffusion_pytorch_model.safetensors",
+    "vae/diffusion_pytorch_model.safetensors",
+    "text_encoder*/model.safetensors",
+]
+
+
+def download_model(repo_id: str, progress: Progress | None = None) -> Path:
+    """Download the parts of a diffusers hub repo training needs; ``progress(file, done, total)`` per file."""
+    from huggingface_hub import snapshot_download
+    from tqdm.auto import tqdm
+
+    class _Bar(tqdm):  # type: ignore[misc,type-arg]
+        def update(self, n: float | None = 1) -> bool | None:
+            out = super().update(n)
+            if progress is not None:
+                progress(str(self.desc or repo_id), int(self.n), int(self.total or 0))
+            return out
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS, tqdm_class=_Bar))
+    except Exception as e:  # noqa: BLE001 - network / auth / missing repo: all end the same way
+        raise ModelLoadError(f"could not download {repo_id!r} from the Hugging Face hub: {e}") from e
+
+
+def model_identity(path: str | Path) -> str:
+    """A short hash naming exactly these weights: resolved path + (name, size, mtime) of every file under it."""
+    p = Path(path)
+    parts: list[str] = [str(p.resolve()) if p.exists() else str(path)]
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        parts.append(f"{f.relative_to(p) if f != p else f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:24]
 
 
 def load_diffusers_folder(path: str | Path, *, family: str = "auto", local_files_only: bool = True) -> LoadedModel:
@@ -100,25 +189,40 @@ def load_diffusers_folder(path: str | Path, *, family: str = "auto", local_files
 
     src = str(path)
     kw: dict[str, Any] = {"local_files_only": local_files_only}
-    index = _read_model_index(path)
-    has_te2 = "text_encoder_2" in index if index else Path(src, "text_encoder_2").is_dir()
+    try:
+        index = _read_model_index(path)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{Path(src) / 'model_index.json'} cannot be read: {e}") from e
+    has_te2 = "text_encoder_2" in index and index["text_encoder_2"][0] is not None if index else Path(src, "text_encoder_2").is_dir()
     if family in ("auto", ""):
         family = "sdxl" if has_te2 else "sd15"
+    part = "unet"
     try:
         unet = UNet2DConditionModel.from_pretrained(src, subfolder="unet", **kw)
+        part = "vae"
         vae = AutoencoderKL.from_pretrained(src, subfolder="vae", **kw)
+        part = "text_encoder"
         text_encoders = [CLIPTextModel.from_pretrained(src, subfolder="text_encoder", **kw)]
+        part = "tokenizer"
         tokenizers = [CLIPTokenizer.from_pretrained(src, subfolder="tokenizer", **kw)]
         if has_te2:
+            part = "text_encoder_2"
             text_encoders.append(CLIPTextModelWithProjection.from_pretrained(src, subfolder="text_encoder_2", **kw))
+            part = "tokenizer_2"
             tokenizers.append(CLIPTokenizer.from_pretrained(src, subfolder="tokenizer_2", **kw))
+        part = "scheduler"
         scheduler = DDPMScheduler.from_pretrained(src, subfolder="scheduler", **kw)
-    except OSError as e:
-        raise ModelLoadError(f"{src} is not a complete diffusers model folder: {e}") from e
-    for m in (unet, vae, *text_encoders):
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise ModelLoadError(f"{src} is not a complete diffusers model folder ({part}/ is missing or broken): {e}") from e
+    _freeze(unet, vae, *text_encoders)
+    ident = model_identity(src) if Path(src).is_dir() else hashlib.sha256(src.encode()).hexdigest()[:24]
+    return LoadedModel(unet, vae, text_encoders, tokenizers, scheduler, family=family, path=src, identity=ident)
+
+
+def _freeze(*modules: Any) -> None:
+    for m in modules:
         m.requires_grad_(False)
         m.eval()
-    return LoadedModel(unet, vae, text_encoders, tokenizers, scheduler, family=family, path=src)
 
 
 def _read_model_index(path: str | Path) -> dict[str, Any] | None:
@@ -126,6 +230,142 @@ def _read_model_index(path: str | Path) -> dict[str, Any] | None:
     if f.is_file():
         return json.loads(f.read_text(encoding="utf-8"))
     return None
+
+
+# --------------------------------------------------------------------------- single-file checkpoints
+
+#: what a config folder for single-file loading must hold, per family
+CONFIG_FILES: dict[str, tuple[str, ...]] = {
+    "sd15": (
+        "unet/config.json",
+        "vae/config.json",
+        "text_encoder/config.json",
+        "tokenizer/vocab.json|tokenizer/tokenizer.json",
+        "tokenizer/merges.txt|tokenizer/tokenizer.json",
+        "scheduler/scheduler_config.json",
+    ),
+}
+CONFIG_FILES["sdxl"] = CONFIG_FILES["sd15"] + (
+    "text_encoder_2/config.json",
+    "tokenizer_2/vocab.json|tokenizer_2/tokenizer.json",
+    "tokenizer_2/merges.txt|tokenizer_2/tokenizer.json",
+)
+
+
+def default_config_dir(family: str) -> Path:
+    """``resources/models/<family>``: the shipped architecture configs (no weights)."""
+    return resources_dir() / "models" / family
+
+
+def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str | Path | None = None) -> LoadedModel:
+    """Load a single-file SD 1.5 / SDXL checkpoint (original layout) without any download.
+
+    ``.safetensors`` is read directly; ``.ckpt`` / ``.pt`` only through ``torch.load(weights_only=True)``.
+    """
+    from guitrainer.core.checkpoint import CheckpointError, classify_keys, read_safetensors_header
+
+    p = Path(path)
+    name = p.name
+    if not p.is_file():
+        raise ModelLoadError(f"{p}: the model file does not exist. Check the path, or choose the model again.")
+    suffix = p.suffix.lower()
+    if suffix == ".safetensors":
+        try:
+            header, meta = read_safetensors_header(p)
+        except CheckpointError as e:
+            raise ModelLoadError(str(e)) from e
+        detected, ok, _level, message, _pred = classify_keys(header, meta, name=name)
+        if not ok or detected is None:
+            raise ModelLoadError(message)
+        state = _load_safetensors(p)
+    elif suffix in PICKLE_SUFFIXES:
+        state = load_pickle_weights(p)
+        shapes = {k: {"shape": list(v.shape)} for k, v in state.items()}
+        detected, ok, _level, message, _pred = classify_keys(shapes, name=name)
+        if not ok or detected is None:
+            raise ModelLoadError(message)
+    else:
+        raise ModelLoadError(f"{name} is not a model file: choose a .safetensors checkpoint or a diffusers folder.")
+    if family in ("sd15", "sdxl") and family != detected:
+        log.warning("%s: the settings say %s but the file is %s; using %s", name, family, detected, detected)
+    cfg_dir = Path(config_dir) if config_dir else default_config_dir(detected)
+    check_config_dir(cfg_dir, detected)
+    try:
+        m = _components_from_state(state, detected, cfg_dir)
+    except ModelLoadError:
+        raise
+    except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
+        raise ModelLoadError(f"{name} does not match the {detected} architecture in {cfg_dir}: {e}") from e
+    m.path, m.identity, m.source = str(p), model_identity(p), "single_file"
+    return m
+
+
+def check_config_dir(folder: Path, family: str) -> None:
+    """Raise :class:`ModelLoadError` naming the first file a config folder lacks."""
+    for choices in CONFIG_FILES[family]:
+        rels = choices.split("|")
+        if not any((folder / rel).is_file() for rel in rels):
+            raise ModelLoadError(f"the model config folder {folder} is incomplete: {rels[0]} is missing (reinstall the app)")
+
+
+def _load_safetensors(p: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(p))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise ModelLoadError(f"{p.name} cannot be read as .safetensors: {e}") from e
+
+
+def load_pickle_weights(p: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a pickle checkpoint, read with ``torch.load(weights_only=True)``.
+
+    A pickle that holds anything but tensors and plain containers (e.g. code run by ``__reduce__``)
+    is refused with :class:`ModelLoadError`; its payload is never executed.
+    """
+    import pickle
+
+    try:
+        obj = torch.load(str(p), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ModelLoadError(
+            f"{p.name} was refused: it is a pickle that holds more than weights (it could run code when loaded). "
+            "Download the .safetensors version of this model, or convert it with a tool you trust. "
+            f"Detail: {str(e).splitlines()[0][:200]}"
+        ) from e
+    except Exception as e:  # noqa: BLE001 - truncated zip, not a pickle at all...
+        raise ModelLoadError(f"{p.name} cannot be read as a checkpoint (damaged or incomplete download?): {e}") from e
+    while isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise ModelLoadError(f"{p.name} does not hold a table of weights (found {type(obj).__name__})")
+    state = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not state:
+        raise ModelLoadError(f"{p.name} holds no weights")
+    return state
+
+
+def _components_from_state(state: dict[str, torch.Tensor], family: str, cfg_dir: Path) -> LoadedModel:
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+    cfg = str(cfg_dir)
+    kw: dict[str, Any] = {"config": cfg, "local_files_only": True}
+    unet = UNet2DConditionModel.from_single_file(state, subfolder="unet", **kw)
+    vae = AutoencoderKL.from_single_file(state, subfolder="vae", **kw)
+    tes = [create_diffusers_clip_model_from_ldm(CLIPTextModel, state, subfolder="text_encoder", **kw)]
+    toks = [CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer", local_files_only=True)]
+    if family == "sdxl":
+        tes.append(create_diffusers_clip_model_from_ldm(CLIPTextModelWithProjection, state, subfolder="text_encoder_2", **kw))
+        toks.append(CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer_2", local_files_only=True))
+    scheduler = DDPMScheduler.from_pretrained(cfg, subfolder="scheduler", local_files_only=True)
+    for te in tes:
+        te.to(torch.float32)
+    unet.to(torch.float32)
+    vae.to(torch.float32)
+    _freeze(unet, vae, *tes)
+    return LoadedModel(unet, vae, tes, toks, scheduler, family=family)
 
 
 # --------------------------------------------------------------------------- demo model

@@ -40,6 +40,8 @@ from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with, number
 from guitrainer.core.paths import expand
 from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
+from guitrainer.engine import sampling as S
+from guitrainer.engine.cache import LatentCache, TextCache
 from guitrainer.engine.models import LoadedModel, ModelLoadError, ensure_demo_dataset, load_base_model
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
 
@@ -173,7 +175,7 @@ class Trainer:
         self.precision = cfg.precision.training
         self.dtype = COMPUTE_DTYPES[self.precision]
         self._status("loading the base model")
-        m = load_base_model(cfg.model)
+        m = load_base_model(cfg.model, progress=self._download_progress)
         self.model = m
         self.dataset = self._build_dataset(m)
 
@@ -220,7 +222,8 @@ class Trainer:
         groups = param_groups(self.unet_params, self.te_params, cfg.optimizer.lr, cfg.optimizer.text_encoder_lr)
         self.optimizer, self.optimizer_name = build_optimizer(cfg.optimizer, groups, warn=self._warn)
 
-        self.batches_per_epoch = math.ceil(self._shard_len() / cfg.schedule.batch_size)
+        self._pos_buckets = [self.dataset.bucket_of(i) for i in range(len(self.dataset))]
+        self.batches_per_epoch = len(self._epoch_batches(0))
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.schedule.gradient_accumulation)
         s = cfg.schedule
         self.total_steps = s.max_steps if s.max_steps > 0 else s.epochs * self.steps_per_epoch
@@ -230,18 +233,26 @@ class Trainer:
         self.unet = acc.prepare_model(m.unet) if ddp else m.unet
         self.text_encoders = [acc.prepare_model(te) if ddp and self.train_te else te for te in m.text_encoders]
 
-        self.latent_cache: dict[int, torch.Tensor] = {}
-        if cfg.precision.cache_latents and not cfg.dataset.flip_augment:
+        self._parked: list[torch.nn.Module] = []  # frozen modules moved to the CPU after caching
+        self.latents: dict[tuple[int, bool], torch.Tensor] = {}  # (item, flipped) -> cached latent
+        self.latent_store: LatentCache | None = None
+        if cfg.precision.cache_latents:
             self._cache_latents()
-        self.text_cache: dict[str, tuple[torch.Tensor, dict[str, torch.Tensor] | None]] = {}
+        self.text_store: TextCache | None = None
+        self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.cache_text = bool(cfg.precision.cache_text_encoder_outputs and not self.train_te)
+        if self.cache_text and cfg.dataset.shuffle_captions:
+            self.cache_text = False
+            self._status("text embeddings are not cached: shuffled captions differ on every step")
+        if self.cache_text:
+            self._cache_text()
 
         if cfg.schedule.resume_from:
             self._load_state(expand(cfg.schedule.resume_from))
         else:
             set_seed(cfg.schedule.seed, device_specific=True)  # the noise sequence starts here, whatever set-up used
-        if cfg.sampling.every_n_steps and cfg.sampling.prompts:
-            self._warn("sample images during training arrive with a later version; no samples will be made")
+        if cfg.sampling.every_n_steps and not any(p.strip() for p in cfg.sampling.prompts):
+            self._warn("sampling is on but no sample prompts are set; no samples will be made")
 
     def _build_dataset(self, m: LoadedModel) -> D.TrainDataset:
         dcfg = self.config.dataset
@@ -256,45 +267,145 @@ class Trainer:
         self._status(f"{len(items)} images, {len(ds)} per epoch with repeats")
         return ds
 
-    def _shard_len(self) -> int:
-        acc = self.accelerator
-        return len(range(acc.process_index, len(self.dataset), acc.num_processes))
+    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This process's batches of ``epoch`` (each within one bucket), fixed by (seed, epoch)."""
+        acc, s = self.accelerator, self.config.schedule
+        return D.epoch_batches(self._pos_buckets, s.seed, epoch, s.batch_size, acc.num_processes, acc.process_index)
 
-    def _cache_latents(self) -> None:
-        """Encode every image once (fixed generator) and keep the latents; the VAE then leaves the GPU."""
+    def _sample(self) -> None:
+        """Sample images from ``sampling.prompts`` with the current LoRA; training state is left untouched."""
+        if not self._main or self.model is None:
+            return
+        s, step = self.config.sampling, self.progress.global_step
+        prompts = [p for p in s.prompts if p.strip()]
+        if not prompts:
+            self._status("no sample prompts are set (Sampling settings); no sample images were made")
+            return
+        self._status(f"making {len(prompts)} sample image{'s' if len(prompts) != 1 else ''} at step {step}")
+        moved = self._unpark()
+        try:
+            samples = S.generate_samples(
+                self.model, s, step=step, out_folder=self._out_dir(), name=self.config.output.name, device=self.device
+            )
+        except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
+            log.exception("sampling failed")
+            self._warn(f"sample images at step {step} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+            samples = []
+        finally:
+            for module in moved:
+                self._park(module)
+        for sample in samples:
+            self.reporter.on_sample(sample)
+
+    def _download_progress(self, what: str, done: int, total: int) -> None:
+        """Hub downloads: one status line per file (the bar counts files)."""
+        if total:
+            self._status(f"downloading the base model: {what} {done}/{total}")
+
+    def _cache_folder(self, kind: str) -> Path | None:
+        from guitrainer.core.paths import cache_dir
+
         assert self.model is not None
-        vae = self.model.vae
-        g = torch.Generator(device="cpu").manual_seed(self.config.schedule.seed)
-        self._status("caching latents")
-        with torch.no_grad():
-            for idx in range(len(self.dataset.items)):
-                px = self.dataset.pixels(idx).unsqueeze(0).to(self.device, vae.dtype)
-                dist = vae.encode(px).latent_dist
-                eps = torch.randn(dist.mean.shape, generator=g).to(self.device, dist.mean.dtype)
-                lat = (dist.mean + dist.std * eps) * vae.config.scaling_factor
-                self.latent_cache[idx] = lat[0].to(self.dtype)
+        return cache_dir() / kind / self.model.identity if self.model.identity else None
+
+    def _park(self, module: torch.nn.Module) -> None:
+        """Move a frozen module off the GPU once its outputs are cached (sampling brings it back)."""
         if self.device.type == "cuda":
-            vae.to("cpu")
+            module.to("cpu")
+            self._parked.append(module)
             torch.cuda.empty_cache()
 
+    def _unpark(self) -> list[torch.nn.Module]:
+        moved, self._parked = self._parked, []
+        for module in moved:
+            module.to(self.device)
+        return moved
+
+    def _cache_latents(self) -> None:
+        """Encode every image variant once (memory + disk cache); the VAE then leaves the GPU.
+
+        The latent is ``mean + std * eps`` with ``eps`` from a generator seeded by the entry's key, so an
+        entry does not depend on which other images were cached, and no global RNG is used.
+        """
+        assert self.model is not None
+        vae, ds = self.model.vae, self.dataset
+        store = LatentCache(self._cache_folder("latents"), self.model.identity or "anonymous", vae.dtype, self.dtype)
+        self.latent_store = store
+        flips = (False, True) if self.config.dataset.flip_augment else (False,)
+        todo: list[tuple[int, bool, str]] = []
+        for idx, item in enumerate(ds.items):
+            for flip in flips:
+                key = store.key(item.image, ds.geometry(idx), flip)
+                hit = store.get(key)
+                if hit is None:
+                    todo.append((idx, flip, key))
+                else:
+                    self.latents[(idx, flip)] = hit["latent"].to(self.device)
+        reused = len(self.latents)
+        self._status(f"caching latents: {len(todo)} to encode, {reused} reused")
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for n, (idx, flip, key) in enumerate(todo, 1):
+                px = ds.pixels(idx, flip).unsqueeze(0).to(self.device, vae.dtype)
+                dist = vae.encode(px).latent_dist
+                g = torch.Generator(device="cpu").manual_seed(store.noise_seed(key))
+                eps = torch.randn(dist.mean.shape, generator=g).to(self.device, dist.mean.dtype)
+                lat = ((dist.mean + dist.std * eps) * vae.config.scaling_factor)[0].to(self.dtype)
+                store.put(key, {"latent": lat})
+                self.latents[(idx, flip)] = lat
+                if n % 50 == 0 and n < len(todo):
+                    self._status(f"caching latents: {n}/{len(todo)}")
+        if todo:
+            dt = time.perf_counter() - t0
+            log.info("cached %d latents in %.1f s (%.3f s each)", len(todo), dt, dt / len(todo))
+        ds._pixel_cache.clear()  # the pixels are not needed any more
+        self._park(vae)
+
+    def _cache_text(self) -> None:
+        """Encode every caption once (frozen text encoders); the encoders then leave the GPU."""
+        assert self.model is not None
+        self.text_store = TextCache(self._cache_folder("text"), self.model.identity or "anonymous", self.model.family, self.dtype)
+        ds = self.dataset
+        captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
+        if self.config.dataset.caption_dropout > 0:
+            captions[""] = None
+        self._status(f"caching text embeddings of {len(captions)} captions")
+        for c in captions:
+            self._text_entry(c)
+        for te in self.model.text_encoders:
+            self._park(te)
+
+    def _text_entry(self, caption: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A caption's (hidden states, pooled embedding) from the text cache, encoding it on a miss."""
+        entry = self._text_mem.get(caption)
+        if entry is not None:
+            return entry
+        assert self.text_store is not None
+        key = self.text_store.key(caption)
+        value = self.text_store.get(key)
+        if value is None:
+            self._unpark()
+            with torch.no_grad():
+                h, pooled = self._encode_text_uncached([caption])
+            value = {"hidden": h[0]} if pooled is None else {"hidden": h[0], "pooled": pooled[0]}
+            self.text_store.put(key, value)
+        hidden = value["hidden"].to(self.device, self.dtype)
+        pooled_t = value["pooled"].to(self.device, self.dtype) if "pooled" in value else None
+        self._text_mem[caption] = (hidden, pooled_t)
+        return hidden, pooled_t
+
     # ------------------------------------------------------------------ loss
-    def _encode_text(self, captions: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
-        """Encoder hidden states (and SDXL's added conditioning) for a batch of captions."""
-        if self.cache_text:
-            missing = [c for c in dict.fromkeys(captions) if c not in self.text_cache]
-            for c in missing:
-                with torch.no_grad():
-                    h, added = self._encode_text_uncached([c])
-                self.text_cache[c] = (h.detach(), {k: v.detach() for k, v in added.items()} if added else None)
-            hs = torch.cat([self.text_cache[c][0] for c in captions])
-            first = self.text_cache[captions[0]][1]
-            if first is None:
-                return hs, None
-            return hs, {k: torch.cat([self.text_cache[c][1][k] for c in captions]) for k in first}  # type: ignore[index]
+    def _encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Encoder hidden states and (SDXL) pooled text embeddings for a batch of captions."""
+        if self.text_store is not None:
+            entries = [self._text_entry(c) for c in captions]
+            hidden = torch.stack([e[0] for e in entries])
+            pooled = [e[1] for e in entries]
+            return hidden, (torch.stack(pooled) if pooled[0] is not None else None)  # type: ignore[arg-type]
         with contextlib.nullcontext() if self.train_te else torch.no_grad():
             return self._encode_text_uncached(captions)
 
-    def _encode_text_uncached(self, captions: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+    def _encode_text_uncached(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert self.model is not None
         m = self.model
         ids = [
@@ -302,21 +413,31 @@ class Trainer:
             .input_ids.to(self.device)
             for tok in m.tokenizers
         ]
-        if m.family != "sdxl":
+        if len(m.text_encoders) == 1:
             return self.text_encoders[0](ids[0])[0], None
+        # SDXL: both encoders' penultimate hidden states side by side; the pooled embedding of the second
         hidden, pooled = [], None
         for te, i in zip(self.text_encoders, ids):
             out = te(i, output_hidden_states=True)
             hidden.append(out.hidden_states[-2])
             pooled = getattr(out, "text_embeds", None)
-        res = self.config.dataset.resolution
-        time_ids = torch.tensor([[res, res, 0, 0, res, res]], device=self.device, dtype=hidden[0].dtype).repeat(len(captions), 1)
-        return torch.cat(hidden, dim=-1), {"text_embeds": pooled, "time_ids": time_ids}  # type: ignore[dict-item]
+        return torch.cat(hidden, dim=-1), pooled
+
+    def _added_cond(self, pooled: torch.Tensor | None, batch: dict[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
+        """SDXL's added conditioning: pooled text embedding + add_time_ids (original size, crop, target)."""
+        if pooled is None:
+            return None
+        time_ids = batch.get("time_ids")
+        if time_ids is None:  # no geometry known: the square training resolution, uncropped
+            res = self.config.dataset.resolution
+            time_ids = torch.tensor([[res, res, 0, 0, res, res]], dtype=torch.float32).repeat(pooled.shape[0], 1)
+        return {"text_embeds": pooled, "time_ids": time_ids.to(self.device, dtype)}
 
     def _latents(self, batch: dict[str, Any]) -> torch.Tensor:
         assert self.model is not None
-        if self.latent_cache:
-            return torch.stack([self.latent_cache[i] for i in batch["indices"]])
+        if self.latents:
+            flips = batch.get("flips") or [False] * len(batch["indices"])
+            return torch.stack([self.latents[(i, f)] for i, f in zip(batch["indices"], flips)])
         vae = self.model.vae
         with torch.no_grad():
             px = batch["pixels"].to(self.device, vae.dtype)
@@ -331,7 +452,8 @@ class Trainer:
         noise = torch.randn_like(latents)
         t = torch.randint(0, sched.config.num_train_timesteps, (latents.shape[0],), device=latents.device).long()
         noisy = sched.add_noise(latents, noise, t)
-        hidden, added = self._encode_text(batch["captions"])
+        hidden, pooled = self._encode_text(batch["captions"])
+        added = self._added_cond(pooled, batch, hidden.dtype)
         pred = self.unet(noisy, t, hidden, added_cond_kwargs=added).sample
         target = sched.get_velocity(latents, noise, t) if self.model.prediction_type == "v_prediction" else noise
         return F.mse_loss(pred.float(), target.float(), reduction="mean")
@@ -352,13 +474,13 @@ class Trainer:
             if not adapters:
                 unet.disable_adapters()
             try:
-                idx = list(range(len(self.dataset.items))) * repeats
-                for b in D.batches_of(idx, self.config.schedule.batch_size):
-                    batch = {
-                        "pixels": torch.stack([self.dataset.pixels(i) for i in b]),
-                        "captions": [D.apply_trigger(self.dataset.items[i].caption, self.config.dataset.trigger_word) for i in b],
-                        "indices": b,
-                    }
+                ds = self.dataset
+                groups: dict[tuple[int, int], list[int]] = {}
+                for i in list(range(len(ds.items))) * repeats:
+                    groups.setdefault(ds.buckets[i], []).append(i)
+                for b in (b for g in groups.values() for b in D.batches_of(g, self.config.schedule.batch_size)):
+                    samples = [ds.item_sample(i, False, ds.fixed_caption(i), with_pixels=not self.latents) for i in b]
+                    batch = D.collate(samples)
                     batch["latents"] = self._latents(batch)
                     with self._autocast():
                         losses.append(float(self._forward_loss(batch)))
@@ -379,7 +501,7 @@ class Trainer:
         acc, scaler = self.accelerator, self.scaler
         losses = []
         for j, b in enumerate(micro):
-            batch = D.collate([self.dataset[i] for i in b])
+            batch = D.collate([self.dataset.sample(i, with_pixels=not self.latents) for i in b])
             batch["latents"] = self._latents(batch)  # frozen VAE, outside autocast: it runs in its own dtype
             sync = j == len(micro) - 1 or acc.num_processes == 1
             with contextlib.nullcontext() if sync else acc.no_sync(self.unet):
@@ -432,9 +554,7 @@ class Trainer:
         batches_epoch = -1
         while p.global_step < self.total_steps:
             if batches_epoch != p.epoch:
-                order = D.epoch_order(len(self.dataset), cfg.schedule.seed, p.epoch)
-                shard = order[self.accelerator.process_index :: self.accelerator.num_processes]
-                batches, batches_epoch = D.batches_of(shard, bs), p.epoch
+                batches, batches_epoch = self._epoch_batches(p.epoch), p.epoch
             micro = batches[p.batch_pos : p.batch_pos + ga]
             t0 = time.perf_counter()
             loss, norm, skipped = self._optimizer_step(micro)
@@ -445,6 +565,9 @@ class Trainer:
             p.skipped_total += int(skipped)
             p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
             self._report(loss, norm, skipped, dt, images_per_step)
+            every = cfg.sampling.every_n_steps
+            if every and p.global_step % every == 0:
+                self._sample()
             if p.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
                 raise TrainingFailed(
                     f"fp16 overflow: {p.consecutive_skips} steps in a row had inf/NaN gradients and were skipped "
@@ -491,8 +614,6 @@ class Trainer:
         c, p = self.control, self.progress
         if c.take_save_request():
             self._save_intermediate(f"step{p.global_step:06d}")
-        if c.take_sample_request():
-            self._status("sample images during training arrive with a later version; nothing was generated")
         if c.paused and not c.stop_requested:
             self._status(f"paused at step {p.global_step}")
             c.wait_while_paused()
@@ -503,6 +624,8 @@ class Trainer:
             self.lora_path = self._save_final()
             self.state_path = self._save_state()
             return self._summary("stopped", f"stopped at step {p.global_step}; resume from {self.state_path}")
+        if c.take_sample_request():  # after a pause: a sample asked for while paused is made on resume
+            self._sample()
         return None
 
     # ------------------------------------------------------------------ saving
@@ -510,61 +633,110 @@ class Trainer:
         return expand(self.config.output.folder)
 
     def _metadata(self) -> dict[str, str]:
-        assert self.model is not None
-        cfg = self.config
-        meta = L.base_metadata(cfg, self.model.family)
-        tags: Counter[str] = Counter()
-        for it in self.dataset.items:
-            tags.update(t.strip() for t in it.caption.split(",") if t.strip())
-        meta.update(
-            {
-                "ss_training_started_at": str(self.started_at.timestamp()),
-                "ss_num_train_images": str(len(self.dataset)),
-                "ss_tag_frequency": json.dumps({"dataset": dict(tags)}),
-                "ss_steps": str(self.progress.global_step),
-                "ss_epoch": str(self.progress.epoch),
-                "ss_optimizer": self.optimizer_name,
-                "modelspec.title": cfg.output.title or cfg.output.name,
-                "modelspec.architecture": "stable-diffusion-xl-v1-base/lora" if self.model.family == "sdxl" else "stable-diffusion-v1/lora",
-            }
-        )
-        return meta
+        """kohya ``ss_*`` + ``modelspec.*`` metadata of the LoRA as it is now (see :func:`export.build_metadata`)."""
+        from guitrainer.engine.export import build_metadata
 
-    def _write_lora(self, path: Path) -> str:
+        assert self.model is not None
+        cfg, p = self.config, self.progress
+        tags: dict[str, Counter[str]] = {}
+        for it in self.dataset.items:
+            folder = tags.setdefault(Path(it.image).parent.name or "dataset", Counter())
+            folder.update(t.strip() for t in it.caption.split(",") if t.strip())
+        spe = max(1, getattr(self, "steps_per_epoch", 1))
+        epochs = cfg.schedule.epochs if cfg.schedule.max_steps <= 0 else math.ceil(self.total_steps / spe)
+        return build_metadata(
+            cfg,
+            self.model.family,
+            num_images=len(self.dataset),
+            epochs=epochs,
+            epoch=p.epoch,
+            steps=p.global_step,
+            started=self.started_at,
+            finished=datetime.now(UTC),
+            tag_frequency={k: dict(v) for k, v in tags.items()},
+            optimizer_name=self.optimizer_name,
+        )
+
+    def _write_lora(self, path: Path) -> str | None:
+        """Export the LoRA to ``path`` in the configured format and save precision; returns what was written.
+
+        A failed write (full disk, read-only folder) is reported as a warning and returns None: the trained
+        LoRA stays in memory, training goes on, and the next save (e.g. ``Control.request_save()`` after
+        ``config.output.folder`` was changed) tries again. An fp16 overflow is reported with the advice and
+        that file is written as bf16 instead.
+        """
+        from guitrainer.core.fileio import WriteError
+        from guitrainer.engine.export import export_lora, saved_item
+
         assert self.model is not None
         tes = self.model.text_encoders if self.train_te else []
-        sd = L.kohya_state_dict(self.model.unet, tes, self.config.network.alpha)
-        for w in L.save_lora(path, sd, self._metadata(), self.config.precision.save):
+        o = self.config.output
+        try:
+            result = export_lora(
+                path,
+                self.model.unet,
+                tes,
+                fmt=o.format,
+                save_precision=self.config.precision.save,
+                alpha=self.config.network.alpha,
+                metadata=self._metadata(),
+                on_fp16_overflow="bf16",
+            )
+        except WriteError as e:
+            self.save_error = e.strerror or str(e)
+            self._warn(
+                f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: "
+                "choose another output folder and press Save now."
+            )
+            return None
+        self.save_error = None
+        for w in result.warnings:
             self._warn(w)
-        return str(path)
+        return str(saved_item(path, o.format))
+
+    def _lora_target(self, tag: str = "") -> Path:
+        """The next free path for a LoRA (numbered unless ``output.overwrite``)."""
+        from guitrainer.engine.export import lora_path
+
+        o = self.config.output
+        path = lora_path(o, tag)
+        if o.overwrite:
+            return path
+        if o.format == "diffusers":  # the folder is what the user sees and what gets numbered
+            return numbered_path(path.parent) / path.name
+        return numbered_path(path)
 
     def _save_final(self) -> str | None:
         if not self._main:
             return None
-        o = self.config.output
-        path = self._out_dir() / f"{o.name}.safetensors"
-        if not o.overwrite:
-            path = numbered_path(path)
-        out = self._write_lora(path)
-        self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
+        out = self._write_lora(self._lora_target())
+        if out is not None:
+            self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
         return out
 
     def _save_intermediate(self, tag: str) -> None:
+        from guitrainer.core.fileio import WriteError
+
         if not self._main:
             return
         o = self.config.output
-        path = self._out_dir() / f"{o.name}-{tag}.safetensors"
-        if not o.overwrite:
-            path = numbered_path(path)
-        out = self._write_lora(path)
+        out = self._write_lora(self._lora_target(tag))
+        if out is None:
+            return  # reported; the state would go to the same folder and fail the same way
         self._intermediates.append(out)
         self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
         if o.keep_last:
             while len(self._intermediates) > o.keep_last:
                 old = Path(self._intermediates.pop(0))
-                with contextlib.suppress(OSError):
-                    old.unlink()
-        self._save_state()
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
+        try:
+            self._save_state()
+        except WriteError as e:
+            self._warn(f"The training state was not saved: {e.strerror or e}")
 
     def state_dir(self) -> Path:
         """``<output.folder>/<output.name>_state``: where the resumable state is written."""

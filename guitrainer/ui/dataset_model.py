@@ -16,6 +16,7 @@ from PySide6.QtCore import (
     QSize,
     QSortFilterProxyModel,
     Qt,
+    QTimer,
 )
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
@@ -49,7 +50,11 @@ _BADGE_ORDER = list(BADGES)
 
 
 class DatasetModel(QAbstractListModel):
-    """The imported images, in import order. Thumbnails come from a shared ThumbnailLoader."""
+    """The imported images, in import order. Thumbnails come from a shared ThumbnailLoader.
+
+    Thumbnails that become ready are collected and announced together once control returns to the
+    event loop: one ``dataChanged`` (DecorationRole only) per run of adjacent rows instead of one per image.
+    """
 
     def __init__(self, loader: ThumbnailLoader, parent: QObject | None = None, thumb_size: int = GRID_SIZE):
         super().__init__(parent)
@@ -57,6 +62,11 @@ class DatasetModel(QAbstractListModel):
         self._rows: dict[str, int] = {}
         self.loader = loader
         self.thumb_size = thumb_size
+        self._thumb_paths: set[str] = set()
+        self._thumb_timer = QTimer(self)
+        self._thumb_timer.setSingleShot(True)
+        self._thumb_timer.setInterval(0)
+        self._thumb_timer.timeout.connect(self.flush_thumbnails)
         loader.ready.connect(self._on_thumb)
 
     # ------------------------------------------------------------------ Qt API
@@ -164,10 +174,26 @@ class DatasetModel(QAbstractListModel):
     def _on_thumb(self, path: str, size: int) -> None:
         if size != self.thumb_size:
             return
-        row = self._rows.get(path)
-        if row is not None:
-            idx = self.index(row)
-            self.dataChanged.emit(idx, idx, [Qt.ItemDataRole.DecorationRole])
+        self._thumb_paths.add(path)
+        if not self._thumb_timer.isActive():
+            self._thumb_timer.start()
+
+    def flush_thumbnails(self) -> int:
+        """Announce the thumbnails that became ready since the last flush. Returns the dataChanged count."""
+        self._thumb_timer.stop()
+        paths, self._thumb_paths = self._thumb_paths, set()
+        rows = sorted(r for p in paths if (r := self._rows.get(p)) is not None)
+        emitted = 0
+        roles = [Qt.ItemDataRole.DecorationRole]
+        i = 0
+        while i < len(rows):
+            j = i
+            while j + 1 < len(rows) and rows[j + 1] == rows[j] + 1:
+                j += 1
+            self.dataChanged.emit(self.index(rows[i]), self.index(rows[j]), roles)
+            emitted += 1
+            i = j + 1
+        return emitted
 
 
 def tooltip_for(item: DatasetItem) -> str:

@@ -5,18 +5,20 @@ in the config in step with it: every folder that directly holds imported images 
 repeats (editable in the folders table). Loading a config (preset, file) that names other folders
 re-reads them, non-recursively, as training does.
 
-Nothing slow runs on the GUI thread: finding files is a directory listing; reading headers and
-captions happens in a :class:`ScanWorker` thread that hands rows over in batches; thumbnails come
-from a thread pool. Removing images from the dataset never deletes files; "Delete files…" asks first
+Nothing slow runs on the GUI thread: finding files, reading headers and captions happens in a
+:class:`ScanWorker` thread that hands rows over in batches; thumbnails come from a thread pool; the
+summary (buckets, steps, tag counts) is computed in slices of a few ms (:class:`SummaryBuilder`). Removing images from the dataset never deletes files; "Delete files…" asks first
 and moves them to the trash.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +59,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.config import DatasetFolder
 from guitrainer.core import dataset as ds
-from guitrainer.core.dataset import Candidate, CaptionEdit, DatasetItem, Flag
+from guitrainer.core.dataset import CaptionEdit, DatasetItem, Flag
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.caption_editor import CaptionEditCommand, CaptionEditor
 from guitrainer.ui.captioning import CaptioningPanel
@@ -103,21 +105,66 @@ class ImportReport:
         return "\n".join(lines[:200]) + (f"\n… {len(lines) - 200} more" if len(lines) > 200 else "")
 
 
-class ScanWorker(QObject):
-    """Reads captions and image headers for candidates; hands items over in batches (lives in a QThread)."""
+@dataclass(frozen=True)
+class CollectRequest:
+    """Paths to look for images in (what :func:`ds.collect` takes)."""
 
+    paths: tuple[Path, ...]
+    recursive: bool = True
+    repeats: int | None = None
+
+
+class ScanWorker(QObject):
+    """Finds the images (directory listing), then reads captions and image headers (lives in a QThread).
+
+    ``collected`` reports what was found, refused and already known; rows follow in batches. ``known``
+    holds :func:`ds.file_key` of every image in (or on its way into) the dataset; it is shared with the
+    page and other workers and updated under ``lock``, so two drops of the same files add them once.
+    """
+
+    collected = Signal(object)  # ds.Collected
     batch_loaded = Signal(object)  # list[DatasetItem]
     finished = Signal()
 
-    def __init__(self, candidates: Sequence[Candidate], caption_extension: str, resolution: int):
+    def __init__(
+        self,
+        requests: Sequence[CollectRequest],
+        caption_extension: str,
+        resolution: int,
+        known: set,
+        lock: threading.Lock,
+    ):
         super().__init__()
-        self.candidates = list(candidates)
+        self.requests = list(requests)
         self.caption_extension = caption_extension
         self.resolution = resolution
+        self.known = known
+        self.lock = lock
         self._stop = threading.Event()
 
     def cancel(self) -> None:
         self._stop.set()
+
+    def _collect(self) -> ds.Collected:
+        out = ds.Collected()
+        with self.lock:
+            seen = set(self.known)
+        for req in self.requests:
+            col = ds.collect(
+                req.paths, self.caption_extension, seen, recursive=req.recursive, repeats=req.repeats
+            )
+            keys = [ds.file_key(c.path) for c in col.candidates]
+            with self.lock:  # another drop may have taken some of these files meanwhile
+                for c, key in zip(col.candidates, keys):
+                    if key in self.known:
+                        out.duplicates.append((c.path, "already in the dataset"))
+                    else:
+                        self.known.add(key)
+                        out.candidates.append(c)
+            seen.update(keys)
+            out.rejected += col.rejected
+            out.duplicates += col.duplicates
+        return out
 
     @Slot()
     def work(self) -> None:
@@ -125,7 +172,10 @@ class ScanWorker(QObject):
         last = time.monotonic()
         first = True
         try:
-            for item in ds.iter_items(self.candidates, self.caption_extension, self.resolution, self._stop.is_set):
+            col = self._collect()
+            self.collected.emit(col)
+            rows = ds.iter_items(col.candidates, self.caption_extension, self.resolution, self._stop.is_set)
+            for item in rows:
                 batch.append(item)
                 now = time.monotonic()
                 # the first rows go out at once (first screen fast), then in batches (few model resets)
@@ -178,6 +228,113 @@ class SummaryPanel(QLabel):
         )
 
 
+SUMMARY_SLICE = 200  # images per GUI-thread slice of the summary (a few ms each)
+SUMMARY_BUDGET_S = 0.008  # GUI-thread time the summary may take per event-loop turn
+
+
+@dataclass(frozen=True)
+class SummaryParams:
+    """The settings :func:`ds.summarize` takes besides the items."""
+
+    resolution: int = 512
+    bucketing: bool = True
+    min_side: int = 256
+    max_side: int = 1024
+    step: int = 64
+    batch_size: int = 1
+
+
+class SummaryBuilder:
+    """:func:`ds.summarize` and :func:`ds.tag_frequency` of many images, computed in slices.
+
+    ``ds.summarize`` is pure Python (~30 µs an image: 60+ ms for 2,000), too long for one GUI event.
+    The items are cut into slices of ``slice_size`` images with the same repeats; each slice is
+    summarized by ``ds.summarize`` itself (with batch size 1) and the slices are added up: counts and
+    histograms add, and a bucket's images-with-repeats is repeats × its image count, which gives the
+    steps per epoch. Slices are cached by their content, so after one caption edit only its slice is
+    recomputed. :meth:`run` yields None after each computed slice and the result last.
+    """
+
+    def __init__(self, slice_size: int = SUMMARY_SLICE):
+        self.slice_size = slice_size
+        self._cache: dict[tuple, tuple[ds.DatasetSummary, Counter[str]]] = {}
+
+    def compute(
+        self, items: Sequence[DatasetItem], p: SummaryParams
+    ) -> tuple[ds.DatasetSummary, list[tuple[str, int]]]:
+        """All at once (raises ValueError like ``ds.summarize``)."""
+        for out in self.run(items, p):
+            if out is not None:
+                return out
+        raise AssertionError("unreachable")
+
+    def run(
+        self, items: Sequence[DatasetItem], p: SummaryParams
+    ) -> Iterator[tuple[ds.DatasetSummary, list[tuple[str, int]]] | None]:
+        by_repeats: dict[int, list[DatasetItem]] = {}
+        for it in items:
+            by_repeats.setdefault(it.repeats, []).append(it)
+        geometry = (p.resolution, p.bucketing, p.min_side, p.max_side, p.step)
+        cache: dict[tuple, tuple[ds.DatasetSummary, Counter[str]]] = {}
+        parts: list[tuple[int, ds.DatasetSummary, Counter[str]]] = []
+        for reps, group in by_repeats.items():
+            for i in range(0, len(group), self.slice_size):
+                chunk = group[i : i + self.slice_size]
+                key = (
+                    reps,
+                    geometry,
+                    tuple(
+                        (it.width, it.height, it.caption_exists, it.caption, frozenset(it.flags))
+                        for it in chunk
+                    ),
+                )
+                part = self._cache.get(key)
+                if part is None:
+                    s = ds.summarize(
+                        chunk, p.resolution, bucketing=p.bucketing, min_side=p.min_side, max_side=p.max_side,
+                        step=p.step, batch_size=1,
+                    )  # fmt: skip
+                    part = (s, Counter(dict(ds.tag_frequency(it.caption for it in chunk))))
+                    cache[key] = part
+                    yield None
+                cache[key] = part
+                parts.append((reps, *part))
+        self._cache = cache  # only what the current items use
+        yield self._merge(parts, p)
+
+    @staticmethod
+    def _merge(
+        parts: list[tuple[int, ds.DatasetSummary, Counter[str]]], p: SummaryParams
+    ) -> tuple[ds.DatasetSummary, list[tuple[str, int]]]:
+        total = ds.DatasetSummary()
+        hist: Counter[str] = Counter()
+        images: Counter[tuple[int, int]] = Counter()  # usable images per bucket
+        with_repeats: Counter[tuple[int, int]] = Counter()  # images × repeats per bucket
+        tags: Counter[str] = Counter()
+        for reps, s, t in parts:
+            total.image_count += s.image_count
+            total.captioned_count += s.captioned_count
+            total.flagged_count += s.flagged_count
+            total.images_with_repeats += s.images_with_repeats
+            hist.update(s.resolution_histogram)
+            for b, n in s.buckets.items():
+                images[b] += n
+                with_repeats[b] += n * reps
+            tags.update(t)
+        total.resolution_histogram = {label: hist[label] for _, label in ds.RESOLUTION_BINS if hist[label]}
+        batch = max(1, p.batch_size)
+        if p.bucketing and images:
+            order = ds.make_buckets(p.resolution, p.min_side, p.max_side, p.step)
+            total.buckets = {b: images[b] for b in order if images[b]}
+            total.steps_per_epoch = sum(math.ceil(n / batch) for n in with_repeats.values())
+        else:
+            if images:
+                total.buckets = {(p.resolution, p.resolution): sum(images.values())}
+            total.steps_per_epoch = math.ceil(total.images_with_repeats / batch)
+        freq = sorted(tags.items(), key=lambda kv: (-kv[1], kv[0].casefold()))  # as ds.tag_frequency orders
+        return total, freq
+
+
 class DatasetPage(Page):
     """The dataset workspace. The main window forwards drops to :meth:`add_paths`."""
 
@@ -195,7 +352,8 @@ class DatasetPage(Page):
         self.model = DatasetModel(self.loader, self)
         self.proxy = DatasetFilterProxy(self)
         self.proxy.setSourceModel(self.model)
-        self._known: set = set()
+        self._known: set = set()  # ds.file_key of every image in the dataset or being imported
+        self._known_lock = threading.Lock()  # scan workers add to _known under it
         self._workers: list[tuple[QThread, ScanWorker, ImportReport]] = []
         self._syncing = False
         self.last_report: ImportReport | None = None
@@ -213,7 +371,14 @@ class DatasetPage(Page):
         self._summary_timer = QTimer(self)
         self._summary_timer.setSingleShot(True)
         self._summary_timer.setInterval(150)
-        self._summary_timer.timeout.connect(self._update_summary)
+        self._summary_timer.timeout.connect(self._start_summary)
+        self._summary_builder = SummaryBuilder()
+        self._summary_run: Iterator[tuple[ds.DatasetSummary, list[tuple[str, int]]] | None] | None = None
+        self._summary_running_params = SummaryParams()
+        self._summary_step_timer = QTimer(self)  # drives the slices of a running summary
+        self._summary_step_timer.setInterval(0)
+        self._summary_step_timer.timeout.connect(self._summary_step)
+        self._shown_frequencies: list[tuple[str, int]] | None = None
         self._build_actions()
 
         self.setAcceptDrops(True)
@@ -401,21 +566,15 @@ class DatasetPage(Page):
         return bool(self._workers)
 
     def add_paths(self, paths: Sequence[str | Path]) -> ImportReport:
-        """Import folders (searched fully) and image files; rows arrive in batches from a worker thread.
+        """Import folders (searched fully) and image files; a worker thread finds and reads them.
 
-        Returns at once with what was found; ``import_finished(report)`` follows when every row is in.
+        Returns at once. The report is filled in when the files are found (the status line then says
+        what was found); ``import_finished(report)`` follows when every row is in the grid.
         """
-        ext = self.binding.get("dataset.caption_extension")
-        col = ds.collect([Path(p) for p in paths], ext, self._known)
-        report = ImportReport(
-            added=len(col.candidates),
-            rejected=[(str(p), why) for p, why in col.rejected],
-            duplicates=[(str(p), why) for p, why in col.duplicates],
-        )
-        self._known |= {ds.file_key(c.path) for c in col.candidates}
+        report = ImportReport()
         self.last_report = report
-        self.show_status(report.message() + (" Reading images…" if col.candidates else ""), report.details())
-        self._start_scan(col.candidates, report)
+        self.show_status("Looking for images…")
+        self._start_scan([CollectRequest(tuple(Path(p) for p in paths))], report)
         return report
 
     def add_folder_dialog(self) -> ImportReport | None:
@@ -610,14 +769,18 @@ class DatasetPage(Page):
         self.add_paths(paths)
 
     # ------------------------------------------------------------------ scanning
-    def _start_scan(self, candidates: list[Candidate], report: ImportReport) -> None:
-        if not candidates:
-            self.import_finished.emit(report)
-            return
-        worker = ScanWorker(candidates, self.binding.get("dataset.caption_extension"), self.binding.get("dataset.resolution"))
+    def _start_scan(self, requests: list[CollectRequest], report: ImportReport) -> None:
+        worker = ScanWorker(
+            requests,
+            self.binding.get("dataset.caption_extension"),
+            self.binding.get("dataset.resolution"),
+            self._known,
+            self._known_lock,
+        )
         thread = QThread(self)
         worker.moveToThread(thread)
         thread.started.connect(worker.work)
+        worker.collected.connect(lambda col: self._on_collected(report, col))
         worker.batch_loaded.connect(self._on_batch)
         worker.finished.connect(thread.quit)
         entry = (thread, worker, report)
@@ -625,6 +788,14 @@ class DatasetPage(Page):
         self._workers.append(entry)
         self.empty_hint.setVisible(False)
         thread.start()
+
+    def _on_collected(self, report: ImportReport, col: ds.Collected) -> None:
+        report.added = len(col.candidates)
+        report.rejected = [(str(p), why) for p, why in col.rejected]
+        report.duplicates = [(str(p), why) for p, why in col.duplicates]
+        if report is self.last_report:
+            reading = " Reading images…" if col.candidates else ""
+            self.show_status(report.message() + reading, report.details())
 
     def _on_batch(self, items: list[DatasetItem]) -> None:
         had = self.model.rowCount()
@@ -747,20 +918,13 @@ class DatasetPage(Page):
             self.model.remove_items(gone)
         for it in self.items:
             it.repeats = wanted.get(str(it.folder), it.repeats)
-        ext = self.binding.get("dataset.caption_extension")
-        report = ImportReport()
-        candidates: list[Candidate] = []
-        for folder, reps in wanted.items():
-            if folder in have:
-                continue
-            col = ds.collect([folder], ext, self._known, recursive=False, repeats=reps)
-            self._known |= {ds.file_key(c.path) for c in col.candidates}
-            candidates += col.candidates
-            report.rejected += [(str(p), why) for p, why in col.rejected]
-            report.duplicates += [(str(p), why) for p, why in col.duplicates]
-        report.added = len(candidates)
-        if candidates:
-            self._start_scan(candidates, report)
+        requests = [
+            CollectRequest((Path(folder),), recursive=False, repeats=reps)
+            for folder, reps in wanted.items()
+            if folder not in have
+        ]
+        if requests:
+            self._start_scan(requests, ImportReport())
         self._rebuild_folders_table()
         self._schedule_summary()
         self.empty_hint.setVisible(not self.items and not self._workers)
@@ -823,30 +987,66 @@ class DatasetPage(Page):
     def _schedule_summary(self) -> None:
         self._summary_timer.start()
 
-    def _update_summary(self) -> None:
+    def _summary_params(self) -> SummaryParams:
         g = self.binding.get
-        batch = int(g("schedule.batch_size"))
-        bucketing = bool(g("dataset.bucketing"))
+        return SummaryParams(
+            resolution=int(g("dataset.resolution")),
+            bucketing=bool(g("dataset.bucketing")),
+            min_side=int(g("dataset.min_bucket_resolution")),
+            max_side=int(g("dataset.max_bucket_resolution")),
+            step=int(g("dataset.bucket_step")),
+            batch_size=int(g("schedule.batch_size")),
+        )
+
+    def _update_summary(self) -> None:
+        """Recompute the summary now, in one go."""
+        self._summary_step_timer.stop()
+        self._summary_run = None
+        params = self._summary_params()
         try:
-            s = ds.summarize(
-                self.items,
-                int(g("dataset.resolution")),
-                bucketing=bucketing,
-                min_side=int(g("dataset.min_bucket_resolution")),
-                max_side=int(g("dataset.max_bucket_resolution")),
-                step=int(g("dataset.bucket_step")),
-                batch_size=batch,
-            )
+            s, freq = self._summary_builder.compute(self.items, params)
         except ValueError as e:  # e.g. min bucket side above max while the user is typing
             self.strip.setText(f"Buckets: {e}")
             return
-        self.summary.show_summary(s, batch, bucketing)
+        self._show_summary(s, freq, params)
+
+    def _start_summary(self) -> None:
+        """Recompute the summary in slices of at most ~SUMMARY_BUDGET_S each (GUI thread stays responsive)."""
+        self._summary_running_params = self._summary_params()
+        self._summary_run = self._summary_builder.run(list(self.items), self._summary_running_params)
+        self._summary_step()
+        if self._summary_run is not None:
+            self._summary_step_timer.start()
+
+    def _summary_step(self) -> None:
+        run = self._summary_run
+        if run is None:
+            self._summary_step_timer.stop()
+            return
+        t0 = time.perf_counter()
+        try:
+            while time.perf_counter() - t0 < SUMMARY_BUDGET_S:
+                out = next(run)
+                if out is not None:
+                    self._summary_run = None
+                    self._summary_step_timer.stop()
+                    self._show_summary(*out, self._summary_running_params)
+                    return
+        except ValueError as e:  # e.g. min bucket side above max while the user is typing
+            self._summary_run = None
+            self._summary_step_timer.stop()
+            self.strip.setText(f"Buckets: {e}")
+
+    def _show_summary(self, s: ds.DatasetSummary, freq: list[tuple[str, int]], params: SummaryParams) -> None:
+        self.summary.show_summary(s, params.batch_size, params.bucketing)
         loading = " · reading images…" if self._workers else ""
         self.strip.setText(
             f"{s.image_count} images · {s.captioned_count} captioned · {s.flagged_count} flagged · "
             f"{s.steps_per_epoch} steps per epoch{loading}"
         )
-        self.tag_tools.set_frequencies(ds.tag_frequency(it.caption for it in self.items))
+        if freq != self._shown_frequencies:  # refilling the tag table costs 5-40 ms for 500 tags
+            self._shown_frequencies = freq
+            self.tag_tools.set_frequencies(freq)
         self._update_selection_label()
 
     def _update_selection_label(self) -> None:

@@ -2,6 +2,9 @@
 
 ``ThumbnailLoader.get(path, size)`` answers at once: the image if cached, else None after queuing
 a job on a QThreadPool. When the job is done ``ready(path, size)`` is emitted on the GUI thread.
+Finished jobs are handed over in batches: workers append to a locked list and wake the GUI thread
+once per batch, which takes them in at most every ``BATCH_MS`` (one GUI event per batch instead of
+one queued signal per image).
 Images are EXIF-transposed, so they are shown upright as training sees them. Only QImage is used
 off the GUI thread (QPixmap is GUI-thread only).
 """
@@ -16,7 +19,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 from PySide6.QtGui import QImage
 
 from guitrainer.core.paths import cache_dir
@@ -24,6 +27,7 @@ from guitrainer.core.paths import cache_dir
 log = logging.getLogger(__name__)
 
 GRID_SIZE = 160
+BATCH_MS = 30  # finished thumbnails are taken in by the GUI thread at most this often
 
 
 def render_thumbnail(path: str | Path, size: int) -> QImage:
@@ -65,14 +69,33 @@ def disk_key(path: str | Path, size: int) -> str | None:
     return hashlib.sha1(raw).hexdigest()
 
 
-class _Signals(QObject):
-    done = Signal(str, int, QImage, bool)  # path, size, image, ok
+class _Results(QObject):
+    """Finished jobs, filled by worker threads; ``wake`` is emitted when the list stops being empty."""
+
+    wake = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._items: list[tuple[str, int, QImage, bool]] = []
+
+    def put(self, path: str, size: int, img: QImage, ok: bool) -> None:
+        with self._lock:
+            first = not self._items
+            self._items.append((path, size, img, ok))
+        if first:
+            self.wake.emit()
+
+    def take(self) -> list[tuple[str, int, QImage, bool]]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
 
 
 class _ThumbJob(QRunnable):
-    def __init__(self, path: str, size: int, disk_dir: Path | None, signals: _Signals):
+    def __init__(self, path: str, size: int, disk_dir: Path | None, results: _Results):
         super().__init__()
-        self.path, self.size, self.disk_dir, self.signals = path, size, disk_dir, signals
+        self.path, self.size, self.disk_dir, self.results = path, size, disk_dir, results
         self.setAutoDelete(True)
 
     def run(self) -> None:
@@ -95,7 +118,7 @@ class _ThumbJob(QRunnable):
             log.debug("no thumbnail for %s: %s", self.path, e)
             img, ok = QImage(), False
         with contextlib.suppress(RuntimeError):  # the loader went away while we worked
-            self.signals.done.emit(self.path, self.size, img, ok)
+            self.results.put(self.path, self.size, img, ok)
 
     @staticmethod
     def _save(img: QImage, cache_file: Path) -> None:
@@ -142,8 +165,12 @@ class ThumbnailLoader(QObject):
         self._pool = QThreadPool(self)
         cores = os.cpu_count() or 2
         self._pool.setMaxThreadCount(threads or max(1, min(4, cores - 1)))
-        self._signals = _Signals(self)
-        self._signals.done.connect(self._on_done)
+        self._results = _Results(self)
+        self._batch_timer = QTimer(self)
+        self._batch_timer.setSingleShot(True)
+        self._batch_timer.setInterval(BATCH_MS)
+        self._batch_timer.timeout.connect(self._take_results)
+        self._results.wake.connect(self._batch_timer.start)  # queued: workers live in other threads
 
     # ------------------------------------------------------------------ queries
     def get(self, path: str, size: int = GRID_SIZE, *, disk: bool = True) -> QImage | None:
@@ -157,7 +184,7 @@ class ThumbnailLoader(QObject):
             return None
         self._pending.add(key)
         self._priority += 1  # newest request first: what is on screen now beats what scrolled away
-        job = _ThumbJob(path, size, self._disk_dir if disk else None, self._signals)
+        job = _ThumbJob(path, size, self._disk_dir if disk else None, self._results)
         self._pool.start(job, min(self._priority, 2**30))
         return None
 
@@ -187,17 +214,27 @@ class ThumbnailLoader(QObject):
         self._pending.clear()
 
     def wait(self, msecs: int = 30000) -> bool:
-        return self._pool.waitForDone(msecs)
+        """Wait for the workers, then take their results in (``ready`` is emitted for each)."""
+        done = self._pool.waitForDone(msecs)
+        self._take_results()
+        return done
 
     def shutdown(self) -> None:
         self.cancel_pending()
         self._pool.waitForDone(5000)
 
-    @Slot(str, int, QImage, bool)
-    def _on_done(self, path: str, size: int, img: QImage, ok: bool) -> None:
+    @Slot()
+    def _take_results(self) -> None:
+        """Cache every finished job's image, then emit ``ready`` for each (GUI thread)."""
+        self._batch_timer.stop()
+        done = [(p, size) for p, size, img, ok in self._results.take() if self._store(p, size, img, ok)]
+        for path, size in done:
+            self.ready.emit(path, size)
+
+    def _store(self, path: str, size: int, img: QImage, ok: bool) -> bool:
         key = (path, size)
         if key not in self._pending:  # cancelled meanwhile
-            return
+            return False
         self._pending.discard(key)
         if ok and not img.isNull():
             self._cache[key] = img
@@ -207,4 +244,4 @@ class ThumbnailLoader(QObject):
                 self._bytes -= old.sizeInBytes()
         else:
             self._failed.add(key)
-        self.ready.emit(path, size)
+        return True

@@ -1,0 +1,128 @@
+"""Sample images during training, with the LoRA being trained active.
+
+A diffusers ``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline`` is built around the loaded (and
+LoRA-injected) components with a DDIM scheduler made from the training scheduler's config. Each
+prompt ``i`` uses its own CPU generator seeded ``sampling.seed + i``, so samples are comparable over
+time. Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
+afterwards: a run with samples trains exactly like one without, and stop/resume stays bit-exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from guitrainer.core.events import SampleImage
+from guitrainer.core.fileio import atomic_write_with
+
+log = logging.getLogger(__name__)
+
+
+def sample_path(folder: str | Path, name: str, step: int, i: int) -> Path:
+    """``<folder>/samples/<name>_step<N>_<i>.png`` (N zero-padded to 6 digits, so names sort by step)."""
+    return Path(folder) / "samples" / f"{name}_step{step:06d}_{i}.png"
+
+
+@contextlib.contextmanager
+def preserved_state(modules: Sequence[torch.nn.Module], device: torch.device) -> Iterator[None]:
+    """Put ``modules`` in eval mode and restore their modes and every RNG on exit."""
+    modes = [[(m, m.training) for m in mod.modules()] for mod in modules]
+    py, npy = random.getstate(), np.random.get_state()
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            for mod in modules:
+                mod.eval()
+            yield
+    finally:
+        for group in modes:
+            for m, training in group:
+                m.training = training
+        random.setstate(py)
+        np.random.set_state(npy)
+
+
+def build_pipeline(model: Any) -> Any:
+    """A diffusers pipeline sharing ``model``'s modules (no copies), with a DDIM scheduler."""
+    from diffusers import DDIMScheduler, StableDiffusionPipeline, StableDiffusionXLPipeline
+
+    sched = DDIMScheduler.from_config(model.noise_scheduler.config)
+    if len(model.text_encoders) > 1:
+        pipe = StableDiffusionXLPipeline(
+            vae=model.vae,
+            text_encoder=model.text_encoders[0],
+            text_encoder_2=model.text_encoders[1],
+            tokenizer=model.tokenizers[0],
+            tokenizer_2=model.tokenizers[1],
+            unet=model.unet,
+            scheduler=sched,
+        )
+    else:
+        pipe = StableDiffusionPipeline(
+            vae=model.vae,
+            text_encoder=model.text_encoders[0],
+            tokenizer=model.tokenizers[0],
+            unet=model.unet,
+            scheduler=sched,
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def generate_samples(
+    model: Any,
+    sampling_cfg: Any,
+    *,
+    step: int,
+    out_folder: str | Path,
+    name: str,
+    device: torch.device,
+) -> list[SampleImage]:
+    """One PNG per prompt of ``sampling_cfg.prompts``, written atomically; returns what was written.
+
+    Leaves every RNG and module mode as it found them.
+    """
+    prompts = [p.strip() for p in sampling_cfg.prompts if p.strip()]
+    if not prompts:
+        return []
+    unet = model.unet
+    mult = 2 ** (len(model.vae.config.block_out_channels) - 1) * 2 ** (len(unet.config.block_out_channels) - 1)
+    size = max(mult, int(sampling_cfg.size) // mult * mult)
+    out: list[SampleImage] = []
+    with preserved_state([unet, model.vae, *model.text_encoders], device), torch.no_grad():
+        pipe = build_pipeline(model)
+        for i, prompt in enumerate(prompts):
+            gen = torch.Generator(device="cpu").manual_seed(int(sampling_cfg.seed) + i)
+            latents = pipe(
+                prompt,
+                negative_prompt=sampling_cfg.negative_prompt or None,
+                num_inference_steps=int(sampling_cfg.steps),
+                guidance_scale=float(sampling_cfg.guidance_scale),
+                height=size,
+                width=size,
+                generator=gen,
+                output_type="latent",
+            ).images
+            image = decode(model.vae, latents, pipe.image_processor)
+            path = sample_path(out_folder, name, step, i)
+            atomic_write_with(path, lambda f, im=image: im.save(f, format="PNG"))
+            out.append(SampleImage(str(path), prompt, step))
+    return out
+
+
+def decode(vae: Any, latents: torch.Tensor, processor: Any) -> Any:
+    """Latents -> PIL image, in the VAE's own dtype (an fp32 VAE stays fp32 under fp16 training)."""
+    lat = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor
+    image = vae.decode(lat).sample.float()
+    image = torch.nan_to_num(image)
+    return processor.postprocess(image, output_type="pil")[0]

@@ -1,0 +1,90 @@
+"""Latent and text caches through the Trainer: reused across runs, rebuilt when the dtype or an image changes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from guitrainer.core.events import NullReporter
+from guitrainer.engine.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_engine import demo_cfg  # noqa: E402
+
+
+@pytest.fixture
+def encodes(monkeypatch):
+    """Counts real VAE encode calls."""
+    from diffusers import AutoencoderKL
+
+    calls = {"n": 0}
+    orig = AutoencoderKL.encode
+
+    def counting(self, *a, **kw):
+        calls["n"] += 1
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(AutoencoderKL, "encode", counting)
+    return calls
+
+
+def _dataset(folder: Path) -> Path:
+    folder.mkdir()
+    for i, (size, color) in enumerate((((64, 64), (200, 30, 30)), ((96, 48), (30, 200, 30)), ((48, 96), (30, 30, 200)))):
+        Image.new("RGB", size, color).save(folder / f"{i}.png")
+        (folder / f"{i}.txt").write_text(f"a photo of a {['red', 'green', 'blue'][i]} square")
+    return folder
+
+
+def _run(out: Path, data: Path, **kw):
+    torch.set_num_threads(1)
+    cfg = demo_cfg(
+        out,
+        dataset__folders=[str(data)],
+        dataset__bucketing=True,
+        schedule__max_steps=1,
+        precision__cache_latents=True,
+        precision__cache_text_encoder_outputs=True,
+        **kw,
+    )
+    tr = Trainer(cfg, NullReporter())
+    summary = tr.run()
+    assert summary.status == "finished", summary.message
+    return tr
+
+
+def test_caches_are_reused_and_rebuilt_when_dtype_or_image_changes(tmp_path, encodes):
+    data = _dataset(tmp_path / "data")
+    first = _run(tmp_path / "o1", data)
+    assert first.latent_store.misses == 3 and first.latent_store.hits == 0 and encodes["n"] == 3
+    assert first.text_store.misses == 3
+    files = list(first.latent_store.folder.rglob("*.safetensors"))
+    assert len(files) == 3 and not list(first.latent_store.folder.rglob("*.tmp"))
+
+    again = _run(tmp_path / "o2", data)  # a new run (as after a restart): everything from disk
+    assert again.latent_store.hits == again.latent_store.disk_hits == 3 and again.latent_store.misses == 0
+    assert again.text_store.misses == 0 and again.text_store.hits == 3
+    assert encodes["n"] == 3
+    for k, v in first.latents.items():
+        assert torch.equal(v, again.latents[k])
+
+    bf16 = _run(tmp_path / "o3", data, precision__training="bf16")  # other dtype: never reused
+    assert bf16.latent_store.misses == 3 and bf16.latent_store.hits == 0 and encodes["n"] == 6
+    assert bf16.text_store.misses == 3
+    assert next(iter(bf16.latents.values())).dtype == torch.bfloat16
+
+    img = data / "1.png"
+    Image.new("RGB", (96, 48), (250, 250, 0)).save(img)
+    st = img.stat()
+    os.utime(img, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    changed = _run(tmp_path / "o4", data)
+    assert changed.latent_store.misses == 1 and changed.latent_store.hits == 2 and encodes["n"] == 7
+
+    flipped = _run(tmp_path / "o5", data, dataset__flip_augment=True)  # mirrored variants are their own entries
+    assert flipped.latent_store.misses == 3 and flipped.latent_store.hits == 3
+    assert set(flipped.latents) == {(i, f) for i in range(3) for f in (False, True)}

@@ -1,0 +1,254 @@
+"""Base-model loading: tiny SD 1.5 / SDXL as diffusers folders and as original-layout single files, offline.
+
+The tiny models (random weights, a few hundred kB) use the real CLIP tokenizer from resources/models,
+so the generated vocabulary is exercised too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from guitrainer.config import ModelConfig
+from guitrainer.core.paths import resources_dir
+from guitrainer.engine import models as M
+from guitrainer.engine.singlefile import to_original_layout
+
+RES = resources_dir() / "models"
+
+
+def _clip_config(hidden: int, projection: int, act: str) -> object:
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        vocab_size=49408,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=77,
+        projection_dim=projection,
+        hidden_act=act,
+        bos_token_id=0,
+        eos_token_id=2,  # the legacy value of the real configs: pooled output at argmax(input_ids)
+        pad_token_id=1,
+    )
+
+
+def build_tiny(folder: Path, family: str, seed: int = 0) -> Path:
+    """Write a tiny SD 1.5- or SDXL-layout diffusers pipeline into ``folder``; return it."""
+    from diffusers import (
+        AutoencoderKL,
+        DDPMScheduler,
+        EulerDiscreteScheduler,
+        StableDiffusionPipeline,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+    torch.manual_seed(seed)
+    sdxl = family == "sdxl"
+    te = CLIPTextModel(_clip_config(32, 32, "quick_gelu"))
+    tok = CLIPTokenizer.from_pretrained(RES / family / "tokenizer")
+    unet_kw: dict = dict(
+        sample_size=8,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=(32, 64),
+        layers_per_block=1,
+        attention_head_dim=8,
+        norm_num_groups=32,
+    )
+    if sdxl:
+        te2 = CLIPTextModelWithProjection(_clip_config(48, 40, "gelu"))  # other width than te1, as in SDXL
+        unet = UNet2DConditionModel(
+            **unet_kw,
+            down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+            up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+            cross_attention_dim=32 + 48,
+            addition_embed_type="text_time",
+            addition_time_embed_dim=8,
+            projection_class_embeddings_input_dim=6 * 8 + 40,
+            use_linear_projection=True,
+        )
+    else:
+        unet = UNet2DConditionModel(
+            **unet_kw,
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            cross_attention_dim=32,
+        )
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        block_out_channels=(32, 32),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=32,
+        sample_size=32,
+        scaling_factor=0.13025 if sdxl else 0.18215,
+        force_upcast=sdxl,
+    )
+    sched_kw = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1)
+    if sdxl:
+        tok2 = CLIPTokenizer.from_pretrained(RES / "sdxl" / "tokenizer_2")
+        pipe = StableDiffusionXLPipeline(
+            vae=vae, text_encoder=te, text_encoder_2=te2, tokenizer=tok, tokenizer_2=tok2, unet=unet,
+            scheduler=EulerDiscreteScheduler(**sched_kw),
+        )
+    else:
+        pipe = StableDiffusionPipeline(
+            vae=vae, text_encoder=te, tokenizer=tok, unet=unet, scheduler=DDPMScheduler(**sched_kw),
+            safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        )
+    pipe.save_pretrained(folder)
+    return folder
+
+
+def config_only(src: Path, dst: Path) -> Path:
+    """A copy of a diffusers folder without any weights: what resources/models/<family> is for real models."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    return dst
+
+
+def save_single_file(folder: Path, family: str, target: Path) -> Path:
+    """The folder's weights as one original-layout .safetensors (the civitai kind)."""
+    from safetensors.torch import save_file
+
+    m = M.load_diffusers_folder(folder, family=family)
+    save_file(to_original_layout(m.unet, m.vae, m.text_encoders, family), str(target))
+    return target
+
+
+@pytest.fixture(scope="module", params=["sd15", "sdxl"])
+def tiny(request, tmp_path_factory):
+    torch.set_num_threads(1)
+    fam = request.param
+    root = tmp_path_factory.mktemp(f"tiny_{fam}")
+    folder = build_tiny(root / "folder", fam)
+    single = save_single_file(folder, fam, root / f"tiny_{fam}.safetensors")
+    return fam, folder, single, config_only(folder, root / "configs")
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert set(sa) == set(sb)
+    bad = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not bad, bad[:5]
+
+
+def test_folder_and_single_file_load_offline_with_equal_weights(tiny, monkeypatch):
+    fam, folder, single, configs = tiny
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    a = M.load_base_model(ModelConfig(base=str(folder), family="auto"))
+    b = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    assert a.family == b.family == fam and a.source == "folder" and b.source == "single_file"
+    assert len(a.text_encoders) == len(b.text_encoders) == (2 if fam == "sdxl" else 1)
+    for x, y in zip([a.unet, a.vae, *a.text_encoders], [b.unet, b.vae, *b.text_encoders]):
+        _same_weights(x, y)
+    assert a.identity and b.identity and a.identity != b.identity
+    ids = a.tokenizer("a photo of a cat").input_ids
+    assert ids == b.tokenizer("a photo of a cat").input_ids == [49406, 320, 1125, 539, 320, 2368, 49407]
+    if fam == "sdxl":
+        assert b.tokenizers[1].pad_token == "!" and b.vae.config.force_upcast
+        assert b.unet.config.addition_embed_type == "text_time"
+    assert not any(p.requires_grad for p in b.unet.parameters())
+
+
+@pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
+def test_pickle_checkpoint_with_weights_only_loads(tiny, tmp_path):
+    fam, _folder, single, configs = tiny
+    from safetensors.torch import load_file
+
+    ckpt = tmp_path / "model.ckpt"
+    torch.save({"state_dict": load_file(str(single)), "global_step": 7}, ckpt)
+    a = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    b = M.load_base_model(ModelConfig(base=str(ckpt), family="auto"), config_dir=configs)
+    _same_weights(a.unet, b.unet)
+
+
+class _Evil:
+    marker = ""
+
+    def __reduce__(self):
+        import builtins
+
+        return (builtins.exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = _Evil()
+    evil.marker = str(marker)
+    for name, save in (
+        ("zip.ckpt", lambda p: torch.save({"state_dict": {"w": torch.zeros(1)}, "x": evil}, p)),
+        ("legacy.pt", lambda p: torch.save({"x": evil}, p, _use_new_zipfile_serialization=False)),
+    ):
+        path = tmp_path / name
+        save(path)
+        assert not marker.exists()
+        with pytest.raises(M.ModelLoadError, match="refused"):
+            M.load_base_model(ModelConfig(base=str(path), family="auto"))
+        assert not marker.exists(), "the pickle's payload ran"
+
+
+@pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
+def test_broken_files_give_errors_naming_the_file(tiny, tmp_path):
+    fam, folder, single, configs = tiny
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(single.read_bytes()[: single.stat().st_size // 2])
+    with pytest.raises(M.ModelLoadError, match=r"cut\.safetensors is truncated"):
+        M.load_base_model(ModelConfig(base=str(cut)), config_dir=configs)
+    empty = tmp_path / "empty.safetensors"
+    empty.write_bytes(b"")
+    with pytest.raises(M.ModelLoadError, match="empty.safetensors"):
+        M.load_base_model(ModelConfig(base=str(empty)))
+    with pytest.raises(M.ModelLoadError, match="does not exist"):
+        M.load_base_model(ModelConfig(base=str(tmp_path / "gone.safetensors")))
+    lora = tmp_path / "lora.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"lora_unet_x.lora_down.weight": torch.zeros(2, 2)}, str(lora))
+    with pytest.raises(M.ModelLoadError, match="is a LoRA"):
+        M.load_base_model(ModelConfig(base=str(lora)))
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(M.ModelLoadError, match="junk.ckpt"):
+        M.load_base_model(ModelConfig(base=str(junk)))
+    partial = config_only(configs, tmp_path / "partial")
+    (partial / "vae" / "config.json").unlink()
+    with pytest.raises(M.ModelLoadError, match=r"vae/config\.json is missing"):
+        M.load_base_model(ModelConfig(base=str(single)), config_dir=partial)
+    broken = tmp_path / "broken_folder"
+    shutil.copytree(folder, broken)
+    (broken / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"xx")
+    with pytest.raises(M.ModelLoadError, match="vae"):
+        M.load_base_model(ModelConfig(base=str(broken)))
+
+
+def test_shipped_config_folders_are_complete():
+    from diffusers import DDPMScheduler
+    from transformers import CLIPTokenizer
+
+    for fam in ("sd15", "sdxl"):
+        M.check_config_dir(RES / fam, fam)
+        index = json.loads((RES / fam / "model_index.json").read_text())
+        for name, value in index.items():
+            if isinstance(value, list) and value[0] is not None:
+                assert (RES / fam / name).is_dir(), (fam, name)
+        assert DDPMScheduler.from_pretrained(RES / fam, subfolder="scheduler").config.prediction_type == "epsilon"
+        for sub in ("tokenizer", "tokenizer_2") if fam == "sdxl" else ("tokenizer",):
+            tok = CLIPTokenizer.from_pretrained(RES / fam, subfolder=sub)
+            assert len(tok) == 49408
+            assert tok("Hello, World").input_ids == [49406, 3306, 267, 1002, 49407]
+            # "!" is its own word ("!</w>" = 256) except in tokenizer_2, where it is the pad token (id 0)
+            assert tok("World!").input_ids[2] == (0 if sub == "tokenizer_2" else 256)
+            assert tok.convert_ids_to_tokens([320, 1125]) == ["a</w>", "photo</w>"]
+    assert CLIPTokenizer.from_pretrained(RES / "sdxl", subfolder="tokenizer_2").pad_token_id == 0
