@@ -7,6 +7,7 @@ breaks number parsing in C libraries), the Fusion style, the app icon. No torch 
 from __future__ import annotations
 
 import argparse
+import gc
 import locale
 import logging
 import os
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow()
     window.show()
+    # Start-up objects live as long as the app: keep them out of full garbage-collection passes,
+    # which otherwise stall the GUI thread for 25-60 ms now and then (bench/RESULTS_dataset.md).
+    gc.collect()
+    gc.freeze()
     if server is not None:
 
         def bring_up(paths: list[str]) -> None:

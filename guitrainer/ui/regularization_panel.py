@@ -509,10 +509,11 @@ class RegularizationPanel(QWidget):
         images: dict[str, list[Path]] = {f.path: list_images(f.path, ext) for f in folders}
         self._counts = {p: len(v) for p, v in images.items()}
         self._rebuild_table(folders)
-        class_counts = [(str(p), f.repeats) for f in folders for p in images[f.path]]
-        usage = class_usage(_train_counts(self.binding), class_counts)
-        n = usage.class_images
         if folders:
+            # Only with class folders: counting the training draws lists the training folders again.
+            class_counts = [(str(p), f.repeats) for f in folders for p in images[f.path]]
+            usage = class_usage(_train_counts(self.binding), class_counts)
+            n = usage.class_images
             head = f"<b>{n}</b> class image{'s' if n != 1 else ''} in {len(folders)} folder{'s' if len(folders) != 1 else ''}."
             self.count_label.setText(f"{head} {usage.describe() if n else ''}")
         else:
