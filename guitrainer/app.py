@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow()
     window.show()
     # Start-up objects live as long as the app: keep them out of full garbage-collection passes,
-    # which otherwise stall the GUI thread for 25-60 ms now and then (bench/RESULTS_dataset.md).
+    # which otherwise stall the GUI thread for 25-60 ms now and then (bench/RESULTS.md, "Dataset grid").
     gc.collect()
     gc.freeze()
     if server is not None:
