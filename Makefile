@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench bundle clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -28,6 +28,11 @@ lint: install
 
 bench: install
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/startup.py
+
+# The double-click app: dist/guitrainer/ (one folder) + the Linux .tar.gz, then the bundle's --self-test.
+bundle: install
+	$(BIN)/python -m pip install -q -e ".[build]"
+	$(BIN)/python build_installer.py --self-test
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
