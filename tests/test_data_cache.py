@@ -17,6 +17,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_engine import demo_cfg  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """This test counts the cache's files: give it a cache folder no other test (test_engine's cached
+    runs, test_prior) has written into before it."""
+    from guitrainer.core import paths
+
+    monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
+
+
 @pytest.fixture
 def encodes(monkeypatch):
     """Counts real VAE encode calls."""

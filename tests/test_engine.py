@@ -308,22 +308,37 @@ def test_pause_save_now_and_sample_request(tmp_path):
     import threading
 
     control = Control()
+    paused = threading.Event()
 
     class Poke(NullReporter):
+        """Asks for save + sample + pause after step 1; notes when the loop says it is paused."""
+
         def on_step(self, metrics: StepMetrics) -> None:
             super().on_step(metrics)
             if metrics.step == 1:
                 control.request_save()
                 control.request_sample()
                 control.pause()
-                threading.Timer(0.2, control.resume).start()
 
+        def on_status(self, text: str) -> None:
+            super().on_status(text)
+            if text.startswith("paused at step"):
+                paused.set()
+
+    def resume_once_paused() -> None:  # like the UI: resume is pressed after the pause is shown, never before
+        if paused.wait(timeout=120):
+            control.resume()
+
+    resumer = threading.Thread(target=resume_once_paused, daemon=True)
+    resumer.start()
     rep = Poke()
     summary = Trainer(demo_cfg(tmp_path, schedule__max_steps=2, precision__cache_latents=True), rep, control).run()
+    resumer.join(timeout=10)
     assert summary.status == "finished"
     assert any("paused at step 1" in s for s in rep.statuses) and any("resumed" in s for s in rep.statuses)
     assert any("sample" in s.lower() for s in rep.statuses)
     assert (tmp_path / "demo_lora-step000001.safetensors").is_file()
+    assert [s.step for s in rep.steps] == [1, 2]
 
 
 # --------------------------------------------------------------------------- CLI

@@ -7,11 +7,11 @@ crashed resumes where it stopped and ends with exactly the images an uninterrupt
 Existing images in the folder count toward ``count`` (any image, like diffusers' train_dreambooth);
 only the missing ones are made, lowest free index first.
 
-The pipeline (``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline``) is built from the
-:class:`~guitrainer.engine.models.LoadedModel`'s own components, with a DPM-Solver++ scheduler made
-from the model's scheduler config; no safety checker. On CUDA it runs in fp16 (SDXL's VAE upcasts
-itself, ``force_upcast``); on CPU in fp32. The built-in demo model makes a 64 px image in well under a
-second on a CPU.
+The pipeline (``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline``) is built by
+:func:`guitrainer.engine.sampling.build_pipeline` from the LoadedModel's own components, with a
+DPM-Solver++ scheduler made from the model's scheduler config; no safety checker. On CUDA it runs in
+fp16 (SDXL's VAE upcasts itself, ``force_upcast``); on CPU in fp32. The built-in demo model makes a
+64 px image in well under a second on a CPU.
 """
 
 from __future__ import annotations
@@ -74,43 +74,6 @@ def plan_missing(folder: str | Path, count: int) -> tuple[list[int], int]:
     return todo, len(have)
 
 
-def build_pipeline(model: Any, device: Any = None) -> Any:
-    """A diffusers text-to-image pipeline sharing the LoadedModel's modules (nothing is copied)."""
-    import torch
-    from diffusers import DPMSolverMultistepScheduler, StableDiffusionPipeline, StableDiffusionXLPipeline
-
-    scheduler = DPMSolverMultistepScheduler.from_config(model.noise_scheduler.config)
-    if model.family == "sdxl":
-        pipe = StableDiffusionXLPipeline(
-            vae=model.vae,
-            text_encoder=model.text_encoders[0],
-            text_encoder_2=model.text_encoders[1],
-            tokenizer=model.tokenizers[0],
-            tokenizer_2=model.tokenizers[1],
-            unet=model.unet,
-            scheduler=scheduler,
-            add_watermarker=False,
-        )
-    else:
-        pipe = StableDiffusionPipeline(
-            vae=model.vae,
-            text_encoder=model.text_encoders[0],
-            tokenizer=model.tokenizers[0],
-            unet=model.unet,
-            scheduler=scheduler,
-            safety_checker=None,
-            feature_extractor=None,
-            requires_safety_checker=False,
-        )
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        pipe.to(device, torch.float16)
-    else:
-        pipe.to(device)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
 def generate_class_images(
     model_cfg: Any,
     prompt: str,
@@ -157,11 +120,14 @@ def generate_class_images(
     import torch
     from PIL.PngImagePlugin import PngInfo
 
+    from guitrainer.engine.sampling import build_pipeline
+
     if model is None:
         from guitrainer.engine.models import load_base_model
 
         model = load_base_model(model_cfg)
-    pipe = build_pipeline(model, device)
+    dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
     multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
     side = max(multiple, int(size) // multiple * multiple)
     if side != size:

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -29,6 +29,7 @@ from guitrainer.core.buckets import Bucket, assign_bucket, make_buckets
 from guitrainer.core.paths import expand
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 IMAGE_EXTENSIONS = tuple(sorted(core_ds.IMAGE_EXTENSIONS))
 PIXEL_CACHE_BYTES = 256 * 1024 * 1024
@@ -115,11 +116,14 @@ def bucket_list(dataset_cfg: Any) -> list[Bucket]:
         raise DatasetError(f"aspect buckets cannot be made from these settings: {e}") from e
 
 
-def collect_items(dataset_cfg: Any, warn: Callable[[str], None] | None = None) -> list[TrainItem]:
+def collect_items(
+    dataset_cfg: Any, warn: Callable[[str], None] | None = None, what: str = "training images"
+) -> list[TrainItem]:
     """All usable items of ``dataset_cfg.folders``, each with its bucket.
 
     Unreadable / truncated / empty images are skipped and listed in one ``warn(text)``.
-    Raises :class:`DatasetError` for a missing folder or when nothing usable is left.
+    Raises :class:`DatasetError` for a missing folder or when nothing usable is left; ``what`` names
+    the images in that message (e.g. "class images" for the regularization folders).
     """
     folders: list[tuple[Path, int]] = []
     for f in dataset_cfg.folders:
@@ -151,7 +155,7 @@ def collect_items(dataset_cfg: Any, warn: Callable[[str], None] | None = None) -
     if not items:
         where = ", ".join(str(f.path) for f in dataset_cfg.folders) or "(no folders set)"
         raise DatasetError(
-            f"no usable training images in {where}; add {'/'.join(IMAGE_EXTENSIONS)} files to the dataset folders"
+            f"no usable {what} in {where}; add {'/'.join(IMAGE_EXTENSIONS)} files to the dataset folders"
         )
     return items
 
@@ -332,13 +336,21 @@ def epoch_batches(
     if len(groups) > 1:
         g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) ^ 0x5EED)
         batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+    return shard_batches(batches, num_processes, process_index)
+
+
+def shard_batches(batches: Sequence[T], num_processes: int = 1, process_index: int = 0) -> list[T]:
+    """Process ``process_index``'s share: every ``num_processes``-th batch, after padding the list (from
+    its start) so that every process gets as many. Works on anything batch-like (e.g. pairs of an
+    instance batch and its class draws, which then stay together)."""
+    out = list(batches)
     if num_processes > 1:
         i = 0
-        while len(batches) % num_processes:
-            batches.append(batches[i])
+        while len(out) % num_processes:
+            out.append(out[i])
             i += 1
-        batches = batches[process_index::num_processes]
-    return batches
+        out = out[process_index::num_processes]
+    return out
 
 
 def collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:

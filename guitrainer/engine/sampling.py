@@ -49,11 +49,28 @@ def preserved_state(modules: Sequence[torch.nn.Module], device: torch.device) ->
         np.random.set_state(npy)
 
 
-def build_pipeline(model: Any) -> Any:
-    """A diffusers pipeline sharing ``model``'s modules (no copies), with a DDIM scheduler."""
-    from diffusers import DDIMScheduler, StableDiffusionPipeline, StableDiffusionXLPipeline
+def build_pipeline(
+    model: Any, scheduler: str = "ddim", device: Any = None, dtype: torch.dtype | None = None
+) -> Any:
+    """A diffusers text-to-image pipeline sharing ``model``'s modules (nothing is copied).
 
-    sched = DDIMScheduler.from_config(model.noise_scheduler.config)
+    ``model`` is a :class:`~guitrainer.engine.models.LoadedModel`: one text encoder makes a
+    ``StableDiffusionPipeline`` (no safety checker), two a ``StableDiffusionXLPipeline`` (no watermark).
+    ``scheduler`` is "ddim" (samples during training) or "dpm++" (DPM-Solver++, class images), made
+    from the model's noise-scheduler config. ``device`` / ``dtype``: move the pipeline there (and cast
+    it); None leaves the modules where and as they are (the trainer's own dtypes).
+    """
+    from diffusers import (
+        DDIMScheduler,
+        DPMSolverMultistepScheduler,
+        StableDiffusionPipeline,
+        StableDiffusionXLPipeline,
+    )
+
+    kinds = {"ddim": DDIMScheduler, "dpm++": DPMSolverMultistepScheduler}
+    if scheduler not in kinds:
+        raise ValueError(f"scheduler must be one of {sorted(kinds)}, got {scheduler!r}")
+    sched = kinds[scheduler].from_config(model.noise_scheduler.config)
     if len(model.text_encoders) > 1:
         pipe = StableDiffusionXLPipeline(
             vae=model.vae,
@@ -63,6 +80,7 @@ def build_pipeline(model: Any) -> Any:
             tokenizer_2=model.tokenizers[1],
             unet=model.unet,
             scheduler=sched,
+            add_watermarker=False,
         )
     else:
         pipe = StableDiffusionPipeline(
@@ -75,6 +93,8 @@ def build_pipeline(model: Any) -> Any:
             feature_extractor=None,
             requires_safety_checker=False,
         )
+    if device is not None or dtype is not None:
+        pipe.to(*(x for x in (device, dtype) if x is not None))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

@@ -11,12 +11,22 @@ Mixed precision follows DESIGN §4 exactly, by hand rather than through accelera
 
 accelerate provides the device, DDP wrapping under ``accelerate launch`` and the main-process rule
 (only the main process reports and saves). Gradient accumulation is done by hand with ``no_sync``.
+
+Prior preservation (``dataset.regularization_folders``): every micro-batch is an instance half (the
+training images, exactly as without class images) and a class half of the same size, drawn per epoch
+by :func:`guitrainer.core.regularization.epoch_schedule` (kohya's counts, repeats respected, fixed by
+(seed, epoch)); ``loss = instance + prior_loss_weight x class``. See :meth:`Trainer._class_half` for why
+the halves run one after the other rather than as one concatenated batch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
+import errno
 import gc
+import hashlib
 import json
 import logging
 import math
@@ -28,15 +38,16 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from guitrainer.config import DatasetFolder, TrainingConfig
+from guitrainer.core import regularization as R
 from guitrainer.core.events import Control, NullReporter, Reporter, RunSummary, SavedFile, StepMetrics
-from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with, numbered_path
+from guitrainer.core.fileio import WriteError, atomic_write_bytes, atomic_write_with, numbered_path
 from guitrainer.core.paths import expand
 from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
@@ -64,6 +75,27 @@ OOM_ADVICE = (
 )
 
 
+#: a save that failed at the end of a run or on stop (full disk, read-only or misnamed output folder)
+WRITE_ADVICE = (
+    "choose another output folder, then Save now or resume",
+    "free some disk space if the disk is full",
+)
+
+#: (instance batch: dataset positions, class draws: class item indices) -- one micro-batch
+Pair = tuple[list[int], list[int]]
+
+
+class StepResult(NamedTuple):
+    """One optimizer step: total loss (instance + weight x class), its halves (unweighted), grad norm,
+    whether the scaler skipped it."""
+
+    loss: float
+    instance_loss: float | None
+    class_loss: float | None
+    grad_norm: float | None
+    skipped: bool
+
+
 class TrainingFailed(Exception):
     """Stops the run with a message and advice; turned into a "failed" RunSummary."""
 
@@ -83,6 +115,27 @@ class _Progress:
     skipped_total: int = 0
     consecutive_skips: int = 0
     last_loss: float | None = None
+
+
+def _write_error(path: Path, e: OSError) -> WriteError:
+    """``e`` in plain words (a WriteError passes through): what could not be written, and why."""
+    if isinstance(e, WriteError):
+        return e
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None and blocker != path:
+        msg = f"The output folder {blocker} is a file, not a folder: could not write {path}."
+    elif e.errno == errno.ENOSPC:
+        msg = (
+            f"The disk is full: could not write {path}. "
+            "Free some space or choose another folder, then save again."
+        )
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
+    else:
+        msg = f"Could not write {path}: {e.strerror or e}."
+    err = WriteError(e.errno or 0, msg)
+    err.filename = str(path)
+    return err
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -105,12 +158,20 @@ class Trainer:
         self.lora_path: str | None = None
         self.state_path: str | None = None
         self._intermediates: list[str] = []
+        self.class_dataset: D.TrainDataset | None = None
+        self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
 
     # ------------------------------------------------------------------ public
     def run(self) -> RunSummary:
-        """Train; returns how the run ended. Out of memory and NaN losses end as "failed" with advice."""
+        """Train; returns how the run ended. Out of memory and NaN losses end as "failed" with advice.
+
+        A save that cannot be written at the end of the run or on stop (full disk, read-only folder, an
+        output "folder" that is a file) ends as "failed" with the plain-words reason, never an exception.
+        """
         try:
             return self._run()
+        except WriteError as e:
+            return self._summary("failed", e.strerror or str(e), WRITE_ADVICE)
         except TrainingFailed as f:
             return self._summary("failed", f.message, f.advice)
         except (D.DatasetError, ModelLoadError, L.LoraFormatError) as e:
@@ -178,6 +239,7 @@ class Trainer:
         m = load_base_model(cfg.model, progress=self._download_progress)
         self.model = m
         self.dataset = self._build_dataset(m)
+        self.class_dataset = self._build_class_dataset()
 
         # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's VAE
         # overflows in fp16, and CPUs have no fast fp16 convolutions (a 64 px demo step is 10x slower).
@@ -235,6 +297,7 @@ class Trainer:
 
         self._parked: list[torch.nn.Module] = []  # frozen modules moved to the CPU after caching
         self.latents: dict[tuple[int, bool], torch.Tensor] = {}  # (item, flipped) -> cached latent
+        self.class_latents: dict[tuple[int, bool], torch.Tensor] = {}  # the same for class images
         self.latent_store: LatentCache | None = None
         if cfg.precision.cache_latents:
             self._cache_latents()
@@ -267,10 +330,61 @@ class Trainer:
         self._status(f"{len(items)} images, {len(ds)} per epoch with repeats")
         return ds
 
+    def _build_class_dataset(self) -> D.TrainDataset | None:
+        """The class (regularization) images, or None without ``dataset.regularization_folders``.
+
+        Each folder keeps its repeats; a class image's caption is its own, else ``dataset.class_prompt``
+        (:func:`~guitrainer.core.regularization.class_caption`), never with the trigger word, and never
+        shuffled or dropped. Buckets and flips follow the training settings.
+        """
+        dcfg = self.config.dataset
+        if not dcfg.regularization_folders:
+            return None
+        ccfg = copy.copy(dcfg)
+        ccfg.folders = list(dcfg.regularization_folders)
+        ccfg.trigger_word, ccfg.shuffle_captions, ccfg.caption_dropout = "", False, 0.0
+        found = D.collect_items(ccfg, warn=self._warn, what="class (regularization) images")
+        items = [dataclasses.replace(i, caption=R.class_caption(i.caption, dcfg.class_prompt)) for i in found]
+        if not all(it.caption for it in items):
+            self._warn(
+                "some class images have no caption and no class prompt is set: they train with an empty caption"
+            )
+        cds = D.TrainDataset(items, ccfg)
+        self._train_counts = [(i, max(1, it.repeats)) for i, it in enumerate(self.dataset.items)]
+        self._class_counts = [(i, max(1, it.repeats)) for i, it in enumerate(items)]
+        usage = R.class_usage(self._train_counts, self._class_counts)
+        self._status(f"{len(items)} class images, prior loss weight {dcfg.prior_loss_weight:g}. " + usage.describe())
+        return cds
+
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """This process's batches of ``epoch`` (each within one bucket), fixed by (seed, epoch)."""
         acc, s = self.accelerator, self.config.schedule
         return D.epoch_batches(self._pos_buckets, s.seed, epoch, s.batch_size, acc.num_processes, acc.process_index)
+
+    def class_plan(self, epoch: int) -> R.EpochPlan | None:
+        """The class draws of ``epoch`` (:func:`~guitrainer.core.regularization.epoch_schedule`, kohya's
+        counts, shuffled by (seed, epoch)); item ids are indices into ``class_dataset.items``."""
+        if self.class_dataset is None:
+            return None
+        return R.epoch_schedule(self._train_counts, self._class_counts, epoch, self.config.schedule.seed)
+
+    def _epoch_pairs(self, epoch: int) -> list[Pair]:
+        """This process's micro-batches of ``epoch``: (instance batch, class draws of the same size).
+
+        The instance batches are exactly :meth:`_epoch_batches` (so class images never change the
+        training-image stream). The class draws of the whole epoch (:meth:`class_plan`, in its shuffled
+        order) are dealt to the batches of all processes in turn, then batches and their class draws are
+        sharded together, as the training draws alone would be.
+        """
+        s, acc = self.config.schedule, self.accelerator
+        batches = D.epoch_batches(self._pos_buckets, s.seed, epoch, s.batch_size)
+        plan = self.class_plan(epoch)
+        if plan is None:
+            pairs: list[Pair] = [(b, []) for b in batches]
+        else:
+            draws = iter(plan.classes)
+            pairs = [(b, [int(next(draws)) for _ in b]) for b in batches]  # type: ignore[call-overload]
+        return D.shard_batches(pairs, acc.num_processes, acc.process_index)
 
     def _sample(self) -> None:
         """Sample images from ``sampling.prompts`` with the current LoRA; training state is left untouched."""
@@ -325,40 +439,47 @@ class Trainer:
         """Encode every image variant once (memory + disk cache); the VAE then leaves the GPU.
 
         The latent is ``mean + std * eps`` with ``eps`` from a generator seeded by the entry's key, so an
-        entry does not depend on which other images were cached, and no global RNG is used.
+        entry does not depend on which other images were cached, and no global RNG is used. Class images
+        are cached the same way (into ``class_latents``), in the same store.
         """
         assert self.model is not None
-        vae, ds = self.model.vae, self.dataset
+        vae = self.model.vae
         store = LatentCache(self._cache_folder("latents"), self.model.identity or "anonymous", vae.dtype, self.dtype)
         self.latent_store = store
         flips = (False, True) if self.config.dataset.flip_augment else (False,)
-        todo: list[tuple[int, bool, str]] = []
-        for idx, item in enumerate(ds.items):
-            for flip in flips:
-                key = store.key(item.image, ds.geometry(idx), flip)
-                hit = store.get(key)
-                if hit is None:
-                    todo.append((idx, flip, key))
-                else:
-                    self.latents[(idx, flip)] = hit["latent"].to(self.device)
-        reused = len(self.latents)
+        jobs = [(self.dataset, self.latents)]
+        if self.class_dataset is not None:
+            jobs.append((self.class_dataset, self.class_latents))
+        todo: list[tuple[D.TrainDataset, dict[tuple[int, bool], torch.Tensor], int, bool, str]] = []
+        reused = 0
+        for ds, target in jobs:
+            for idx, item in enumerate(ds.items):
+                for flip in flips:
+                    key = store.key(item.image, ds.geometry(idx), flip)
+                    hit = store.get(key)
+                    if hit is None:
+                        todo.append((ds, target, idx, flip, key))
+                    else:
+                        target[(idx, flip)] = hit["latent"].to(self.device)
+                        reused += 1
         self._status(f"caching latents: {len(todo)} to encode, {reused} reused")
         t0 = time.perf_counter()
         with torch.no_grad():
-            for n, (idx, flip, key) in enumerate(todo, 1):
+            for n, (ds, target, idx, flip, key) in enumerate(todo, 1):
                 px = ds.pixels(idx, flip).unsqueeze(0).to(self.device, vae.dtype)
                 dist = vae.encode(px).latent_dist
                 g = torch.Generator(device="cpu").manual_seed(store.noise_seed(key))
                 eps = torch.randn(dist.mean.shape, generator=g).to(self.device, dist.mean.dtype)
                 lat = ((dist.mean + dist.std * eps) * vae.config.scaling_factor)[0].to(self.dtype)
                 store.put(key, {"latent": lat})
-                self.latents[(idx, flip)] = lat
+                target[(idx, flip)] = lat
                 if n % 50 == 0 and n < len(todo):
                     self._status(f"caching latents: {n}/{len(todo)}")
         if todo:
             dt = time.perf_counter() - t0
             log.info("cached %d latents in %.1f s (%.3f s each)", len(todo), dt, dt / len(todo))
-        ds._pixel_cache.clear()  # the pixels are not needed any more
+        for ds, _ in jobs:
+            ds._pixel_cache.clear()  # the pixels are not needed any more
         self._park(vae)
 
     def _cache_text(self) -> None:
@@ -369,6 +490,9 @@ class Trainer:
         captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
         if self.config.dataset.caption_dropout > 0:
             captions[""] = None
+        cds = self.class_dataset
+        if cds is not None:
+            captions.update(dict.fromkeys(cds.fixed_caption(i) for i in range(len(cds.items))))
         self._status(f"caching text embeddings of {len(captions)} captions")
         for c in captions:
             self._text_entry(c)
@@ -433,11 +557,15 @@ class Trainer:
             time_ids = torch.tensor([[res, res, 0, 0, res, res]], dtype=torch.float32).repeat(pooled.shape[0], 1)
         return {"text_embeds": pooled, "time_ids": time_ids.to(self.device, dtype)}
 
-    def _latents(self, batch: dict[str, Any]) -> torch.Tensor:
+    def _latents(
+        self, batch: dict[str, Any], cached: dict[tuple[int, bool], torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The batch's latents: from ``cached`` (default: the training images' cache) or the VAE."""
         assert self.model is not None
-        if self.latents:
+        cached = self.latents if cached is None else cached
+        if cached:
             flips = batch.get("flips") or [False] * len(batch["indices"])
-            return torch.stack([self.latents[(i, f)] for i, f in zip(batch["indices"], flips)])
+            return torch.stack([cached[(i, f)] for i, f in zip(batch["indices"], flips)])
         vae = self.model.vae
         with torch.no_grad():
             px = batch["pixels"].to(self.device, vae.dtype)
@@ -496,21 +624,87 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     # ------------------------------------------------------------------ one optimizer step
-    def _optimizer_step(self, micro: list[list[int]]) -> tuple[float, float | None, bool]:
-        """Forward/backward over the micro-batches, then one (possibly skipped) update. -> loss, grad norm, skipped."""
-        acc, scaler = self.accelerator, self.scaler
-        losses = []
-        for j, b in enumerate(micro):
+    def _no_sync_unless(self, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP: gradients are all-reduced only on the step's last backward pass."""
+        if sync or self.accelerator.num_processes == 1:
+            return contextlib.nullcontext()
+        return self.accelerator.no_sync(self.unet)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss``, scaled by the GradScaler under fp16 (every pass of a step: one scaler)."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def _class_seed(self, micro_index: int) -> int:
+        """The class half's RNG seed: fixed by (seed, epoch, step, micro-batch, process), so a resumed run
+        draws the same class noise, and the instance stream never sees the class half's draws."""
+        p = self.progress
+        seed, rank = self.config.schedule.seed, self.accelerator.process_index
+        key = f"guitrainer-class:{seed}:{p.epoch}:{p.global_step}:{micro_index}:{rank}"
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
+
+    def _class_half(self, items: list[int], micro_index: int, micro_count: int, sync: bool) -> torch.Tensor:
+        """Forward/backward of one micro-batch's class draws; returns their (unweighted) mean loss, detached.
+
+        Why a second pass rather than one batch of instance + class images (as diffusers' DreamBooth
+        script concatenates them): activation memory stays that of one half, so the VRAM estimate of a
+        batch holds with class images too; compute doubles either way. The class images may also lie
+        in other aspect buckets than the instance batch: they are grouped by bucket, and each group's
+        loss is weighted by its share of the half, so the class loss is the mean over its images.
+
+        The gradients add to the instance half's: ``prior_loss_weight x share / micro_count`` each. All
+        random draws (noise, timesteps, LoRA dropout, VAE sampling, flips) come from generators seeded
+        by :meth:`_class_seed` inside ``fork_rng``: the global streams continue exactly as without class
+        images, so weight 0 trains bit for bit like no regularization, and stop/resume stays exact.
+        """
+        cds = self.class_dataset
+        assert cds is not None
+        weight = float(self.config.dataset.prior_loss_weight)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in items:
+            groups.setdefault(tuple(cds.buckets[i]), []).append(i)  # type: ignore[arg-type]
+        seed = self._class_seed(micro_index)
+        flip_rng = random.Random(seed)
+        total = torch.zeros((), dtype=torch.float32, device=self.device)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for k, group in enumerate(groups.values()):
+                share = len(group) / len(items)
+                flips = [bool(cds.cfg.flip_augment) and flip_rng.random() < 0.5 for _ in group]
+                samples = [
+                    cds.item_sample(i, f, cds.fixed_caption(i), with_pixels=not self.class_latents)
+                    for i, f in zip(group, flips)
+                ]
+                batch = D.collate(samples)
+                batch["latents"] = self._latents(batch, self.class_latents)
+                with self._no_sync_unless(sync and k == len(groups) - 1):
+                    with self._autocast():
+                        loss = self._forward_loss(batch)
+                    total += share * loss.detach().float()
+                    self._backward(loss * (weight * share / micro_count))
+        return total
+
+    def _optimizer_step(self, micro: list[Pair]) -> StepResult:
+        """Forward/backward over the micro-batches (instance half, then any class half), then one
+        (possibly skipped) update."""
+        scaler = self.scaler
+        inst_losses: list[torch.Tensor] = []
+        class_losses: list[torch.Tensor] = []
+        for j, (b, cls) in enumerate(micro):
+            last = j == len(micro) - 1
             batch = D.collate([self.dataset.sample(i, with_pixels=not self.latents) for i in b])
             batch["latents"] = self._latents(batch)  # frozen VAE, outside autocast: it runs in its own dtype
-            sync = j == len(micro) - 1 or acc.num_processes == 1
-            with contextlib.nullcontext() if sync else acc.no_sync(self.unet):
+            with self._no_sync_unless(last and not cls):
                 with self._autocast():
                     loss = self._forward_loss(batch)
-                losses.append(loss.detach())
-                scaled = loss / len(micro)
-                (scaler.scale(scaled) if scaler else scaled).backward()
-        loss_value = float(torch.stack(losses).mean().item())
+                inst_losses.append(loss.detach())
+                self._backward(loss / len(micro))
+            del loss, batch  # the instance half's activations are gone before the class half runs
+            if cls:
+                class_losses.append(self._class_half(cls, j, len(micro), sync=last))
+        instance_value = float(torch.stack(inst_losses).float().mean().item())
+        class_value = float(torch.stack(class_losses).mean().item()) if class_losses else None
+        loss_value = R.combined_loss(instance_value, class_value, self.config.dataset.prior_loss_weight)
         if not math.isfinite(loss_value) and scaler is None:
             raise TrainingFailed(
                 f"loss became NaN at step {self.progress.global_step + 1} ({self.precision}); training stopped. "
@@ -538,7 +732,9 @@ class Trainer:
             self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         norm_value = float(norm.item())
-        return loss_value, (norm_value if math.isfinite(norm_value) else None), skipped
+        finite_norm = norm_value if math.isfinite(norm_value) else None
+        instance = instance_value if class_losses else None  # reported beside the total with class images
+        return StepResult(loss_value, instance, class_value, finite_norm, skipped)
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> RunSummary:
@@ -550,21 +746,22 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.started_at = datetime.now(UTC)
         self._status(f"training {self.total_steps} steps ({self.precision}, {self.optimizer_name}) on {self.device}")
-        batches: list[list[int]] = []
+        batches: list[Pair] = []
         batches_epoch = -1
         while p.global_step < self.total_steps:
             if batches_epoch != p.epoch:
-                batches, batches_epoch = self._epoch_batches(p.epoch), p.epoch
+                batches, batches_epoch = self._epoch_pairs(p.epoch), p.epoch
             micro = batches[p.batch_pos : p.batch_pos + ga]
             t0 = time.perf_counter()
-            loss, norm, skipped = self._optimizer_step(micro)
+            result = self._optimizer_step(micro)
             dt = time.perf_counter() - t0
+            skipped = result.skipped
             p.global_step += 1
             p.batch_pos += len(micro)
-            p.last_loss = loss if math.isfinite(loss) else p.last_loss
+            p.last_loss = result.loss if math.isfinite(result.loss) else p.last_loss
             p.skipped_total += int(skipped)
             p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
-            self._report(loss, norm, skipped, dt, images_per_step)
+            self._report(result, dt, images_per_step)
             every = cfg.sampling.every_n_steps
             if every and p.global_step % every == 0:
                 self._sample()
@@ -584,11 +781,11 @@ class Trainer:
             if outcome is not None:
                 return outcome
         self._status("training finished")
-        self.lora_path = self._save_final()
-        self.state_path = self._save_state()
+        self._save_final_and_state()
         return self._summary("finished", f"trained {p.global_step} steps")
 
-    def _report(self, loss: float, norm: float | None, skipped: bool, dt: float, images: int) -> None:
+    def _report(self, r: StepResult, dt: float, images: int) -> None:
+        """One StepMetrics: ``loss`` is the total; ``instance_loss``, ``class_loss`` with class images only."""
         if not self._main:
             return
         p = self.progress
@@ -598,15 +795,17 @@ class Trainer:
                 step=p.global_step,
                 total_steps=self.total_steps,
                 epoch=p.epoch + 1,
-                loss=loss,
+                loss=r.loss,
                 lr=float(self.optimizer.param_groups[0]["lr"]),
                 grad_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
-                skipped=skipped,
+                skipped=r.skipped,
                 skipped_total=p.skipped_total,
-                grad_norm=norm,
+                grad_norm=r.grad_norm,
                 seconds_per_step=dt,
                 images_per_second=images / dt if dt > 0 else 0.0,
                 peak_memory_bytes=peak,
+                class_loss=r.class_loss,
+                instance_loss=r.instance_loss,
             )
         )
 
@@ -621,8 +820,7 @@ class Trainer:
                 self._status("resumed")
         if c.stop_requested:
             self._status(f"stopping at step {p.global_step}; saving the LoRA and a resumable state")
-            self.lora_path = self._save_final()
-            self.state_path = self._save_state()
+            self._save_final_and_state()
             return self._summary("stopped", f"stopped at step {p.global_step}; resume from {self.state_path}")
         if c.take_sample_request():  # after a pause: a sample asked for while paused is made on resume
             self._sample()
@@ -665,7 +863,6 @@ class Trainer:
         ``config.output.folder`` was changed) tries again. An fp16 overflow is reported with the advice and
         that file is written as bf16 instead.
         """
-        from guitrainer.core.fileio import WriteError
         from guitrainer.engine.export import export_lora, saved_item
 
         assert self.model is not None
@@ -682,8 +879,9 @@ class Trainer:
                 metadata=self._metadata(),
                 on_fp16_overflow="bf16",
             )
-        except WriteError as e:
-            self.save_error = e.strerror or str(e)
+        except OSError as e:
+            err = _write_error(path, e)
+            self.save_error = err.strerror or str(err)
             self._warn(
                 f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: "
                 "choose another output folder and press Save now."
@@ -714,9 +912,19 @@ class Trainer:
             self.reporter.on_saved(SavedFile(out, "lora", self.progress.global_step, self.progress.epoch))
         return out
 
-    def _save_intermediate(self, tag: str) -> None:
-        from guitrainer.core.fileio import WriteError
+    def _save_final_and_state(self) -> None:
+        """The end of a run or a stop: the final LoRA, then the resumable state.
 
+        Raises :class:`WriteError` when either could not be written (the state is still tried when the
+        LoRA failed, so that a resume can finish the job); :meth:`run` turns it into a "failed" summary.
+        """
+        self.lora_path = self._save_final()
+        lora_error = self.save_error if self._main and self.lora_path is None else None
+        self.state_path = self._save_state()
+        if lora_error:
+            raise WriteError(errno.EIO, lora_error)
+
+    def _save_intermediate(self, tag: str) -> None:
         if not self._main:
             return
         o = self.config.output
@@ -751,12 +959,24 @@ class Trainer:
         return {k: v.contiguous() for k, v in out.items()}
 
     def _save_state(self) -> str | None:
-        """Write the resumable state into a temp folder, then rename it over the state folder."""
+        """Write the resumable state into a temp folder, then rename it over the state folder.
+
+        Any failure to write is raised as a :class:`WriteError` whose message says why in plain words.
+        """
         if not self._main:
             return None
+        target = self.state_dir()
+        try:
+            self._write_state(target)
+        except OSError as e:
+            raise _write_error(target, e) from e
+        p = self.progress
+        self.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
+        return str(target)
+
+    def _write_state(self, target: Path) -> None:
         from safetensors.torch import save_file
 
-        target = self.state_dir()
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -779,6 +999,7 @@ class Trainer:
                 "last_loss": p.last_loss,
                 "total_steps": self.total_steps,
                 "dataset_len": len(self.dataset),
+                "class_dataset_len": len(self.class_dataset) if self.class_dataset is not None else 0,
                 "intermediates": self._intermediates,
                 "config": self.config.to_dict(),
             }
@@ -790,8 +1011,6 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        self.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
-        return str(target)
 
     def _load_state(self, folder: Path) -> None:
         from safetensors.torch import load_file
@@ -808,7 +1027,8 @@ class Trainer:
                         f"cannot resume: `{key}` was {saved.get(key)!r} in the saved state and is {self.config.get(key)!r} now",
                         (f"set `{key}` back to {saved.get(key)!r}",),
                     )
-        if info.get("dataset_len") != len(self.dataset):
+        class_len = len(self.class_dataset) if self.class_dataset is not None else 0
+        if info.get("dataset_len") != len(self.dataset) or info.get("class_dataset_len", 0) != class_len:
             self._warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
         assert self.model is not None
         weights = load_file(str(folder / "lora_params.safetensors"))
