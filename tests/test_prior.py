@@ -187,6 +187,9 @@ def test_class_draws_per_epoch_follow_the_schedule(tmp_path, data, record):
         assert all(len(c["items"]) == 2 for c in record if c["epoch"] == epoch)  # halves of equal size
     assert [c["step"] for c in record] == [1, 2, 3, 4, 5, 6]
     assert any("class images" in s and "6 training draws + 6 class draws" in s for s in rep.statuses)
+    _, meta = read_lora(summary.lora_path)
+    assert meta["ss_num_train_images"] == "6" and meta["ss_num_reg_images"] == "4"  # 4 class images, repeats 1
+    assert meta["ss_prior_loss_weight"] == "1"
 
 
 def test_stop_and_resume_with_class_images_is_bit_exact(tmp_path, data):

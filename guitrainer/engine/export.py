@@ -145,6 +145,7 @@ def build_metadata(
     tag_frequency: Mapping[str, Mapping[str, int]],
     optimizer_name: str,
     epoch: int | None = None,
+    num_reg_images: int = 0,
 ) -> dict[str, str]:
     """kohya ``ss_*`` and ``modelspec.*`` metadata (every value a string) for a LoRA trained with ``config``.
 
@@ -157,6 +158,7 @@ def build_metadata(
         started, finished: unix times (or datetimes) the run started and this file was written.
         tag_frequency: ``{folder name: {tag: count}}`` as kohya writes it.
         optimizer_name: the optimizer really used (after any fallback).
+        num_reg_images: regularization (class) images, with repeats (``ss_num_reg_images``).
     """
     fam = _family(family)
     n, o, res = config.network, config.output, int(config.dataset.resolution)
@@ -173,6 +175,8 @@ def build_metadata(
         "ss_save_precision": config.precision.save,
         "ss_resolution": f"({res}, {res})",
         "ss_num_train_images": num_images,
+        "ss_num_reg_images": num_reg_images,
+        "ss_prior_loss_weight": f"{float(config.dataset.prior_loss_weight):g}" if num_reg_images else "",
         "ss_num_epochs": epochs,
         "ss_epoch": epoch if epoch is not None else epochs,
         "ss_steps": steps,

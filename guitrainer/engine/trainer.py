@@ -846,6 +846,7 @@ class Trainer:
             cfg,
             self.model.family,
             num_images=len(self.dataset),
+            num_reg_images=len(self.class_dataset) if self.class_dataset is not None else 0,
             epochs=epochs,
             epoch=p.epoch,
             steps=p.global_step,
