@@ -59,3 +59,11 @@ def test_numbered_path_never_overwrites(tmp_path):
     assert fileio.numbered_path(p).name == "my_lora_2.safetensors"
     (tmp_path / "my_lora_2.safetensors").write_bytes(b"2")
     assert fileio.numbered_path(p).name == "my_lora_3.safetensors"
+
+
+def test_output_folder_that_is_a_file_is_named(tmp_path):
+    blocker = tmp_path / "out"
+    blocker.write_text("not a folder")
+    with pytest.raises(fileio.WriteError) as ei:
+        fileio.atomic_write_bytes(blocker / "lora.safetensors", b"x")
+    assert str(ei.value).startswith(f"The output folder {blocker} is a file, not a folder")

@@ -14,8 +14,15 @@ class WriteError(OSError):
     """A file could not be written; the message says why in plain words and what to do."""
 
 
-def _explain(path: Path, e: OSError) -> WriteError:
-    if e.errno == errno.ENOSPC:
+def explain(path: str | Path, e: OSError) -> WriteError:
+    """``e`` in plain words (a WriteError passes through): what could not be written, why, and what to do."""
+    if isinstance(e, WriteError):
+        return e
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None and blocker != path:
+        msg = f"The output folder {blocker} is a file, not a folder: could not write {path}."
+    elif e.errno == errno.ENOSPC:
         msg = f"The disk is full: could not write {path}. Free some space or choose another folder, then save again."
     elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
@@ -51,7 +58,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         # mkstemp makes 0600 files: keep the replaced file's mode, else the usual umask default.
         os.chmod(tmp, _target_mode(path))
     except OSError as e:
-        raise _explain(path, e) from e
+        raise explain(path, e) from e
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -67,7 +74,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp_path.unlink()
-        raise _explain(path, e) from e
+        raise explain(path, e) from e
     except BaseException:
         with contextlib.suppress(OSError):
             tmp_path.unlink()

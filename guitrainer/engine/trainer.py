@@ -48,6 +48,7 @@ from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization as R
 from guitrainer.core.events import Control, NullReporter, Reporter, RunSummary, SavedFile, StepMetrics
 from guitrainer.core.fileio import WriteError, atomic_write_bytes, atomic_write_with, numbered_path
+from guitrainer.core.fileio import explain as explain_write_error
 from guitrainer.core.paths import expand
 from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
@@ -115,27 +116,6 @@ class _Progress:
     skipped_total: int = 0
     consecutive_skips: int = 0
     last_loss: float | None = None
-
-
-def _write_error(path: Path, e: OSError) -> WriteError:
-    """``e`` in plain words (a WriteError passes through): what could not be written, and why."""
-    if isinstance(e, WriteError):
-        return e
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None and blocker != path:
-        msg = f"The output folder {blocker} is a file, not a folder: could not write {path}."
-    elif e.errno == errno.ENOSPC:
-        msg = (
-            f"The disk is full: could not write {path}. "
-            "Free some space or choose another folder, then save again."
-        )
-    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
-    else:
-        msg = f"Could not write {path}: {e.strerror or e}."
-    err = WriteError(e.errno or 0, msg)
-    err.filename = str(path)
-    return err
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -881,7 +861,7 @@ class Trainer:
                 on_fp16_overflow="bf16",
             )
         except OSError as e:
-            err = _write_error(path, e)
+            err = explain_write_error(path, e)
             self.save_error = err.strerror or str(err)
             self._warn(
                 f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: "
@@ -970,7 +950,7 @@ class Trainer:
         try:
             self._write_state(target)
         except OSError as e:
-            raise _write_error(target, e) from e
+            raise explain_write_error(target, e) from e
         p = self.progress
         self.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
         return str(target)
