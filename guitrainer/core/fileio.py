@@ -13,6 +13,9 @@ from pathlib import Path
 class WriteError(OSError):
     """A file could not be written; the message says why in plain words and what to do."""
 
+    def __str__(self) -> str:  # the plain-words message, without OSError's "[Errno N] ...: 'path'"
+        return str(self.strerror)
+
 
 def explain(path: str | Path, e: OSError) -> WriteError:
     """``e`` in plain words (a WriteError passes through): what could not be written, why, and what to do."""
