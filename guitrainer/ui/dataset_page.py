@@ -41,16 +41,12 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QListView,
     QMessageBox,
     QPushButton,
-    QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QToolButton,
     QVBoxLayout,
@@ -64,6 +60,7 @@ from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.caption_editor import CaptionEditCommand, CaptionEditor
 from guitrainer.ui.captioning import CaptioningPanel
 from guitrainer.ui.dataset_model import DatasetFilterProxy, DatasetModel, ItemRole, ThumbnailDelegate
+from guitrainer.ui.folder_table import FolderTable
 from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import RegularizationPanel
 from guitrainer.ui.tag_tools import TagToolsPanel
@@ -427,17 +424,10 @@ class DatasetPage(Page):
         self.body.addLayout(bar)
 
     def _build_folders(self) -> None:
-        self.folders_table = QTableWidget(0, 4, self)
+        self.folders_table = FolderTable("Remove this folder from the dataset (files stay on disk)", parent=self)
         self.folders_table.setObjectName("folders_table")
-        self.folders_table.setHorizontalHeaderLabels(["Folder", "Images", "Repeats", ""])
-        hh = self.folders_table.horizontalHeader()
-        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for c in (1, 2, 3):
-            hh.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
-        self.folders_table.verticalHeader().setVisible(False)
-        self.folders_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.folders_table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.folders_table.setToolTip("Each folder's images are used 'Repeats' times per epoch (kohya's 10_name folders).")
+        self.folders_table.repeats_changed.connect(self.set_folder_repeats)
+        self.folders_table.remove_requested.connect(self.remove_folder)
         self.empty_hint = QLabel(
             "<div style='font-size:15px'><b>Drop image folders or images here</b></div>"
             "<div>PNG, JPEG, WebP and BMP. Captions are the .txt files beside the images. "
@@ -846,30 +836,8 @@ class DatasetPage(Page):
         counts: dict[str, int] = {}
         for it in self.items:
             counts[str(it.folder)] = counts.get(str(it.folder), 0) + 1
-        t = self.folders_table
-        t.setRowCount(len(folders))
-        for r, f in enumerate(folders):
-            name = QTableWidgetItem(f.path)
-            name.setToolTip(f.path)
-            t.setItem(r, 0, name)
-            n = QTableWidgetItem(str(counts.get(f.path, 0)))
-            n.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            t.setItem(r, 1, n)
-            spin = QSpinBox(t)
-            spin.setRange(1, 1000)
-            spin.setValue(f.repeats)
-            spin.setSuffix(" ×")
-            spin.setKeyboardTracking(False)
-            spin.valueChanged.connect(lambda v, p=f.path: self.set_folder_repeats(p, v))
-            t.setCellWidget(r, 2, spin)
-            rm = QToolButton(t)
-            rm.setText("✕")
-            rm.setToolTip("Remove this folder from the dataset (files stay on disk)")
-            rm.clicked.connect(lambda _c=False, p=f.path: self.remove_folder(p))
-            t.setCellWidget(r, 3, rm)
-        t.setVisible(bool(folders))
-        rows_h = sum(t.rowHeight(r) for r in range(min(len(folders), 4)))
-        t.setFixedHeight(t.horizontalHeader().height() + rows_h + 2 * t.frameWidth() + 2)
+        self.folders_table.set_folders(folders, counts)
+        self.folders_table.setVisible(bool(folders))
 
     def set_folder_repeats(self, folder: str, repeats: int) -> None:
         for it in self.items:

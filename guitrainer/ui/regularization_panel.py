@@ -16,10 +16,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -27,15 +26,11 @@ from PySide6.QtWidgets import (
     QFrame,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -45,6 +40,7 @@ from guitrainer.core import dataset as ds
 from guitrainer.core.paths import expand
 from guitrainer.core.regularization import class_usage
 from guitrainer.ui.binding import ConfigBinding, make_editor
+from guitrainer.ui.folder_table import FolderTable
 from guitrainer.ui.thumbnails import ThumbnailLoader
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -362,16 +358,10 @@ class RegularizationPanel(QWidget):
         self.drop_hint.setFrameShape(QFrame.Shape.StyledPanel)
         self.drop_hint.setStyleSheet("QLabel { border: 2px dashed palette(mid); border-radius: 8px; padding: 8px; }")
 
-        self.table = QTableWidget(0, 4, self)
+        self.table = FolderTable("Remove this folder from the class images (files stay on disk)", visible_rows=3, parent=self)
         self.table.setObjectName("regularization_table")
-        self.table.setHorizontalHeaderLabels(["Folder", "Images", "Repeats", ""])
-        hh = self.table.horizontalHeader()
-        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for c in (1, 2, 3):
-            hh.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.repeats_changed.connect(self.set_folder_repeats)
+        self.table.remove_requested.connect(self.remove_folder)
 
         self.add_button = QPushButton("Add folder…")
         self.add_button.clicked.connect(self.add_folder_dialog)
@@ -508,7 +498,7 @@ class RegularizationPanel(QWidget):
         folders = self.folders()
         images: dict[str, list[Path]] = {f.path: list_images(f.path, ext) for f in folders}
         self._counts = {p: len(v) for p, v in images.items()}
-        self._rebuild_table(folders)
+        self.table.set_folders(folders, self._counts)
         if folders:
             # Only with class folders: counting the training draws lists the training folders again.
             class_counts = [(str(p), f.repeats) for f in folders for p in images[f.path]]
@@ -524,40 +514,6 @@ class RegularizationPanel(QWidget):
         self.drop_hint.setVisible(not folders)
         self.table.setVisible(bool(folders))
         self.folders_changed.emit()
-
-    def _rebuild_table(self, folders: list[DatasetFolder]) -> None:
-        t = self.table
-        rows = [t.item(r, 0).text() if t.item(r, 0) else "" for r in range(t.rowCount())]
-        if rows == [f.path for f in folders]:  # same folders: update in place (keeps a spin box's focus)
-            for r, f in enumerate(folders):
-                t.item(r, 1).setText(str(self._counts.get(f.path, 0)))
-                spin = t.cellWidget(r, 2)
-                if isinstance(spin, QSpinBox) and spin.value() != f.repeats:
-                    with QSignalBlocker(spin):
-                        spin.setValue(f.repeats)
-            return
-        t.setRowCount(len(folders))
-        for r, f in enumerate(folders):
-            name = QTableWidgetItem(f.path)
-            name.setToolTip(f.path)
-            t.setItem(r, 0, name)
-            n = QTableWidgetItem(str(self._counts.get(f.path, 0)))
-            n.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            t.setItem(r, 1, n)
-            spin = QSpinBox(t)
-            spin.setRange(1, 1000)
-            spin.setValue(f.repeats)
-            spin.setSuffix(" ×")
-            spin.setKeyboardTracking(False)
-            spin.valueChanged.connect(lambda v, p=f.path: self.set_folder_repeats(p, int(v)))
-            t.setCellWidget(r, 2, spin)
-            rm = QToolButton(t)
-            rm.setText("✕")
-            rm.setToolTip("Remove this folder from the class images (files stay on disk)")
-            rm.clicked.connect(lambda _c=False, p=f.path: self.remove_folder(p))
-            t.setCellWidget(r, 3, rm)
-        rows_h = sum(t.rowHeight(r) for r in range(min(len(folders), 3)))
-        t.setFixedHeight(t.horizontalHeader().height() + rows_h + 2 * t.frameWidth() + 2)
 
     def _refresh_previews(self) -> None:
         for i, lab in enumerate(self.preview_labels):
