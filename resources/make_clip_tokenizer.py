@@ -20,6 +20,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from guitrainer.core.clip_bpe import bytes_to_unicode
+
 BPE_MEMBER = "open_clip/bpe_simple_vocab_16e6.txt.gz"
 N_MERGES = 49152 - 256 - 2  # = 48894, as in CLIP's simple_tokenizer and transformers' CLIPTokenizer
 ROOT = Path(__file__).resolve().parent / "models"
@@ -28,18 +30,6 @@ TARGETS = {  # folder -> pad token
     "sdxl/tokenizer": "<|endoftext|>",
     "sdxl/tokenizer_2": "!",
 }
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """The byte-level alphabet of GPT-2 / CLIP: each byte maps to one printable unicode character."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    table = {b: chr(b) for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
 
 
 def read_bpe(source: Path) -> list[str]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from guitrainer.core.clip_bpe import bytes_to_unicode
 from guitrainer.core.paths import expand, resources_dir, user_data_dir
 
 log = logging.getLogger(__name__)
@@ -497,18 +498,6 @@ def _version(pkg: str) -> str:
     from importlib.metadata import version
 
     return version(pkg)
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2 / CLIP byte-level BPE alphabet: every byte maps to a printable unicode character."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    table: dict[int, str] = {b: chr(b) for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
 
 
 def demo_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:

@@ -60,6 +60,7 @@ from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.caption_editor import CaptionEditCommand, CaptionEditor
 from guitrainer.ui.captioning import CaptioningPanel
 from guitrainer.ui.dataset_model import DatasetFilterProxy, DatasetModel, ItemRole, ThumbnailDelegate
+from guitrainer.ui.drops import local_paths
 from guitrainer.ui.folder_table import FolderTable
 from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import RegularizationPanel
@@ -718,13 +719,6 @@ class DatasetPage(Page):
         self.loader.shutdown()
 
     # ------------------------------------------------------------------ drag and drop
-    @staticmethod
-    def _local_paths(event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> list[str]:
-        md = event.mimeData()
-        if md is None or not md.hasUrls():
-            return []
-        return [u.toLocalFile() for u in md.urls() if u.isLocalFile() and u.toLocalFile()]
-
     def event(self, e: QEvent) -> bool:
         # QAbstractScrollArea only handles drags that arrive at its viewport; take them at the page too.
         if isinstance(e, QDragEnterEvent):
@@ -739,19 +733,19 @@ class DatasetPage(Page):
         return super().event(e)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if self._local_paths(event):
+        if local_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        if self._local_paths(event):
+        if local_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        paths = self._local_paths(event)
+        paths = local_paths(event)
         if not paths:
             event.ignore()
             return

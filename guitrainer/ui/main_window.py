@@ -34,6 +34,7 @@ from guitrainer.config import ConfigError, TrainingConfig, load_toml, save_toml
 from guitrainer.core import paths
 from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
 from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.drops import local_paths
 
 log = logging.getLogger(__name__)
 
@@ -396,13 +397,13 @@ class MainWindow(QMainWindow):
         self.binding.set("dataset.folders", folders)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
-        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+        if local_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
-        local = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        local = local_paths(event)
         if local:
             event.acceptProposedAction()
             QTimer.singleShot(0, lambda: self.add_paths(local))

@@ -40,6 +40,7 @@ from guitrainer.core import dataset as ds
 from guitrainer.core.paths import expand
 from guitrainer.core.regularization import class_usage
 from guitrainer.ui.binding import ConfigBinding, make_editor
+from guitrainer.ui.drops import local_paths
 from guitrainer.ui.folder_table import FolderTable
 from guitrainer.ui.thumbnails import ThumbnailLoader
 from guitrainer.ui.workers import BaseWorker, run_in_thread
@@ -547,27 +548,20 @@ class RegularizationPanel(QWidget):
             self.binding.set("dataset.class_prompt", self.dialog.prompt.text().strip())
 
     # ------------------------------------------------------------------ drag and drop
-    @staticmethod
-    def _local_paths(event: QDropEvent | QDragEnterEvent | QDragMoveEvent) -> list[str]:
-        md = event.mimeData()
-        if md is None or not md.hasUrls():
-            return []
-        return [u.toLocalFile() for u in md.urls() if u.isLocalFile() and u.toLocalFile()]
-
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
-        if self._local_paths(event):
+        if local_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dragMoveEvent(self, event: QDragMoveEvent) -> None:  # noqa: N802
-        if self._local_paths(event):
+        if local_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
-        paths = self._local_paths(event)
+        paths = local_paths(event)
         if not paths:
             event.ignore()
             return
