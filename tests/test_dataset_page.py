@@ -430,3 +430,19 @@ def test_the_same_folder_dropped_twice_at_once_is_added_once(page, qtbot, tmp_pa
     assert len(page.items) == 30
     assert first.added + second.added == 30 and len(first.duplicates) + len(second.duplicates) == 30
     qtbot.waitUntil(lambda: page.summary.summary is not None and page.summary.summary.image_count == 30)
+
+
+def test_loose_images_from_a_bigger_folder_warn_that_training_uses_the_whole_folder(page, qtbot, tmp_path):
+    downloads = tmp_path / "Downloads"
+    chosen = [art(downloads / f"pick{i}.png", seed=i) for i in range(2)]
+    for i in range(3):
+        art(downloads / f"other{i}.png", seed=10 + i)
+    drop(page, chosen, qtbot)
+    report = page.last_report
+    assert report.added == 2
+    assert report.partial_folders == [(str(downloads), 3)]
+    assert "Downloads holds 3 more images that will be trained too" in report.message()
+    # Dropping the rest of the folder afterwards: nothing left out any more.
+    drop(page, [downloads / f"other{i}.png" for i in range(3)], qtbot)
+    assert page.last_report.partial_folders == []
+    assert "trained too" not in page.last_report.message()

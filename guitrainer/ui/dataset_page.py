@@ -87,6 +87,9 @@ class ImportReport:
     added: int = 0
     rejected: list[tuple[str, str]] = field(default_factory=list)
     duplicates: list[tuple[str, str]] = field(default_factory=list)
+    #: folders of loose dropped images that hold more images than were dropped: (folder, how many more).
+    #: Training reads whole folders, so those images would be trained too.
+    partial_folders: list[tuple[str, int]] = field(default_factory=list)
 
     def message(self) -> str:
         parts = [f"Added {self.added} image{'s' if self.added != 1 else ''}."]
@@ -96,6 +99,14 @@ class ImportReport:
             parts.append(f"Not imported: {Path(first[0]).name} ({first[1]}){more}.")
         if self.duplicates:
             parts.append(f"{len(self.duplicates)} already in the dataset, skipped.")
+        if self.partial_folders:
+            folder, more = self.partial_folders[0]
+            others = f" (and {len(self.partial_folders) - 1} more folders)" if len(self.partial_folders) > 1 else ""
+            parts.append(
+                f"Note: training uses whole folders, and {Path(folder).name} holds {more} more "
+                f"image{'s' if more != 1 else ''} that will be trained too{others}. "
+                "To train only the images you chose, put them in a folder of their own."
+            )
         return " ".join(parts)
 
     def details(self) -> str:
@@ -121,6 +132,7 @@ class ScanWorker(QObject):
     """
 
     collected = Signal(object)  # ds.Collected
+    partial_folders = Signal(object)  # list[(folder, images on disk that were not dropped)]
     batch_loaded = Signal(object)  # list[DatasetItem]
     finished = Signal()
 
@@ -164,6 +176,19 @@ class ScanWorker(QObject):
             out.duplicates += col.duplicates
         return out
 
+    def _partial_folders(self) -> list[tuple[str, int]]:
+        """Folders of loose dropped images that hold other images too (training would use them all)."""
+        loose = {p.parent for req in self.requests for p in req.paths if p.is_file()}
+        out = []
+        with self.lock:  # after _collect: every image of this drop and of earlier ones is known
+            known = set(self.known)
+        for folder in sorted(loose):
+            on_disk = ds.collect([folder], self.caption_extension, recursive=False).candidates
+            more = sum(1 for c in on_disk if ds.file_key(c.path) not in known)
+            if more:
+                out.append((str(folder), more))
+        return out
+
     @Slot()
     def work(self) -> None:
         batch: list[DatasetItem] = []
@@ -171,6 +196,7 @@ class ScanWorker(QObject):
         first = True
         try:
             col = self._collect()
+            self.partial_folders.emit(self._partial_folders())
             self.collected.emit(col)
             rows = ds.iter_items(col.candidates, self.caption_extension, self.resolution, self._stop.is_set)
             for item in rows:
@@ -764,6 +790,7 @@ class DatasetPage(Page):
         thread = QThread(self)
         worker.moveToThread(thread)
         thread.started.connect(worker.work)
+        worker.partial_folders.connect(lambda folders: setattr(report, "partial_folders", folders))
         worker.collected.connect(lambda col: self._on_collected(report, col))
         worker.batch_loaded.connect(self._on_batch)
         worker.finished.connect(thread.quit)
