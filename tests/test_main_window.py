@@ -171,3 +171,19 @@ def test_fp16_overflow_warning_reaches_output_page(window):
     assert window.output_page._advice_row.isVisibleTo(window.output_page)
     window.output_page.advice_button.click()
     assert window.binding.config.precision.save == "bf16"
+
+
+def test_error_advice_disables_train_with_the_reason(window, qtbot):
+    from guitrainer.core import hardware
+
+    window.nav.setCurrentRow(2)
+    qtbot.wait(20)
+    train = window.training_page.train_button
+    assert train.isEnabled()
+    window.model_page.precision_picker.set_device(hardware.fake_device("t4"))  # compute capability 7.5
+    window.binding.set("precision.training", "bf16")
+    qtbot.waitUntil(lambda: not train.isEnabled(), timeout=2000)
+    assert "bf16" in train.toolTip()
+    window.binding.set("precision.training", "fp16")
+    qtbot.waitUntil(train.isEnabled, timeout=2000)
+    assert "Fix this first" not in train.toolTip()

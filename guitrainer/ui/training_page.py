@@ -255,6 +255,7 @@ class TrainingPage(Page):
         super().__init__(binding, parent)
         self.trainer_factory = trainer_factory
         self._state = TrainState.IDLE
+        self._blocked_by = ""  # error-level precision advice that stops a start
         self.worker: TrainingWorker | None = None
         self.run_config: TrainingConfig | None = None
         self.last_summary: RunSummary | None = None
@@ -486,11 +487,21 @@ class TrainingPage(Page):
         self._apply_state()
         self.state_changed.emit(state.value)
 
+    def set_blocking_errors(self, reason: str) -> None:
+        """Error-level advice (e.g. bf16 on a card without it) disables Train; ``reason`` is its tooltip."""
+        self._blocked_by = reason.strip()
+        self._apply_state()
+
     def _apply_state(self) -> None:
         s = self._state
         running = s == TrainState.RUNNING
         live = s in (TrainState.RUNNING, TrainState.PAUSED)
-        self.train_button.setEnabled(s not in ACTIVE)
+        self.train_button.setEnabled(s not in ACTIVE and not self._blocked_by)
+        self.train_button.setToolTip(
+            f"Fix this first (Model & Precision page):\n{self._blocked_by}"
+            if self._blocked_by
+            else "Check the settings and start training a new LoRA."
+        )
         self.pause_button.setEnabled(live)
         self.pause_button.setText("Resume" if s == TrainState.PAUSED else "Pause")
         sp = QStyle.StandardPixmap
