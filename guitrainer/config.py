@@ -159,6 +159,14 @@ class DatasetConfig:
         help="Folders of training images. A folder named like '10_name' repeats its images 10 times per epoch.",
         default_factory=list,
     )
+    exclude: list[str] = setting(
+        label="Left-out images",
+        help="Images inside the folders above that training skips: the ones removed on the Dataset page "
+        "(their files stay on disk). One path per line.",
+        default_factory=list,
+        kind="multiline",
+        advanced=True,
+    )
     resolution: int = setting(
         512, label="Resolution", help="Training resolution (side of a square of the same area).", minimum=64, maximum=4096, unit="px"
     )

@@ -432,17 +432,47 @@ def test_the_same_folder_dropped_twice_at_once_is_added_once(page, qtbot, tmp_pa
     qtbot.waitUntil(lambda: page.summary.summary is not None and page.summary.summary.image_count == 30)
 
 
-def test_loose_images_from_a_bigger_folder_warn_that_training_uses_the_whole_folder(page, qtbot, tmp_path):
+def _trained(page):
+    """The image names training would use: the engine's own reading of the config."""
+    from guitrainer.engine.data import collect_items
+
+    return sorted(Path(it.image).name for it in collect_items(page.binding.config.dataset))
+
+
+def test_loose_images_from_a_bigger_folder_train_only_those(page, qtbot, tmp_path):
     downloads = tmp_path / "Downloads"
     chosen = [art(downloads / f"pick{i}.png", seed=i) for i in range(2)]
     for i in range(3):
         art(downloads / f"other{i}.png", seed=10 + i)
     drop(page, chosen, qtbot)
     report = page.last_report
-    assert report.added == 2
-    assert report.partial_folders == [(str(downloads), 3)]
-    assert "Downloads holds 3 more images that will be trained too" in report.message()
-    # Dropping the rest of the folder afterwards: nothing left out any more.
-    drop(page, [downloads / f"other{i}.png" for i in range(3)], qtbot)
-    assert page.last_report.partial_folders == []
-    assert "trained too" not in page.last_report.message()
+    assert report.added == 2 and report.partial_folders == [(str(downloads), 3)]
+    assert "the other 3 images in Downloads are left out" in report.message()
+    assert sorted(by_name(page)) == _trained(page) == ["pick0.png", "pick1.png"]
+    assert len(page.binding.get("dataset.exclude")) == 3
+    # Dropping the folder itself brings the rest in, for the grid and for training alike.
+    drop(page, [downloads], qtbot)
+    assert page.binding.get("dataset.exclude") == []
+    assert sorted(by_name(page)) == _trained(page) == sorted(f"{n}.png" for n in ["other0", "other1", "other2", "pick0", "pick1"])
+
+
+def test_removed_images_are_left_out_of_training_and_survive_a_reload(page, qtbot, tmp_path):
+    folder = tmp_path / "5_cat"
+    for i in range(4):
+        art(folder / f"cat{i}.png", seed=i)
+    drop(page, [folder], qtbot)
+    page.select_rows([r for r in range(page.proxy.rowCount()) if page.visible_items()[r].name in ("cat1.png", "cat3.png")])
+    assert page.remove_selected() == 2
+    assert "from training" in page.status.text()
+    assert sorted(by_name(page)) == _trained(page) == ["cat0.png", "cat2.png"]
+    # The config alone (a saved preset, the CLI) reproduces the grid.
+    cfg = page.binding.config.copy()
+    page.binding.replace(type(cfg)())
+    qtbot.waitUntil(lambda: not page.items, timeout=3000)
+    page.binding.replace(cfg)
+    qtbot.waitUntil(lambda: len(page.items) == 2 and not page.is_loading(), timeout=5000)
+    assert sorted(by_name(page)) == ["cat0.png", "cat2.png"]
+    # Editing the left-out list by hand brings an image back.
+    page.binding.set("dataset.exclude", [p for p in cfg.dataset.exclude if not p.endswith("cat3.png")])
+    qtbot.waitUntil(lambda: len(page.items) == 3 and not page.is_loading(), timeout=5000)
+    assert sorted(by_name(page)) == _trained(page) == ["cat0.png", "cat2.png", "cat3.png"]

@@ -435,14 +435,29 @@ def scan(
     return ScanResult(items, col.rejected, col.duplicates)
 
 
+def normalized(path: str | Path) -> str:
+    """One spelling per file, for comparing paths from the config with paths on disk."""
+    p = Path(path).expanduser()
+    try:
+        return str(p.resolve())
+    except OSError:
+        return str(p.absolute())
+
+
 def scan_folders(
-    folders: Iterable[tuple[str | Path, int]], caption_extension: str = ".txt", resolution: int = 512
+    folders: Iterable[tuple[str | Path, int]],
+    caption_extension: str = ".txt",
+    resolution: int = 512,
+    exclude: Iterable[str | Path] = (),
 ) -> ScanResult:
-    """The images training uses: each ``(folder, repeats)`` read non-recursively."""
+    """The images training uses: each ``(folder, repeats)`` read non-recursively, less ``exclude``."""
     result = ScanResult()
     known: set = set()
+    left_out = {normalized(p) for p in exclude}
     for folder, reps in folders:
         col = collect([folder], caption_extension, known, recursive=False, repeats=max(1, int(reps)))
+        if left_out:
+            col.candidates = [c for c in col.candidates if normalized(c.path) not in left_out]
         known |= {file_key(c.path) for c in col.candidates}
         result.items.extend(iter_items(col.candidates, caption_extension, resolution))
         result.rejected.extend(col.rejected)

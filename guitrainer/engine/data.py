@@ -131,7 +131,9 @@ def collect_items(
         if not root.is_dir():
             raise DatasetError(f"image folder not found: {root}")
         folders.append((root, max(1, int(f.repeats))))
-    scan = core_ds.scan_folders(folders, dataset_cfg.caption_extension, int(dataset_cfg.resolution))
+    scan = core_ds.scan_folders(
+        folders, dataset_cfg.caption_extension, int(dataset_cfg.resolution), getattr(dataset_cfg, "exclude", ())
+    )
     buckets = bucket_list(dataset_cfg)
     items: list[TrainItem] = []
     skipped: list[str] = []

@@ -84,7 +84,7 @@ class Fp16Report:
             names = sorted(self.underflow, key=self.underflow.get, reverse=True)  # type: ignore[arg-type]
             worst = self.underflow[names[0]]
             parts.append(
-                f"{len(names)} tensor{'s' if len(names) != 1 else ''} lose small values to zero in fp16 "
+                f"{len(names)} tensor{'s lose' if len(names) != 1 else ' loses'} small values to zero in fp16 "
                 f"(up to {worst:.1%} of {names[0]}); bf16 or fp32 keep them."
             )
         return " ".join(parts)

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +88,7 @@ class ImportReport:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     #: folders of loose dropped images that hold more images than were dropped: (folder, how many more).
-    #: Training reads whole folders, so those images would be trained too.
+    #: Those other images go to ``dataset.exclude``, so training uses exactly the images in the grid.
     partial_folders: list[tuple[str, int]] = field(default_factory=list)
 
     def message(self) -> str:
@@ -103,9 +103,8 @@ class ImportReport:
             folder, more = self.partial_folders[0]
             others = f" (and {len(self.partial_folders) - 1} more folders)" if len(self.partial_folders) > 1 else ""
             parts.append(
-                f"Note: training uses whole folders, and {Path(folder).name} holds {more} more "
-                f"image{'s' if more != 1 else ''} that will be trained too{others}. "
-                "To train only the images you chose, put them in a folder of their own."
+                f"Only the images you dropped are trained: the other {more} image{'s' if more != 1 else ''} "
+                f"in {Path(folder).name}{others} are left out (drop the folder itself to train them all)."
             )
         return " ".join(parts)
 
@@ -121,6 +120,7 @@ class CollectRequest:
     paths: tuple[Path, ...]
     recursive: bool = True
     repeats: int | None = None
+    exclude: frozenset[str] = frozenset()  # ds.normalized paths training leaves out (dataset.exclude)
 
 
 class ScanWorker(QObject):
@@ -163,6 +163,8 @@ class ScanWorker(QObject):
             col = ds.collect(
                 req.paths, self.caption_extension, seen, recursive=req.recursive, repeats=req.repeats
             )
+            if req.exclude:
+                col.candidates = [c for c in col.candidates if ds.normalized(c.path) not in req.exclude]
             keys = [ds.file_key(c.path) for c in col.candidates]
             with self.lock:  # another drop may have taken some of these files meanwhile
                 for c, key in zip(col.candidates, keys):
@@ -176,17 +178,17 @@ class ScanWorker(QObject):
             out.duplicates += col.duplicates
         return out
 
-    def _partial_folders(self) -> list[tuple[str, int]]:
-        """Folders of loose dropped images that hold other images too (training would use them all)."""
+    def _partial_folders(self) -> list[tuple[str, list[str]]]:
+        """Folders of loose dropped images that hold other images too: (folder, those other images)."""
         loose = {p.parent for req in self.requests for p in req.paths if p.is_file()}
         out = []
         with self.lock:  # after _collect: every image of this drop and of earlier ones is known
             known = set(self.known)
         for folder in sorted(loose):
             on_disk = ds.collect([folder], self.caption_extension, recursive=False).candidates
-            more = sum(1 for c in on_disk if ds.file_key(c.path) not in known)
-            if more:
-                out.append((str(folder), more))
+            others = [ds.normalized(c.path) for c in on_disk if ds.file_key(c.path) not in known]
+            if others:
+                out.append((str(folder), others))
         return out
 
     @Slot()
@@ -591,8 +593,38 @@ class DatasetPage(Page):
         report = ImportReport()
         self.last_report = report
         self.show_status("Looking for images…")
+        self._include(paths)
         self._start_scan([CollectRequest(tuple(Path(p) for p in paths))], report)
         return report
+
+    # ------------------------------------------------------------------ left-out images (dataset.exclude)
+    def _excluded(self) -> list[str]:
+        return list(self.binding.get("dataset.exclude"))
+
+    def _set_excluded(self, paths: list[str]) -> None:
+        if paths != self._excluded():
+            self._syncing = True
+            try:
+                self.binding.set("dataset.exclude", paths)
+            finally:
+                self._syncing = False
+
+    def _exclude(self, paths: Iterable[str]) -> None:
+        current = self._excluded()
+        self._set_excluded(current + sorted(set(paths) - set(current)))
+
+    def _include(self, paths: Sequence[str | Path]) -> None:
+        """Images (or folders of images) the user adds are no longer left out of training."""
+        roots = [ds.normalized(p) for p in paths]
+        keep = [
+            e for e in self._excluded()
+            if not any(ds.normalized(e) == r or ds.normalized(e).startswith(r.rstrip("/") + "/") for r in roots)
+        ]
+        self._set_excluded(keep)
+
+    def _on_partial_folders(self, report: ImportReport, found: list[tuple[str, list[str]]]) -> None:
+        report.partial_folders = [(folder, len(others)) for folder, others in found]
+        self._exclude(p for _, others in found for p in others)
 
     def add_folder_dialog(self) -> ImportReport | None:
         """File > Add folder: choose a folder and import it."""
@@ -673,15 +705,10 @@ class DatasetPage(Page):
         for it in items:
             self._known.discard(ds.file_key(it.image_path))
         n = self.model.remove_items(items)
+        folders = {it.folder for it in self.items}
+        self._exclude(ds.normalized(it.image_path) for it in items if it.folder in folders)
         self._after_items_changed()
-        folders = {it.folder for it in items} & {it.folder for it in self.items}
-        tail = ""
-        if folders:
-            tail = (
-                " Their folder is still in the training set, and training reads whole folders: "
-                "move the files out of it (or use Delete files…) to keep them out of training."
-            )
-        self.show_status(f"Removed {n} image{'s' if n != 1 else ''} from the list; no files were deleted.{tail}")
+        self.show_status(f"Removed {n} image{'s' if n != 1 else ''} from training; no files were deleted.")
         return n
 
     def delete_selected_files(self, confirm: bool = True) -> int:
@@ -790,7 +817,7 @@ class DatasetPage(Page):
         thread = QThread(self)
         worker.moveToThread(thread)
         thread.started.connect(worker.work)
-        worker.partial_folders.connect(lambda folders: setattr(report, "partial_folders", folders))
+        worker.partial_folders.connect(lambda found: self._on_partial_folders(report, found))
         worker.collected.connect(lambda col: self._on_collected(report, col))
         worker.batch_loaded.connect(self._on_batch)
         worker.finished.connect(thread.quit)
@@ -874,6 +901,7 @@ class DatasetPage(Page):
         for it in items:
             self._known.discard(ds.file_key(it.image_path))
         n = self.model.remove_items(items)
+        self._include([folder])  # the folder is gone: its left-out images need no entry any more
         self._after_items_changed()
         self.show_status(f"Removed the folder {Path(folder).name} ({n} images) from the dataset; no files were deleted.")
         return n
@@ -881,6 +909,8 @@ class DatasetPage(Page):
     def _on_config_changed(self, path: str) -> None:
         if path == "dataset.folders" and not self._syncing:
             self._reconcile_from_config()
+        elif path == "dataset.exclude" and not self._syncing:
+            self._reconcile_from_config(rescan=True)  # edited by hand: drop and bring back images to match
         elif path == "dataset.caption_extension":
             self._reload_captions()
         elif path == "dataset.resolution":
@@ -894,11 +924,13 @@ class DatasetPage(Page):
         elif path in _SUMMARY_KEYS:
             self._schedule_summary()
 
-    def _reconcile_from_config(self) -> None:
-        """Make the grid match ``dataset.folders`` (a preset or file was loaded, or another editor changed it)."""
+    def _reconcile_from_config(self, rescan: bool = False) -> None:
+        """Make the grid match ``dataset.folders`` less ``dataset.exclude`` (a preset or file was loaded, or
+        another editor changed them). ``rescan`` lists folders already shown again, for re-included images."""
         wanted = {str(Path(f.path).expanduser()): f.repeats for f in self.binding.get("dataset.folders")}
-        have = {f.path for f in self.folder_list()}
-        gone = [it for it in self.items if str(it.folder) not in wanted]
+        have = set() if rescan else {f.path for f in self.folder_list()}
+        left_out = frozenset(ds.normalized(p) for p in self._excluded())
+        gone = [it for it in self.items if str(it.folder) not in wanted or ds.normalized(it.image_path) in left_out]
         if gone:
             if self.editor.item in gone:
                 self.editor.set_item(None)
@@ -908,7 +940,7 @@ class DatasetPage(Page):
         for it in self.items:
             it.repeats = wanted.get(str(it.folder), it.repeats)
         requests = [
-            CollectRequest((Path(folder),), recursive=False, repeats=reps)
+            CollectRequest((Path(folder),), recursive=False, repeats=reps, exclude=left_out)
             for folder, reps in wanted.items()
             if folder not in have
         ]
