@@ -61,7 +61,11 @@ def sd15() -> str:
 
 
 def build_tiny_sdxl(folder: Path) -> None:
-    """A tiny SDXL-layout pipeline (two text encoders, "text_time" UNet) from configs, saved as a diffusers folder."""
+    """A tiny SDXL-layout pipeline (two text encoders, "text_time" UNet) from configs, saved as a diffusers folder.
+
+    Unlike ``tiny_models.build_tiny(..., "sdxl")`` its UNet keeps real SDXL's block order (a plain down block,
+    then cross-attention), which the kohya-ss ``input_blocks_4_1`` name mapping below relies on.
+    """
     from diffusers import (
         AutoencoderKL,
         EulerDiscreteScheduler,

@@ -15,7 +15,7 @@ from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_engine import StopAt, demo_cfg  # noqa: E402
-from test_models import build_tiny  # noqa: E402
+from tiny_models import build_tiny  # noqa: E402
 
 
 def _images(folder: Path) -> Path:

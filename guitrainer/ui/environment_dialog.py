@@ -11,21 +11,16 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QLabel,
-    QStyle,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from guitrainer.ui.icons import level_icon
+
 log = logging.getLogger(__name__)
 
-_ICONS = {
-    "ok": QStyle.StandardPixmap.SP_DialogApplyButton,
-    "info": QStyle.StandardPixmap.SP_MessageBoxInformation,
-    "warning": QStyle.StandardPixmap.SP_MessageBoxWarning,
-    "error": QStyle.StandardPixmap.SP_MessageBoxCritical,
-}
 
 
 class _ProbeSignals(QObject):
@@ -89,9 +84,8 @@ class EnvironmentDialog(QDialog):
 
         self.items = items
         self.table.setRowCount(len(items))
-        style = self.style()
         for row, item in enumerate(items):
-            head = QTableWidgetItem(style.standardIcon(_ICONS[item.level]), item.label)
+            head = QTableWidgetItem(level_icon(self, item.level), item.label)
             self.table.setItem(row, 0, head)
             self.table.setItem(row, 1, QTableWidgetItem(item.value))
             fix = QTableWidgetItem(item.fix or "—")

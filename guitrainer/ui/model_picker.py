@@ -32,6 +32,7 @@ from guitrainer.config import field_info
 from guitrainer.core import paths
 from guitrainer.core.checkpoint import PICKLE_SUFFIXES, SINGLE_FILE_SUFFIXES, ModelDetection, detect_model
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding, make_editor
+from guitrainer.ui.icons import level_icon
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,6 @@ RECENT_KEY = "recent_models"
 MAX_RECENT = 10
 MODEL_SUFFIXES = SINGLE_FILE_SUFFIXES + PICKLE_SUFFIXES
 FILE_FILTER = "Checkpoints (*.safetensors *.ckpt *.pt *.pth);;All files (*)"
-LEVEL_ICONS = {
-    "error": QStyle.StandardPixmap.SP_MessageBoxCritical,
-    "warning": QStyle.StandardPixmap.SP_MessageBoxWarning,
-    "info": QStyle.StandardPixmap.SP_DialogApplyButton,
-}
 
 
 def default_settings() -> QSettings:
@@ -287,7 +283,7 @@ class ModelPicker(QWidget):
         d = self._detection
         mismatch = self.family_mismatch()
         level = "warning" if mismatch and d.level == "info" else d.level
-        icon = self.style().standardIcon(LEVEL_ICONS[level])
+        icon = level_icon(self, "ok" if level == "info" else level)  # a usable model shows a check
         self.status_icon.setPixmap(icon.pixmap(18, 18))
         self.family_badge.setText(d.family_label if d.family else ("unsupported" if not d.ok else "family ?"))
         color = {"error": "220, 53, 69", "warning": "230, 145, 0", "info": "30, 140, 70"}[level]

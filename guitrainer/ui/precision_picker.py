@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QRadioButton,
     QSizePolicy,
-    QStyle,
     QVBoxLayout,
     QWidget,
 )
@@ -34,14 +33,10 @@ from guitrainer.core import precision
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.precision import Advice, PrecisionChoice
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding
+from guitrainer.ui.icons import level_icon
 
 log = logging.getLogger(__name__)
 
-LEVEL_ICONS = {
-    "error": QStyle.StandardPixmap.SP_MessageBoxCritical,
-    "warning": QStyle.StandardPixmap.SP_MessageBoxWarning,
-    "info": QStyle.StandardPixmap.SP_MessageBoxInformation,
-}
 # translucent tints so the rows read on light and dark palettes alike
 LEVEL_COLORS = {"error": "220, 53, 69", "warning": "230, 145, 0", "info": "40, 120, 210"}
 DETECTING = "Detecting device…"
@@ -116,7 +111,7 @@ class AdviceRow(QFrame):
         row.setSpacing(8)
         icon = QLabel(self)
         icon.setObjectName("advice_icon")
-        icon.setPixmap(self.style().standardIcon(LEVEL_ICONS[advice.level]).pixmap(20, 20))
+        icon.setPixmap(level_icon(self, advice.level).pixmap(20, 20))
         row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
         text = html.escape(advice.message)
         if advice.suggestion_text and advice.suggestion:
