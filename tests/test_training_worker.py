@@ -76,6 +76,15 @@ def _wait_released(qtbot, before: int) -> None:
     qtbot.waitUntil(lambda: live_threads() <= before, timeout=5000)
 
 
+def _start_and_wait_for_a_step(qtbot, worker: TrainingWorker):
+    """Start ``worker`` and return once its first step has reached the GUI thread."""
+    steps: list[int] = []
+    worker.step_finished.connect(lambda m: steps.append(m.step))
+    thread = run_in_thread(worker)
+    qtbot.waitUntil(lambda: bool(steps), timeout=5000)
+    return thread
+
+
 def test_signals_arrive_in_order_and_thread_ends(qtbot):
     before = live_threads()
     worker = TrainingWorker(TrainingConfig(), trainer_factory=fake_factory(steps=4))
@@ -109,17 +118,15 @@ def test_worker_copies_the_config():
 def test_stop_ends_the_run_and_the_thread(qtbot):
     before = live_threads()
     worker = TrainingWorker(TrainingConfig(), trainer_factory=fake_factory(steps=100_000, delay=0.005))
-    thread = run_in_thread(worker)
-    finished_thread = []
-    thread.finished.connect(lambda: finished_thread.append(True))
-    qtbot.waitSignal(worker.step_finished, timeout=5000)
+    _start_and_wait_for_a_step(qtbot, worker)
     with qtbot.waitSignal(worker.finished, timeout=5000) as blocker:
         worker.stop()
     summary = blocker.args[0]
     assert summary.status == "stopped"
     assert summary.steps < 100_000
     assert summary.state_path == "/tmp/fake_state"
-    qtbot.waitUntil(lambda: bool(finished_thread), timeout=5000)
+    # The thread ended: the janitor drops it only after QThread.wait() returned. (No lambda on
+    # thread.finished here: PySide drops a queued lambda when its sender is deleteLater'd first.)
     _wait_released(qtbot, before)
 
 
@@ -148,8 +155,7 @@ def test_pause_and_resume(qtbot):
 
 def test_stop_while_paused_ends_the_run(qtbot):
     worker = TrainingWorker(TrainingConfig(), trainer_factory=fake_factory(steps=100_000, delay=0.005))
-    run_in_thread(worker)
-    qtbot.waitSignal(worker.step_finished, timeout=5000)
+    _start_and_wait_for_a_step(qtbot, worker)
     worker.pause()
     qtbot.wait(50)
     with qtbot.waitSignal(worker.finished, timeout=5000) as blocker:
@@ -159,8 +165,7 @@ def test_stop_while_paused_ends_the_run(qtbot):
 
 def test_sample_and_save_requests_reach_the_loop(qtbot):
     worker = TrainingWorker(TrainingConfig(), trainer_factory=fake_factory(steps=100_000, delay=0.005))
-    run_in_thread(worker)
-    qtbot.waitSignal(worker.step_finished, timeout=5000)
+    _start_and_wait_for_a_step(qtbot, worker)
     with qtbot.waitSignal(worker.sample_ready, timeout=5000) as sample:
         worker.request_sample()
     assert isinstance(sample.args[0], SampleImage) and sample.args[0].prompt == "a red circle"
