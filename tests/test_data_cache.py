@@ -97,3 +97,49 @@ def test_caches_are_reused_and_rebuilt_when_dtype_or_image_changes(tmp_path, enc
     flipped = _run(tmp_path / "o5", data, dataset__flip_augment=True)  # mirrored variants are their own entries
     assert flipped.latent_store.misses == 3 and flipped.latent_store.hits == 3
     assert set(flipped.latents) == {(i, f) for i in range(3) for f in (False, True)}
+
+
+def test_stop_during_latent_caching_ends_before_training_and_keeps_the_cache(tmp_path, encodes, monkeypatch):
+    from guitrainer.core.events import Control
+
+    torch.set_num_threads(1)
+    data = _dataset(tmp_path / "data")
+    control = Control()
+    # Stop after the 2nd of 3 encodes: the check before the 3rd image sees it.
+    from diffusers import AutoencoderKL
+
+    counting = AutoencoderKL.encode
+
+    def stop_after_two(self, *a, **kw):
+        out = counting(self, *a, **kw)
+        if encodes["n"] == 2:
+            control.request_stop()
+        return out
+
+    monkeypatch.setattr(AutoencoderKL, "encode", stop_after_two)
+    cfg = demo_cfg(tmp_path / "out", dataset__folders=[str(data)], schedule__max_steps=3, precision__cache_latents=True)
+    rep = NullReporter()
+    tr = Trainer(cfg, rep, control)
+    summary = tr.run()
+    assert summary.status == "stopped" and summary.steps == 0
+    assert "caching latents (2 of 3" in summary.message and "nothing was trained" in summary.message
+    assert not rep.steps and summary.lora_path is None and summary.state_path is None
+    assert not list((tmp_path / "out").rglob("*.safetensors"))  # no LoRA of an untrained network
+    assert encodes["n"] == 2 and tr.latent_store.misses == 3  # the 3rd image was never encoded
+    assert len(list(tr.latent_store.folder.rglob("*.safetensors"))) == 2
+
+    monkeypatch.setattr(AutoencoderKL, "encode", counting)  # the next run reuses the two and encodes one
+    again = _run(tmp_path / "o2", data)
+    assert again.latent_store.disk_hits == 2 and again.latent_store.misses == 1 and encodes["n"] == 3
+
+
+def test_stop_before_setup_ends_after_loading(tmp_path):
+    from guitrainer.core.events import Control
+
+    torch.set_num_threads(1)
+    control = Control()
+    control.request_stop()  # as if Stop were pressed while the model loads
+    summary = Trainer(demo_cfg(tmp_path / "out", schedule__max_steps=3), NullReporter(), control).run()
+    assert summary.status == "stopped" and summary.steps == 0
+    assert "loading the base model" in summary.message
+    assert not list((tmp_path / "out").rglob("*.safetensors"))

@@ -106,6 +106,10 @@ class TrainingFailed(Exception):
         self.advice = advice
 
 
+class StoppedBeforeTraining(Exception):
+    """Stop was pressed during set-up (loading, caching): nothing was trained, so nothing is written."""
+
+
 @dataclass
 class _Progress:
     """Where the run is: what a resumable state stores besides weights, optimizer and RNG."""
@@ -154,6 +158,8 @@ class Trainer:
             return self._summary("failed", e.strerror or str(e), WRITE_ADVICE)
         except TrainingFailed as f:
             return self._summary("failed", f.message, f.advice)
+        except StoppedBeforeTraining as s:
+            return self._summary("stopped", str(s))
         except (D.DatasetError, ModelLoadError, L.LoraFormatError) as e:
             return self._summary("failed", str(e), ())
         except (RuntimeError, MemoryError) as e:
@@ -200,6 +206,15 @@ class Trainer:
     # ------------------------------------------------------------------ set-up
     _main = True
 
+    def _stop_if_asked(self, during: str) -> None:
+        """Set-up is long (loading, caching): a Stop pressed meanwhile ends the run here, before any step.
+
+        Cache entries already written stay on disk, so the next run starts where this one stopped.
+        """
+        if self.control.stop_requested:
+            self._status(f"stopped while {during}")
+            raise StoppedBeforeTraining(f"stopped while {during}, before the first step; nothing was trained or saved")
+
     def _setup(self) -> None:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
@@ -218,6 +233,7 @@ class Trainer:
         self._status("loading the base model")
         m = load_base_model(cfg.model, progress=self._download_progress)
         self.model = m
+        self._stop_if_asked("loading the base model")
         self.dataset = self._build_dataset(m)
         self.class_dataset = self._build_class_dataset()
 
@@ -281,6 +297,7 @@ class Trainer:
         self.latent_store: LatentCache | None = None
         if cfg.precision.cache_latents:
             self._cache_latents()
+        self._stop_if_asked("setting up")
         self.text_store: TextCache | None = None
         self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.cache_text = bool(cfg.precision.cache_text_encoder_outputs and not self.train_te)
@@ -289,6 +306,7 @@ class Trainer:
             self._status("text embeddings are not cached: shuffled captions differ on every step")
         if self.cache_text:
             self._cache_text()
+            self._stop_if_asked("caching text embeddings")
 
         if cfg.schedule.resume_from:
             self._load_state(expand(cfg.schedule.resume_from))
@@ -446,6 +464,7 @@ class Trainer:
         t0 = time.perf_counter()
         with torch.no_grad():
             for n, (ds, target, idx, flip, key) in enumerate(todo, 1):
+                self._stop_if_asked(f"caching latents ({n - 1} of {len(todo)} encoded and kept for the next run)")
                 px = ds.pixels(idx, flip).unsqueeze(0).to(self.device, vae.dtype)
                 dist = vae.encode(px).latent_dist
                 g = torch.Generator(device="cpu").manual_seed(store.noise_seed(key))
@@ -474,7 +493,8 @@ class Trainer:
         if cds is not None:
             captions.update(dict.fromkeys(cds.fixed_caption(i) for i in range(len(cds.items))))
         self._status(f"caching text embeddings of {len(captions)} captions")
-        for c in captions:
+        for n, c in enumerate(captions):
+            self._stop_if_asked(f"caching text embeddings ({n} of {len(captions)} encoded)")
             self._text_entry(c)
         for te in self.model.text_encoders:
             self._park(te)

@@ -794,7 +794,9 @@ class TrainingPage(Page):
         else:
             self._set_state(TrainState.FINISHED)
             where = f" LoRA: {summary.lora_path}" if summary.lora_path else ""
-            if summary.status == "stopped":
+            if summary.status == "stopped" and not summary.steps:
+                self._say(f"Stopped: {summary.message}.")
+            elif summary.status == "stopped":
                 self._say(f"Stopped at step {summary.steps}; you can resume from the saved state.{where}")
             else:
                 self._say(f"Finished: {summary.steps} steps.{where}")
