@@ -125,6 +125,37 @@ def test_hints_apply_and_save() -> None:
         assert h.text.startswith(h.label + " −")
 
 
+def _labels(hs: list[vram.Hint]) -> list[str]:
+    return [h.label for h in hs]
+
+
+def test_hints_respect_what_the_device_can_run() -> None:
+    """No hint may lead to a setting the precision rules call an error on that device."""
+    from guitrainer.core.hardware import fake_device
+    from guitrainer.core.precision import advise
+
+    c = cfg(model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
+    ampere = fake_device("rtx3060")
+    assert "bf16 AMP" in _labels(vram.hints(c, device=ampere)) and "AdamW8bit" in _labels(vram.hints(c, device=ampere))
+    turing = fake_device("t4")
+    assert "fp16 AMP" in _labels(vram.hints(c, device=turing)) and "bf16 AMP" not in _labels(vram.hints(c, device=turing))
+    no_bnb = fake_device("rtx3060", bitsandbytes=False)
+    assert "AdamW8bit" not in _labels(vram.hints(c, device=no_bnb))
+    gtx1660 = fake_device("gtx1660")  # no tensor cores: the picker recommends fp32, so no precision hint
+    assert not any(label.endswith("AMP") for label in _labels(vram.hints(c, device=gtx1660)))
+    for name in ("cpu", "cpu_bf16", "gtx1080", "gtx1660", "t4", "rtx3060", "rtx4090", "mps", "mps_old"):
+        device = fake_device(name)
+        for h in vram.hints(c, device=device):
+            changed = c.copy()
+            for k, v in h.changes.items():
+                changed.set(k, v)
+            before = {a.message for a in advise(device, c) if a.level == "error"}
+            after = {a.message for a in advise(device, changed) if a.level == "error"}
+            assert after <= before, f"{name}: hint {h.label} leads to {after - before}"
+    # without a probed device (only a memory size) the old offers stand
+    assert {"fp16 AMP", "AdamW8bit"} <= set(_labels(vram.hints(c, device=None)))
+
+
 def test_estimate_within_10_percent_of_stored_measurements() -> None:
     from vram_calibrate import config_for
 

@@ -85,3 +85,20 @@ def test_widget_module_does_not_import_torch() -> None:
 
     code = "import sys, guitrainer.ui.vram_meter; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={"QT_QPA_PLATFORM": "offscreen", "PATH": ""})
+
+
+def test_probed_device_filters_hints_and_cpu_status(qtbot) -> None:
+    from guitrainer.core.hardware import fake_device
+
+    binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
+    gpu = fake_device("rtx3060", bitsandbytes=False)
+    meter.set_device(gpu.total_memory, gpu.name, info=gpu)
+    qtbot.waitUntil(lambda: meter.breakdown.device_total == gpu.total_memory, timeout=1000)
+    texts = [b.text() for b in meter.hint_buttons()]
+    assert any(t.startswith("bf16 AMP") for t in texts), texts  # Ampere: bf16, as the picker suggests
+    assert not any(t.startswith(("AdamW8bit", "fp16 AMP")) for t in texts), texts  # no bitsandbytes here
+    cpu = fake_device("cpu")
+    meter.set_device(None, cpu.name, info=cpu)
+    qtbot.waitUntil(lambda: meter.status_label.text().startswith("CPU training"), timeout=1000)
+    assert meter.breakdown.device_total is None and meter.level == "unknown"
+    assert "System RAM while loading the base model: about" in meter.total_label.toolTip()

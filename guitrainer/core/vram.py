@@ -406,6 +406,11 @@ def peak_system_ram_loading(config: Any, spec: ModelSpec | None = None) -> int:
 # --------------------------------------------------------------------------- hints
 
 
+def _is_device_info(device: Any) -> bool:
+    """A probed ``core.hardware.DeviceInfo`` (as opposed to None or a bare ``total_memory`` holder)."""
+    return hasattr(device, "kind") and hasattr(device, "bitsandbytes")
+
+
 def _candidate_changes(config: Any, spec: ModelSpec, device: Any) -> list[tuple[str, dict[str, Any]]]:
     p, net, opt, s = config.precision, config.network, config.optimizer, config.schedule
     out: list[tuple[str, dict[str, Any]]] = []
@@ -417,11 +422,17 @@ def _candidate_changes(config: Any, spec: ModelSpec, device: Any) -> list[tuple[
         out.append(("Cache text embeddings", {"precision.cache_text_encoder_outputs": True}))
     if net.train_text_encoder:
         out.append(("UNet only", {"network.train_text_encoder": False}))
-    if opt.name in ("AdamW", "Adafactor") and getattr(device, "bitsandbytes_usable", True) is not False:
+    if opt.name in ("AdamW", "Adafactor"):
         out.append(("AdamW8bit", {"optimizer.name": "AdamW8bit"}))
     if p.training == "fp32":
-        half = "bf16" if getattr(device, "bf16_supported", False) else "fp16"
-        out.append((f"{half} AMP", {"precision.training": half}))
+        if _is_device_info(device):
+            from guitrainer.core.precision import recommended_training
+
+            half = recommended_training(device)  # what the precision picker suggests for this device
+        else:
+            half = "fp16"  # device unknown: the smallest change that halves the weights
+        if half != "fp32":
+            out.append((f"{half} AMP", {"precision.training": half}))
     if s.batch_size > 1:
         b = max(1, s.batch_size // 2)
         out.append((f"Batch {s.batch_size} → {b}", {"schedule.batch_size": b}))
@@ -433,11 +444,26 @@ def _candidate_changes(config: Any, spec: ModelSpec, device: Any) -> list[tuple[
     return out
 
 
+def _errors(device: Any, config: Any) -> set[str]:
+    """The error-level precision advice for ``config`` on ``device`` (none without a probed device)."""
+    if not _is_device_info(device):
+        return set()
+    from guitrainer.core.precision import advise
+
+    return {a.message for a in advise(device, config) if a.level == "error"}
+
+
 def hints(config: Any, spec: ModelSpec | None = None, device: Any = None, minimum: int = 16 * MiB) -> list[Hint]:
-    """Changes that lower the estimate, biggest saving first; each is re-estimated on a modified copy."""
+    """Changes that lower the estimate, biggest saving first; each is re-estimated on a modified copy.
+
+    With a probed ``DeviceInfo`` a change is offered only if the precision rules raise no new error
+    for it on that device (no 8-bit optimizer without a usable bitsandbytes, no bf16 on a card without
+    it), and the precision offered is the one the precision picker recommends there.
+    """
     if spec is None:
         spec = MODEL_SPECS[resolve_family(str(config.model.family), str(config.model.base))]
     base = estimate(config, spec, device).total
+    known_errors = _errors(device, config)
     out: list[Hint] = []
     for label, changes in _candidate_changes(config, spec, device):
         changed = config.copy()
@@ -446,6 +472,10 @@ def hints(config: Any, spec: ModelSpec | None = None, device: Any = None, minimu
                 changed.set(path, value)
         except ValueError as e:  # ConfigError: the change is not valid for this config
             log.debug("hint %s skipped: %s", label, e)
+            continue
+        blocked = _errors(device, changed) - known_errors
+        if blocked:
+            log.debug("hint %s skipped on this device: %s", label, min(blocked))
             continue
         saving = base - estimate(changed, spec, device).total
         if saving >= minimum:

@@ -127,7 +127,7 @@ class MainWindow(QMainWindow):
     def _on_device_detected(self, device: object) -> None:
         """The probe finished: the VRAM meter measures against the selected device."""
         if self.vram_meter is not None:
-            self.vram_meter.set_device(getattr(device, "total_memory", None), getattr(device, "name", ""))
+            self.vram_meter.set_device(getattr(device, "total_memory", None), getattr(device, "name", ""), info=device)
 
     def _make_vram_meter(self) -> QWidget | None:
         try:

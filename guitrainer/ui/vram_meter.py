@@ -217,9 +217,16 @@ class VramMeter(QWidget):
     def hint_buttons(self) -> list[QPushButton]:
         return list(self._hint_buttons)
 
-    def set_device(self, total_memory_bytes: int | None, name: str = "") -> None:
-        """The GPU to compare with; None for an unknown device or CPU training."""
-        self._device = SimpleNamespace(total_memory=total_memory_bytes) if total_memory_bytes else None
+    def set_device(self, total_memory_bytes: int | None, name: str = "", info: object | None = None) -> None:
+        """The GPU to compare with; None for an unknown device or CPU training.
+
+        ``info`` (a ``core.hardware.DeviceInfo``) lets the hints leave out changes this device cannot
+        run (8-bit optimizers without bitsandbytes, bf16 before compute capability 8.0).
+        """
+        if info is not None:
+            self._device = info
+        else:
+            self._device = SimpleNamespace(total_memory=total_memory_bytes) if total_memory_bytes else None
         self._device_name = name
         self._schedule()
 
@@ -247,8 +254,15 @@ class VramMeter(QWidget):
         else:
             text = f"<b>{b.total / vram.GiB:.1f} GB</b>"
         self.total_label.setText(text)
-        self.total_label.setToolTip("\n".join(f"{p.label}: {vram.format_bytes(p.bytes)}" for p in b.parts if p.bytes))
-        if self._device is None:
+        parts = [f"{p.label}: {vram.format_bytes(p.bytes)}" for p in b.parts if p.bytes]
+        try:
+            ram = vram.format_bytes(vram.peak_system_ram_loading(cfg))
+        except Exception:  # noqa: BLE001 - a tooltip line is not worth an error
+            log.exception("system RAM estimate failed")
+        else:
+            parts.append(f"\nSystem RAM while loading the base model: about {ram}")
+        self.total_label.setToolTip("\n".join(parts))
+        if getattr(self._device, "total_memory", None) is None:
             status = "CPU training uses system RAM" + (f" ({self._device_name})" if self._device_name else "") + "; estimate for a GPU"
         elif level == "over":
             status = f"Does not fit {self._device_name or 'the GPU'}: try"
