@@ -259,8 +259,16 @@ def test_unwritable_output_folder_ends_as_failed_with_advice(tmp_path, stop):
     rep = StopAt(control, 1) if stop else NullReporter()
     _, rep, summary = run(cfg_for(blocker, None, schedule__max_steps=2), rep, control)
     assert summary.status == "failed"
-    assert summary.message.startswith(f"The output folder {blocker} is a file, not a folder")
+    assert summary.message.startswith(f"The LoRA could not be saved in {blocker}: The output folder {blocker} is a file")
     assert summary.advice == WRITE_ADVICE
     assert summary.advice[0] == "choose another output folder, then Save now or resume"
-    assert summary.steps == (1 if stop else 2) and summary.lora_path is None and summary.state_path is None
+    assert summary.steps == (1 if stop else 2)
+    # nothing trained is lost: the LoRA and the state went to the rescue folder, which the message names
+    from guitrainer.core.paths import user_data_dir
+
+    rescued = Path(summary.lora_path)
+    assert rescued.is_file() and rescued.parent.parent == user_data_dir() / "rescued"
+    assert f"It was saved in {rescued.parent} instead" in summary.message
+    assert summary.state_path and Path(summary.state_path).parent == rescued.parent
     assert any("The LoRA was not saved" in w for w in rep.warnings)
+    assert blocker.read_text().startswith("a file")

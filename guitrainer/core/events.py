@@ -6,6 +6,7 @@ No torch and no Qt here, so the UI can import these types without loading either
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,6 +60,7 @@ class RunSummary:
     advice: tuple[str, ...] = ()
     skipped_steps: int = 0
     warnings: tuple[str, ...] = ()
+    details: str = ""  # for a failure: the traceback or technical context, shown under "Show Details…"
 
 
 class Reporter(Protocol):
@@ -105,6 +107,8 @@ class Control:
     _pause: threading.Event = field(default_factory=threading.Event)
     _sample: threading.Event = field(default_factory=threading.Event)
     _save: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _output_folder: str | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -143,6 +147,25 @@ class Control:
             return True
         return False
 
-    def wait_while_paused(self, poll: float = 0.05) -> None:
+    def redirect_output(self, folder: str) -> None:
+        """Write the run's next saves (Save now, epochs, the final LoRA and state) into ``folder``.
+
+        The way out when the output folder fills up or turns read-only mid-run: the trained
+        weights are in memory, so choosing another folder and pressing Save now keeps them.
+        """
+        with self._lock:
+            self._output_folder = folder
+
+    def take_output_folder(self) -> str | None:
+        """The folder asked for since the last call, once (None: no change)."""
+        with self._lock:
+            folder, self._output_folder = self._output_folder, None
+        return folder
+
+    def wait_while_paused(self, poll: float = 0.05, timeout: float | None = None) -> None:
+        """Block while paused (until resume or stop); at most ``timeout`` seconds when given."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._pause.is_set() and not self._stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return
             self._stop.wait(poll)

@@ -82,6 +82,22 @@ WRITE_ADVICE = (
     "free some disk space if the disk is full",
 )
 
+MODEL_ADVICE = (
+    "check the base model on the Model page: a diffusers folder, or one .safetensors / .ckpt file",
+    "re-download the file if it may be incomplete (its size should match the download page)",
+    "try the built-in demo model to check that training itself works",
+)
+
+DATASET_ADVICE = (
+    "check the image folders on the Dataset page (images are read from each folder, not its subfolders)",
+    "look at the images flagged as unreadable there, and at Options ▸ Left-out images",
+)
+
+LORA_ADVICE = (
+    "check the LoRA you continue from (Model page): it must be a LoRA of the same model family",
+    "clear “continue from” to train a new LoRA",
+)
+
 #: (instance batch: dataset positions, class draws: class item indices) -- one micro-batch
 Pair = tuple[list[int], list[int]]
 
@@ -122,6 +138,13 @@ class _Progress:
     last_loss: float | None = None
 
 
+def _details() -> str:
+    """The exception being handled, as a traceback for the error dialog's "Show Details…"."""
+    import traceback
+
+    return traceback.format_exc()
+
+
 def _is_oom(e: BaseException) -> bool:
     oom_type = getattr(torch, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(e, oom_type):
@@ -155,19 +178,24 @@ class Trainer:
         try:
             return self._run()
         except WriteError as e:
-            return self._summary("failed", e.strerror or str(e), WRITE_ADVICE)
+            return self._summary("failed", e.strerror or str(e), WRITE_ADVICE, _details())
         except TrainingFailed as f:
-            return self._summary("failed", f.message, f.advice)
+            return self._summary("failed", f.message, f.advice, _details())
         except StoppedBeforeTraining as s:
             return self._summary("stopped", str(s))
-        except (D.DatasetError, ModelLoadError, L.LoraFormatError) as e:
-            return self._summary("failed", str(e), ())
+        except D.DatasetError as e:
+            return self._summary("failed", str(e), DATASET_ADVICE, _details())
+        except ModelLoadError as e:
+            return self._summary("failed", str(e), MODEL_ADVICE, _details())
+        except L.LoraFormatError as e:
+            return self._summary("failed", str(e), LORA_ADVICE, _details())
         except (RuntimeError, MemoryError) as e:
             if not (_is_oom(e) or isinstance(e, MemoryError)):
                 raise
+            details = _details()
             self._free_memory()
             msg = f"out of memory at step {self.progress.global_step + 1}: {str(e).splitlines()[0][:200]}"
-            return self._summary("failed", msg, OOM_ADVICE)
+            return self._summary("failed", msg, OOM_ADVICE, details)
 
     # ------------------------------------------------------------------ reporting helpers
     def _warn(self, text: str) -> None:
@@ -181,7 +209,7 @@ class Trainer:
         if self._main:
             self.reporter.on_status(text)
 
-    def _summary(self, status: str, message: str = "", advice: tuple[str, ...] = ()) -> RunSummary:
+    def _summary(self, status: str, message: str = "", advice: tuple[str, ...] = (), details: str = "") -> RunSummary:
         p = self.progress
         return RunSummary(
             status=status,
@@ -194,6 +222,7 @@ class Trainer:
             advice=tuple(advice),
             skipped_steps=p.skipped_total,
             warnings=tuple(self.warnings),
+            details=details,
         )
 
     def _free_memory(self) -> None:
@@ -809,15 +838,29 @@ class Trainer:
             )
         )
 
+    def _take_output_folder(self) -> None:
+        """A new output folder chosen during the run (Output page) applies to the saves from now on."""
+        folder = self.control.take_output_folder()
+        if folder and folder != self.config.output.folder:
+            self.config.output.folder = folder
+            self._status(f"saving into {expand(folder)} from now on")
+
+    def _take_save_request(self) -> None:
+        self._take_output_folder()
+        if self.control.take_save_request():
+            self._save_intermediate(f"step{self.progress.global_step:06d}")
+
     def _poll_control(self) -> RunSummary | None:
         c, p = self.control, self.progress
-        if c.take_save_request():
-            self._save_intermediate(f"step{p.global_step:06d}")
+        self._take_save_request()
         if c.paused and not c.stop_requested:
             self._status(f"paused at step {p.global_step}")
-            c.wait_while_paused()
+            while c.paused and not c.stop_requested:  # Save now (and a new folder) work while paused
+                c.wait_while_paused(0.05, timeout=0.25)
+                self._take_save_request()
             if not c.stop_requested:
                 self._status("resumed")
+        self._take_output_folder()
         if c.stop_requested:
             self._status(f"stopping at step {p.global_step}; saving the LoRA and a resumable state")
             self._save_final_and_state()
@@ -921,9 +964,40 @@ class Trainer:
         """
         self.lora_path = self._save_final()
         lora_error = self.save_error if self._main and self.lora_path is None else None
-        self.state_path = self._save_state()
         if lora_error:
-            raise WriteError(errno.EIO, lora_error)
+            self._rescue(lora_error)  # raises: the run ends "failed", saying where the LoRA went
+        self.state_path = self._save_state()
+
+    def _rescue(self, reason: str) -> None:
+        """The final LoRA could not be written: save it and the state in the app's data folder instead.
+
+        Nothing trained is lost to a full disk or a read-only folder when another disk has room: the
+        LoRA lands in ``<user data>/rescued/<name>-<time>``, and the message says so. Always raises
+        :class:`WriteError` (the run still failed to save where asked).
+        """
+        from guitrainer.core.paths import user_data_dir
+
+        wanted = self._out_dir()
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        rescue = user_data_dir() / "rescued" / f"{self.config.output.name}-{stamp}"
+        self.config.output.folder = str(rescue)
+        self._warn(f"The LoRA was not saved in {wanted}: {reason} Saving it in {rescue} instead.")
+        self.lora_path = self._save_final()
+        if self.lora_path is None:
+            raise WriteError(
+                errno.EIO,
+                f"The LoRA could not be saved in {wanted} ({reason}) nor in {rescue} ({self.save_error}). "
+                "The trained weights are lost; free some disk space and train again.",
+            )
+        try:
+            self.state_path = self._save_state()
+        except WriteError as e:
+            self._warn(f"The training state was not saved in {rescue} either: {e.strerror or e}")
+        raise WriteError(
+            errno.EIO,
+            f"The LoRA could not be saved in {wanted}: {reason} It was saved in {rescue} instead "
+            f"({Path(self.lora_path).name}); move it where you want it.",
+        )
 
     def _save_intermediate(self, tag: str) -> None:
         if not self._main:

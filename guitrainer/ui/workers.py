@@ -204,6 +204,10 @@ class TrainingWorker(BaseWorker):
     def request_save(self) -> None:
         self.control.request_save()
 
+    def set_output_folder(self, folder: str) -> None:
+        """Later saves of the running trainer go to ``folder`` (see ``Control.redirect_output``)."""
+        self.control.redirect_output(folder)
+
     @property
     def paused(self) -> bool:
         return self.control.paused
