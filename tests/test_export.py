@@ -155,17 +155,27 @@ def test_writing_alpha_equal_to_rank_would_fail_the_check(sd15, tmp_path):
     assert "differ" in v.message
 
 
-def test_sdxl_two_text_encoders_te1_te2(sdxl, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_sdxl_two_text_encoders_te1_te2(sdxl, tmp_path, precision):
     m = _trained(sdxl)
     assert m.family == "sdxl"
     path = tmp_path / "xl.safetensors"
-    X.export_lora(path, m.unet, m.text_encoders, fmt="kohya", save_precision="fp32", alpha=ALPHA)
-    sd, _ = L.read_lora(path)
+    res = X.export_lora(path, m.unet, m.text_encoders, fmt="kohya", save_precision=precision, alpha=ALPHA)
+    assert res.save_precision == precision and res.warnings == ()
+    sd, meta = L.read_lora(path)
     assert {k.split("_")[1] for k in sd} == {"unet", "te1", "te2"}
     assert "lora_te2_text_model_encoder_layers_1_self_attn_out_proj.lora_up.weight" in sd
+    assert meta["ss_save_precision"] == precision
+    assert all(float(v) == ALPHA for k, v in sd.items() if k.endswith(".alpha"))
     v = verify_lora(path, sdxl, reference=m)
-    assert v.ok and v.keys_unused == () and v.max_abs_diff_unet <= 1e-5 and v.max_abs_diff_te <= 1e-5, v.message
+    assert v.save_precision == precision and v.keys_total == len(sd) and v.keys_unused == ()
     assert v.lora_effect > 0.05 and v.lora_effect_te > 0.05
+    rel = {"fp32": 0.0, "fp16": 2e-3, "bf16": 2e-2}[precision]
+    assert v.max_abs_diff_unet <= max(1e-5, rel * v.lora_effect), v.message
+    assert v.max_abs_diff_te is not None and v.max_abs_diff_te <= max(1e-5, rel * v.lora_effect_te), v.message
+    if precision != "fp32":  # the rounding is really there: the check is not comparing fp32 with fp32
+        assert v.max_abs_diff_unet > 0
+    assert v.ok and v.message.startswith("diffusers reads this file: every key used"), v.message
     # without a reference (the Verify button): diffusers and our own loader agree on the file
     v2 = verify_lora(path, sdxl)
     assert v2.ok and v2.reference == "our loader" and v2.max_abs_diff_unet <= 1e-6, v2.message

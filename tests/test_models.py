@@ -165,3 +165,36 @@ def test_shipped_config_folders_are_complete():
             assert tok("World!").input_ids[2] == (0 if sub == "tokenizer_2" else 256)
             assert tok.convert_ids_to_tokens([320, 1125]) == ["a</w>", "photo</w>"]
     assert CLIPTokenizer.from_pretrained(RES / "sdxl", subfolder="tokenizer_2").pad_token_id == 0
+
+
+@pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
+def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
+    """A1111 / ComfyUI mark v-prediction checkpoints with a ``v_pred`` key (or modelspec metadata); the shipped
+    scheduler config says epsilon, so the detected type must reach the scheduler the trainer takes its target from."""
+    from safetensors.torch import load_file, save_file
+
+    fam, folder, single, configs = tiny
+    state = load_file(str(single))
+    marked = tmp_path / "vpred.safetensors"
+    save_file({**state, "v_pred": torch.zeros(0)}, str(marked))
+    by_meta = tmp_path / "vpred_meta.safetensors"
+    save_file(state, str(by_meta), metadata={"modelspec.prediction_type": "v"})
+    ckpt = tmp_path / "vpred.ckpt"
+    torch.save({"state_dict": {**state, "v_pred": torch.zeros(0)}}, ckpt)
+
+    plain = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    assert plain.noise_scheduler.config.prediction_type == "epsilon" and plain.prediction_type == "epsilon"
+    for path in (marked, by_meta, ckpt):
+        v = M.load_base_model(ModelConfig(base=str(path), family="auto"), config_dir=configs)
+        assert v.noise_scheduler.config.prediction_type == "v_prediction", path.name
+        assert v.prediction_type == "v_prediction" and v.family == fam
+        # only the prediction type differs from the config folder's scheduler
+        assert v.noise_scheduler.config.num_train_timesteps == plain.noise_scheduler.config.num_train_timesteps
+        _same_weights(plain.unet, v.unet)
+
+    # a diffusers folder whose scheduler says v_prediction keeps it
+    vfolder = tmp_path / "vfolder"
+    shutil.copytree(folder, vfolder)
+    sched_cfg = vfolder / "scheduler" / "scheduler_config.json"
+    sched_cfg.write_text(json.dumps({**json.loads(sched_cfg.read_text()), "prediction_type": "v_prediction"}))
+    assert M.load_base_model(ModelConfig(base=str(vfolder), family="auto")).prediction_type == "v_prediction"

@@ -194,8 +194,8 @@ def classify_keys(
     label = FAMILY_LABELS[family]
     if pred == "v_prediction":
         return family, True, "warning", (
-            f"{label} checkpoint that predicts v (v-prediction). The LoRA is trained the same way; use it "
-            "where v-prediction is switched on."
+            f"{label} checkpoint that predicts v (v-prediction, marked in the file). The LoRA is trained with a "
+            "v-prediction target; use it with v-prediction models (v-prediction switched on where you generate)."
         ), pred
     return family, True, "info", f"{label} checkpoint ({n} tensors).", pred
 
@@ -333,8 +333,8 @@ def _detect_folder(folder: Path) -> ModelDetection:
     if pred == "v_prediction":
         return ModelDetection(
             family, "diffusers_folder",
-            f"{label} diffusers model that predicts v (v-prediction, from its scheduler). The LoRA is trained the "
-            "same way; use it where v-prediction is switched on.",
+            f"{label} diffusers model that predicts v (v-prediction, from its scheduler). The LoRA is trained with "
+            "a v-prediction target; use it with v-prediction models (v-prediction switched on where you generate).",
             True, "warning", where, pred,
         )
     return ModelDetection(family, "diffusers_folder", f"{label} diffusers model.", True, "info", where, pred)

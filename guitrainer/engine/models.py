@@ -275,14 +275,14 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
             header, meta = read_safetensors_header(p)
         except CheckpointError as e:
             raise ModelLoadError(str(e)) from e
-        detected, ok, _level, message, _pred = classify_keys(header, meta, name=name)
+        detected, ok, _level, message, pred = classify_keys(header, meta, name=name)
         if not ok or detected is None:
             raise ModelLoadError(message)
         state = _load_safetensors(p)
     elif suffix in PICKLE_SUFFIXES:
         state = load_pickle_weights(p)
         shapes = {k: {"shape": list(v.shape)} for k, v in state.items()}
-        detected, ok, _level, message, _pred = classify_keys(shapes, name=name)
+        detected, ok, _level, message, pred = classify_keys(shapes, name=name)
         if not ok or detected is None:
             raise ModelLoadError(message)
     else:
@@ -292,7 +292,7 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
     cfg_dir = Path(config_dir) if config_dir else default_config_dir(detected)
     check_config_dir(cfg_dir, detected)
     try:
-        m = _components_from_state(state, detected, cfg_dir)
+        m = _components_from_state(state, detected, cfg_dir, prediction_type=pred)
     except ModelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
@@ -346,7 +346,14 @@ def load_pickle_weights(p: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _components_from_state(state: dict[str, torch.Tensor], family: str, cfg_dir: Path) -> LoadedModel:
+def _components_from_state(
+    state: dict[str, torch.Tensor], family: str, cfg_dir: Path, *, prediction_type: str | None = None
+) -> LoadedModel:
+    """Build the diffusers parts from an original-layout state dict and the configs in ``cfg_dir``.
+
+    ``prediction_type`` (detected from the file, e.g. its ``v_pred`` key) overrides the config folder's
+    scheduler, whose shipped value is "epsilon": the trainer takes its target from the scheduler.
+    """
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
     from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
@@ -360,7 +367,8 @@ def _components_from_state(state: dict[str, torch.Tensor], family: str, cfg_dir:
     if family == "sdxl":
         tes.append(create_diffusers_clip_model_from_ldm(CLIPTextModelWithProjection, state, subfolder="text_encoder_2", **kw))
         toks.append(CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer_2", local_files_only=True))
-    scheduler = DDPMScheduler.from_pretrained(cfg, subfolder="scheduler", local_files_only=True)
+    sched_kw: dict[str, Any] = {"prediction_type": prediction_type} if prediction_type else {}
+    scheduler = DDPMScheduler.from_pretrained(cfg, subfolder="scheduler", local_files_only=True, **sched_kw)
     for te in tes:
         te.to(torch.float32)
     unet.to(torch.float32)
