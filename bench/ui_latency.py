@@ -150,7 +150,7 @@ def bench_charts(app, points: int, repeats: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=20.0, help="how long to measure while training (default 20)")
+    p.add_argument("--seconds", type=float, default=60.0, help="how long to measure while training (default 60)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "bf16"))
     p.add_argument("--points", type=int, default=100_000, help="points in the chart benchmark")
     p.add_argument("--repeats", type=int, default=30)

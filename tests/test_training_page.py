@@ -275,6 +275,60 @@ def test_failed_summary_shows_message_and_advice(qtbot, make_page):
     assert page.state == TrainState.FAILED and page.train_button.isEnabled()
 
 
+def test_failed_summary_details_go_under_show_details(qtbot, make_page):
+    trace = "Traceback (most recent call last):\n  File \"trainer.py\", line 1\ntorch.OutOfMemoryError: CUDA out of memory"
+
+    class OutOfMemory:
+        def run(self):
+            return RunSummary("failed", 3, 1, None, message="out of memory at step 3", details=trace)
+
+    page = make_page(factory=lambda c, r, k: OutOfMemory())
+    with qtbot.waitSignal(page.run_finished, timeout=5000):
+        click_train(qtbot, page)
+    box = page.error_box
+    assert box is not None and box.isVisible()
+    assert box.detailedText() == trace
+    assert any("Show Details" in b.text() for b in box.buttons())
+    box.close()
+
+
+def test_failed_summary_without_details_shows_the_log_tail(qtbot, make_page):
+    class WriteError:
+        def run(self):
+            log = logging.getLogger("guitrainer.engine.fake")
+            for i in range(60):
+                log.info("fake step %d", i)
+            log.error("cannot write the LoRA: disk full")
+            return RunSummary("failed", 60, 1, None, message="cannot write the LoRA")
+
+    page = make_page(factory=lambda c, r, k: WriteError())
+    page.log_panel.append("an earlier line")
+    with qtbot.waitSignal(page.run_finished, timeout=5000):
+        click_train(qtbot, page)
+    details = page.error_box.detailedText()
+    lines = details.splitlines()
+    assert lines[0] == "The last 40 lines of the log:"
+    assert lines[-1].endswith("cannot write the LoRA: disk full") and "fake step 59" in lines[-2]
+    assert len(lines) == 2 + 40 and "fake step 20" not in details and "an earlier line" not in details
+    assert page.log_panel.text().endswith(lines[-1])  # the same text the log panel shows
+    page.error_box.close()
+
+
+def test_start_without_device_logs_cpu_precision_advice(qtbot, make_page, monkeypatch):
+    """A failed device probe still gets the precision advice, against an assumed CPU (no torch import)."""
+    monkeypatch.setattr(hardware, "cached", lambda: None)
+
+    def failing_probe(*a, **k):
+        raise RuntimeError("probe crashed")
+
+    monkeypatch.setattr(hardware, "probe", failing_probe)
+    page = make_page(factory=fake_factory(steps=2))
+    page.binding.set("precision.training", "fp16")
+    with qtbot.waitSignal(page.run_finished, timeout=10000):
+        click_train(qtbot, page)
+    assert "fp16 on the CPU" in page.log_panel.text() and "CPU is assumed" in page.log_panel.text()
+
+
 def test_start_checks_list_problems_in_plain_words(qtbot, make_page, tmp_path):
     cfg = demo_config(tmp_path)
     cfg.model.base = str(tmp_path / "no" / "model.safetensors")
@@ -294,7 +348,7 @@ def test_start_checks_list_problems_in_plain_words(qtbot, make_page, tmp_path):
     assert check_start(cfg2).errors == [f"The image folder “{tmp_path / 'missing'}” does not exist."]
     (tmp_path / "empty").mkdir()
     cfg2.set("dataset.folders", [str(tmp_path / "empty")])
-    assert "hold no images" in check_start(cfg2).errors[0]
+    assert "holds no images" in check_start(cfg2).errors[0]
     cfg2.set("dataset.folders", [str(make_dataset(tmp_path / "10_images"))])
     assert check_start(cfg2).ok
     blocker = tmp_path / "file"
