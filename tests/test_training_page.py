@@ -501,3 +501,28 @@ def test_real_engine_failure_shows_dialog(qtbot, make_page, tmp_path, real_engin
     assert box is not None and box.isVisible() and "no-such-model" in box.text()
     box.close()
     assert page.state == TrainState.FAILED and page.train_button.isEnabled()
+
+
+def test_real_engine_output_folder_changed_mid_run_takes_save_now_while_paused(qtbot, make_page, tmp_path, real_engine):
+    cfg = demo_config(tmp_path, max_steps=500)
+    cfg.precision.training = "fp32"
+    page = make_page(cfg)
+    click_train(qtbot, page)
+    qtbot.waitUntil(lambda: len(page.charts) >= 1, timeout=60_000)
+    qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.state == TrainState.PAUSED, timeout=10_000)
+    assert page.save_button.isEnabled()  # Save now works while paused
+    elsewhere = tmp_path / "elsewhere"
+    page.binding.set("output.folder", str(elsewhere))  # what the Output page does
+    assert page.run_config.output.folder == str(elsewhere)
+    assert f"the next saves go to {elsewhere}" in page.log_panel.text()
+    saved: list = []
+    page.worker.checkpoint_saved.connect(saved.append)
+    qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(s.kind == "lora" for s in saved), timeout=60_000)
+    lora = next(Path(s.path) for s in saved if s.kind == "lora")
+    assert lora.parent == elsewhere and lora.is_file()
+    assert page.state == TrainState.PAUSED  # saving did not resume training
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        page.stop()
+    assert Path(blocker.args[0].lora_path).parent == elsewhere

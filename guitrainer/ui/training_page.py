@@ -698,7 +698,7 @@ class TrainingPage(Page):
             if has_prompts or not running
             else "Add sample prompts (Samples settings) before the run to make samples."
         )
-        self.save_button.setEnabled(running)
+        self.save_button.setEnabled(live)
         self.resume_state_button.setEnabled(s not in ACTIVE and self.last_state_path is not None)
         self.settings_panel.setEnabled(s not in ACTIVE)
         self.settings_scroll.setToolTip("Settings are locked while a run is active." if s in ACTIVE else "")
@@ -713,6 +713,8 @@ class TrainingPage(Page):
             self._progress_timer.stop()
 
     def _on_config_changed(self, path: str) -> None:
+        if path == "output.folder" and self.worker is not None and self.is_active:
+            self._redirect_output(str(self.binding.get(path)))
         if path.startswith("output."):
             self._refresh_state_path()
         if path == "precision.training" and self._charts is not None and not self.is_active:
@@ -914,6 +916,21 @@ class TrainingPage(Page):
         if self.worker is not None and self._state == TrainState.RUNNING:
             self.worker.request_save()
             self._say("Saving after this step…")
+        elif self.worker is not None and self._state == TrainState.PAUSED:
+            self.worker.request_save()
+            self._say("Saving now; training stays paused…")
+
+    def _redirect_output(self, folder: str) -> None:
+        """The Output page's folder changed mid-run: the running trainer saves there from its next save on.
+
+        The way out of a full disk or a read-only folder without losing the trained weights.
+        """
+        assert self.worker is not None
+        self.worker.set_output_folder(folder)
+        if self.run_config is not None:
+            self.run_config.output.folder = folder
+        self.log_panel.append(f"output folder changed: the next saves go to {expand(folder)}")
+        self._say(f"The next saves go to {expand(folder)}; press Save now to save there at once.")
 
     def output_folder(self) -> Path:
         cfg = self.run_config if self.is_active and self.run_config else self.binding.config
