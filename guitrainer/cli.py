@@ -7,13 +7,22 @@ Runs the same engine as the app; works under ``accelerate launch`` on several GP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
-from guitrainer.config import ConfigError, TrainingConfig, load_toml
+from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
 from guitrainer.presets import PresetStore
+
+if TYPE_CHECKING:
+    from guitrainer.core.events import Control
 
 log = logging.getLogger("guitrainer.cli")
 
@@ -54,18 +63,33 @@ def resolve_config(args: argparse.Namespace) -> TrainingConfig:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(key, "--set needs section.field=value")
-        cfg.set(key.strip(), _parse_value(value))
+        key = key.strip()
+        cfg.set(key, _parse_value(value, key))
     return cfg.validate()
 
 
-def _parse_value(text: str) -> object:
-    """TOML scalars (numbers, booleans, quoted strings, arrays) or else the raw text."""
+def _parse_value(text: str, path: str = "") -> object:
+    """TOML scalars (numbers, booleans, quoted strings, arrays) or else the raw text.
+
+    For a text field (or a list of text, e.g. ``sampling.prompts``) a TOML scalar that is not a string
+    stays the raw text: ``--set output.name=2024`` is the name "2024", not a number. A list field gets
+    several items only from a TOML array; ``--set 'sampling.prompts=a, b'`` is one prompt.
+    """
     import tomllib
+    import typing
 
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    if path and not isinstance(value, str | list):
+        try:
+            t = field_type(field_info(path))
+        except ConfigError:
+            return value  # cfg.set names the unknown field
+        if t is str or typing.get_origin(t) in (typing.Literal, list):
+            return text.strip()
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +139,7 @@ def _print_advice(cfg: TrainingConfig) -> int:
 
 
 def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
+    """Run the engine. Exit status: 0 finished, 1 failed, 130 stopped by Ctrl+C (saved) or aborted."""
     try:
         from guitrainer.engine.trainer import Trainer
     except ImportError as e:
@@ -125,11 +150,12 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
 
     reporter = ConsoleReporter(quiet=quiet)
     control = Control()
+    interrupted = threading.Event()
     try:
-        summary = Trainer(cfg, reporter, control).run()
+        with _stop_on_sigint(control, interrupted):
+            summary = Trainer(cfg, reporter, control).run()
     except KeyboardInterrupt:
-        control.request_stop()
-        print("interrupted", file=sys.stderr)
+        print("aborted: nothing more was saved", file=sys.stderr)
         return 130
     finally:
         reporter.close()
@@ -142,7 +168,38 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
         print(summary.message)
     if summary.lora_path:
         print(f"saved {summary.lora_path}")
-    return 0
+    if summary.status == "stopped" and summary.state_path:
+        print(f"saved state {summary.state_path}")
+    return 130 if summary.status == "stopped" and interrupted.is_set() else 0
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(control: Control, interrupted: threading.Event) -> Iterator[None]:
+    """While the body runs: the first Ctrl+C asks ``control`` for a graceful stop (the engine saves the
+    LoRA and a resumable state at the end of the current step); a second one aborts at once
+    (KeyboardInterrupt). The previous handler comes back afterwards. Only in the main thread, where
+    Python runs signal handlers; elsewhere (an embedding app) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        control.request_stop()
+        print(
+            "\nCtrl+C: stopping after this step and saving the LoRA and a resumable state; "
+            "press Ctrl+C again to abort without saving",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -106,14 +106,56 @@ class DatasetFolder:
 
     @classmethod
     def from_value(cls, value: Any) -> DatasetFolder:
-        """Accept ``"path"`` (repeats from a kohya ``N_name`` folder name) or ``{path=, repeats=}``."""
+        """Accept ``"path"`` or ``{path=, repeats=}``.
+
+        An explicit ``repeats`` wins; without one it comes from a kohya ``N_name`` folder name, else 1.
+        Raises TypeError / ValueError on anything else (the caller names the field).
+        """
         if isinstance(value, DatasetFolder):
             return value
         if isinstance(value, str):
             return cls(path=value, repeats=repeats_from_name(Path(value).name) or 1)
         if isinstance(value, dict):
-            return cls(path=str(value.get("path", "")), repeats=int(value.get("repeats", 1)))
-        raise TypeError(f"expected a folder path or a table with `path` and `repeats`, got {value!r}")
+            path = value.get("path", "")
+            if not isinstance(path, str):
+                raise TypeError(f"`path` must be text, got {short_repr(path)}")
+            extra = sorted(set(value) - {"path", "repeats"})
+            if extra:
+                warnings.warn(
+                    f"unknown key(s) {', '.join(map(repr, extra))} in the folder table for {short_repr(path)} ignored "
+                    "(a folder table has `path` and `repeats`)",
+                    UnknownKeyWarning,
+                    stacklevel=2,
+                )
+            if "repeats" not in value:
+                return cls(path=path, repeats=repeats_from_name(Path(path).name) or 1)
+            return cls(path=path, repeats=_whole_number(value["repeats"], "`repeats`"))
+        raise TypeError(f"expected a folder path or a table with `path` and `repeats`, got {short_repr(value)}")
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about whatever a file holds."""
+    try:
+        r = repr(value)
+    except RecursionError:
+        r = f"<deeply nested {type(value).__name__}>"
+    return r if len(r) <= limit else r[: limit - 1] + "…"
+
+
+def _whole_number(value: Any, what: str) -> int:
+    """``value`` as an int: ints, integral floats and digit strings; never a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a whole number, got {short_repr(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ValueError(f"{what} must be a whole number, got {short_repr(value)}")
 
 
 _REPEATS_RE = re.compile(r"^(\d+)_(.+)$")
@@ -448,7 +490,7 @@ def _split(path: str) -> tuple[str, str]:
 def _norm(p: str) -> str:
     try:
         return str(Path(p).expanduser().resolve())
-    except OSError:
+    except (OSError, ValueError, RuntimeError):  # a NUL byte in the text, no home folder, a symlink loop
         return p
 
 
@@ -483,6 +525,7 @@ def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
 
 
 def _coerce(f: dataclasses.Field, value: Any, path: str) -> Any:
+    """``value`` as the field's type, or a ConfigError naming ``path`` (an item of a list: ``path[i]``)."""
     t = field_type(f)
     origin = typing.get_origin(t)
     try:
@@ -508,36 +551,83 @@ def _coerce(f: dataclasses.Field, value: Any, path: str) -> Any:
         if t is str or origin is Literal:
             if not isinstance(value, str):
                 raise ValueError(value)
-            return value
+            return _text(value, path)
         if origin is list:
             (item,) = typing.get_args(t)
             if isinstance(value, str):
-                value = _parse_list_string(value)
+                value = _parse_list_string(value, split_commas=item in COMMA_SPLIT_ITEMS)
             if not isinstance(value, list | tuple):
                 raise ValueError(value)
-            if item is DatasetFolder:
-                return [DatasetFolder.from_value(v) for v in value]
-            if item is float:
-                return [float(v) for v in value]
-            return [str(v) for v in value]
-    except (TypeError, ValueError) as e:
-        raise ConfigError(path, f"expected {_type_name(t)}, got {value!r}") from e
+            return [_coerce_item(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(path, f"expected {_type_name(t)}, got {short_repr(value)}") from e
     return value
 
 
-def _parse_list_string(value: str) -> list[Any]:
-    """``--set dataset.folders=a,b`` or a TOML inline array ``[1, 2]``."""
+#: Item types of list fields whose ``--set`` plain text is split on commas: a number never holds one.
+#: Free text (prompts, paths, folders) may, so there a plain string is one item and several items are
+#: written as a TOML array: ``--set 'sampling.prompts=["a, b", "c"]'``.
+COMMA_SPLIT_ITEMS: tuple[type, ...] = (float,)
+
+
+def _coerce_item(item: type, value: Any, where: str) -> Any:
+    """One item of a list field, or a ConfigError naming ``where`` (e.g. ``optimizer.betas[1]``)."""
+    try:
+        if item is DatasetFolder:
+            folder = DatasetFolder.from_value(value)
+            _text(folder.path, where)
+            return folder
+        if item is float:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise TypeError(value)
+            return float(value)
+        if item is str:
+            if not isinstance(value, str):
+                raise TypeError(value)
+            return _text(value, where)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, OverflowError) as e:
+        detail = str(e) if item is DatasetFolder and str(e) else f"expected {_type_name(item)}, got {short_repr(value)}"
+        raise ConfigError(where, detail) from e
+    raise ConfigError(where, f"unsupported item type {item!r}")
+
+
+def _text(value: str, where: str) -> str:
+    """Text as it is, but never with a NUL character (no path or prompt holds one; the OS refuses it)."""
+    if "\x00" in value:
+        raise ConfigError(where, f"must not contain a NUL character, got {short_repr(value)}")
+    return value
+
+
+def _parse_list_string(value: str, *, split_commas: bool) -> list[Any]:
+    """Text for a list field (``--set``): a TOML inline array ``["a, b", "c"]`` gives its items; other
+    text is one item, or, with ``split_commas``, comma-separated items (``0.9, 0.99``). Empty text: []."""
     s = value.strip()
+    if not s:
+        return []
     if s.startswith("["):
-        return tomllib.loads(f"v = {s}")["v"]
-    return [v.strip() for v in s.split(",") if v.strip()]
+        try:
+            parsed = tomllib.loads(f"v = {s}")["v"]
+        except (tomllib.TOMLDecodeError, RecursionError):
+            parsed = None  # e.g. a prompt in A1111's "[from:to:0.5]" syntax: plain text
+        if isinstance(parsed, list):
+            return parsed
+    if split_commas:
+        return [v.strip() for v in s.split(",") if v.strip()]
+    return [s]
 
 
 def _type_name(t: Any) -> str:
+    if t is DatasetFolder:
+        return "a folder path or a table with `path` and `repeats`"
     if typing.get_origin(t) is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(t))
     if typing.get_origin(t) is list:
-        return "a list"
+        (item,) = typing.get_args(t)
+        return {float: "a list of numbers", str: "a list of text"}.get(item, "a list")
     return {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(t, str(t))
 
 
@@ -545,7 +635,7 @@ def _check_field(f: dataclasses.Field, value: Any, path: str) -> None:
     meta = f.metadata
     choices = field_choices(f)
     if choices is not None and value not in choices:
-        raise ConfigError(path, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        raise ConfigError(path, f"must be one of {', '.join(repr(c) for c in choices)}, got {short_repr(value)}")
     lo, hi = meta.get("minimum"), meta.get("maximum")
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value != value:  # NaN
@@ -591,10 +681,31 @@ Migration = typing.Callable[[dict[str, Any]], dict[str, Any]]
 MIGRATIONS: dict[int, Migration] = {}
 
 
+def schema_version_of(data: dict[str, Any]) -> int:
+    """The ``schema_version`` of a config / preset dict (this app's when absent).
+
+    Raises :class:`ConfigError` when it is not a whole number or is negative. A newer version than this
+    app's is returned as is (:func:`migrate` warns about it).
+    """
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ConfigError("schema_version", f"must be a whole number (this app writes {SCHEMA_VERSION}), got {short_repr(version)}")
+    if version < 0:
+        raise ConfigError("schema_version", f"must not be negative (this app writes {SCHEMA_VERSION}), got {version}")
+    return version
+
+
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring a dict from an older ``schema_version`` up to :data:`SCHEMA_VERSION`."""
+    """Bring a dict from an older ``schema_version`` up to :data:`SCHEMA_VERSION`.
+
+    A newer version than this app's warns (:class:`UnknownKeyWarning`): its known keys still apply and
+    unknown ones are dropped, each with its own warning (as peft does). A version that is not a whole
+    number, a negative one, or one with no migration raises :class:`ConfigError`.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("(file)", f"must be a table of sections, got {type(data).__name__}")
+    version = schema_version_of(data)
     data = copy.deepcopy(data)
-    version = int(data.get("schema_version", SCHEMA_VERSION))
     if version > SCHEMA_VERSION:
         warnings.warn(
             f"config schema_version {version} is newer than this app's {SCHEMA_VERSION}; unknown keys will be dropped",
@@ -603,7 +714,7 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         )
     while version < SCHEMA_VERSION:
         if version not in MIGRATIONS:
-            raise ConfigError("schema_version", f"no migration from version {version}")
+            raise ConfigError("schema_version", f"no migration from version {version} (this app writes {SCHEMA_VERSION})")
         data = MIGRATIONS[version](data)
         version += 1
     data["schema_version"] = SCHEMA_VERSION
@@ -618,7 +729,10 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
     the field, the source file and its line.
     """
     cfg = base.copy()
-    data = migrate(overlay)
+    try:
+        data = migrate(overlay)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.message, source=source, line=find_line_top(text, e.field) if text else None) from None
     data.pop("schema_version", None)
     data.pop("preset", None)  # preset header: name / description, not a setting
     where = f" in {source}" if source else ""
@@ -628,7 +742,12 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
             log.warning("unknown section [%s]%s ignored", sname, where)
             continue
         if not isinstance(values, dict):
-            raise ConfigError(sname, "must be a table of settings", source=source, line=find_line(text, f"{sname}.x") if text else None)
+            raise ConfigError(
+                sname,
+                f"must be a table of settings ([{sname}]), got {_kind(values)}",
+                source=source,
+                line=find_line_top(text, sname) if text else None,
+            )
         known = {f.name for f in dataclasses.fields(SECTIONS[sname])}
         for key, value in values.items():
             path = f"{sname}.{key}"
@@ -639,8 +758,36 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
             try:
                 cfg.set(path, value)
             except ConfigError as e:
-                raise ConfigError(path, e.message, source=source, line=find_line(text, path) if text else None) from None
+                # e.field may be finer than path: `dataset.folders[1]`, `optimizer.betas[0]`
+                raise ConfigError(e.field, e.message, source=source, line=find_line(text, path) if text else None) from None
     return cfg
+
+
+def _kind(value: Any) -> str:
+    """A value for messages: "a table", "a list", or the (shortened) value itself."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return f"text {short_repr(value)}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return short_repr(value)
+
+
+def find_line_top(text: str, key: str) -> int | None:
+    """Line number (1-based) of a top-level ``key = ...`` or of a ``[key]`` / ``[[key]]`` header."""
+    in_section = False
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if re.match(rf"^\[\[?\s*{re.escape(key)}\s*\]", s):
+            return i
+        if s.startswith("["):
+            in_section = True
+        elif not in_section and re.match(rf"^{re.escape(key)}\s*=", s):
+            return i
+    return None
 
 
 def diff(base: TrainingConfig, cfg: TrainingConfig) -> dict[str, Any]:
@@ -663,6 +810,8 @@ def parse_toml_text(text: str, source: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
         raise ConfigError("(file)", f"not valid TOML: {e}", source=source, line=int(m.group(1)) if m else None) from None
+    except RecursionError:
+        raise ConfigError("(file)", "not valid TOML: arrays or tables nested too deeply", source=source) from None
 
 
 def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
@@ -674,6 +823,8 @@ def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingC
         raise ConfigError("(file)", "file not found", source=str(path)) from None
     except UnicodeDecodeError:
         raise ConfigError("(file)", "not UTF-8 text; is this a config file?", source=str(path)) from None
+    except OSError as e:  # a folder, no permission, ...
+        raise ConfigError("(file)", f"cannot be read: {e.strerror or e}", source=str(path)) from None
     data = parse_toml_text(text, str(path))
     cfg = apply_overlay(base or TrainingConfig(), data, source=str(path), text=text)
     return cfg.validate_with_source(str(path), text)

@@ -16,7 +16,15 @@ from typing import Any
 
 import tomli_w
 
-from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, diff, parse_toml_text
+from guitrainer.config import (
+    ConfigError,
+    TrainingConfig,
+    apply_overlay,
+    diff,
+    find_line,
+    parse_toml_text,
+    short_repr,
+)
 from guitrainer.core import paths
 from guitrainer.core.fileio import atomic_write_bytes
 
@@ -50,8 +58,22 @@ def slug(name: str) -> str:
 
 
 def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:
-    """Parse and validate one preset file. Raises ConfigError naming the file, line and field."""
+    """Parse and validate one preset file. Raises ConfigError naming the file, line and field.
+
+    Whatever the file holds (wrong types, a bad ``schema_version``, binary garbage), the only
+    exception is :class:`ConfigError`: one bad preset must never stop the app or the CLI.
+    """
     path = Path(path)
+    try:
+        return _read_preset(path, shipped)
+    except ConfigError:
+        raise
+    except Exception as e:  # a case the checks above missed: still the user's file, not our crash
+        log.warning("unexpected error reading preset %s", path, exc_info=True)
+        raise ConfigError("(file)", f"cannot be read as a preset: {type(e).__name__}: {e}", source=str(path)) from e
+
+
+def _read_preset(path: Path, shipped: bool) -> Preset:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -62,14 +84,19 @@ def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:
     header = data.get("preset", {})
     if not isinstance(header, dict):
         raise ConfigError("preset", "must be a table with `name` and `description`", source=str(path))
-    name = str(header.get("name") or path.stem)
+    for key in ("name", "description"):
+        if not isinstance(header.get(key, ""), str):
+            raise ConfigError(
+                f"preset.{key}", f"must be text, got {short_repr(header[key])}", source=str(path), line=find_line(text, f"preset.{key}")
+            )
+    name = header.get("name") or path.stem
     overlay = {k: v for k, v in data.items() if k != "preset"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         apply_overlay(TrainingConfig(), overlay, source=str(path), text=text).validate_with_source(str(path), text)
     return Preset(
         name=name,
-        description=str(header.get("description", "")),
+        description=header.get("description", ""),
         overlay=overlay,
         path=path,
         shipped=shipped,

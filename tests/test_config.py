@@ -160,10 +160,114 @@ def test_set_coerces_strings_from_cli():
     cfg = TrainingConfig()
     cfg.set("precision.gradient_checkpointing", "true")
     cfg.set("network.rank", "32")
-    cfg.set("dataset.folders", "/a,/b/3_x")
+    cfg.set("dataset.folders", '["/a", "/b/3_x"]')
     assert cfg.precision.gradient_checkpointing is True
     assert cfg.network.rank == 32
-    assert [f.repeats for f in cfg.dataset.folders] == [1, 3]
+    assert [(f.path, f.repeats) for f in cfg.dataset.folders] == [("/a", 1), ("/b/3_x", 3)]
+
+
+def test_plain_text_for_a_list_of_text_is_one_item():
+    """Prompts and paths hold commas: only a TOML array makes several items."""
+    cfg = TrainingConfig()
+    cfg.set("sampling.prompts", "masterpiece, 1girl, red hair")
+    assert cfg.sampling.prompts == ["masterpiece, 1girl, red hair"]
+    cfg.set("sampling.prompts", '["a, b", "c"]')
+    assert cfg.sampling.prompts == ["a, b", "c"]
+    cfg.set("sampling.prompts", "[from:to:0.5], 1girl")  # A1111 syntax, not a TOML array
+    assert cfg.sampling.prompts == ["[from:to:0.5], 1girl"]
+    cfg.set("sampling.prompts", "")
+    assert cfg.sampling.prompts == []
+    cfg.set("dataset.exclude", "/photos/me, at the beach.png")
+    assert cfg.dataset.exclude == ["/photos/me, at the beach.png"]
+    cfg.set("dataset.folders", "/data/5_cats, dogs")
+    assert [(f.path, f.repeats) for f in cfg.dataset.folders] == [("/data/5_cats, dogs", 5)]
+    cfg.set("dataset.regularization_folders", "/reg/2_a, b")
+    assert [(f.path, f.repeats) for f in cfg.dataset.regularization_folders] == [("/reg/2_a, b", 2)]
+
+
+def test_plain_text_for_a_list_of_numbers_splits_on_commas():
+    cfg = TrainingConfig()
+    cfg.set("optimizer.betas", "0.8, 0.95")
+    assert cfg.optimizer.betas == [0.8, 0.95]
+    cfg.set("optimizer.betas", "[0.85, 0.9]")
+    assert cfg.optimizer.betas == [0.85, 0.9]
+    with pytest.raises(ConfigError) as ei:
+        cfg.set("optimizer.betas", "0.9, lots")
+    assert ei.value.field == "optimizer.betas[1]" and "a number" in ei.value.message
+
+
+@pytest.mark.parametrize("section", ["folders", "regularization_folders"])
+def test_folder_table_without_repeats_takes_them_from_the_name(section):
+    path = f"dataset.{section}"
+    cfg = TrainingConfig()
+    cfg.set(path, [{"path": "/x/3_dog"}, {"path": "/x/7_cat", "repeats": 2}, {"path": "/x/plain"}, {"path": "/x/0_z"}])
+    assert [(f.path, f.repeats) for f in cfg.get(path)] == [("/x/3_dog", 3), ("/x/7_cat", 2), ("/x/plain", 1), ("/x/0_z", 1)]
+    # the same from a file, where tables are what the app writes
+    cfg = TrainingConfig.from_dict({"dataset": {section: [{"path": "/y/12_style"}, "/y/4_pose"]}})
+    assert [f.repeats for f in cfg.get(path)] == [12, 4]
+
+
+def test_folder_table_typo_warns_and_bad_repeats_name_the_item():
+    with pytest.warns(UnknownKeyWarning, match="'repeat'"):
+        cfg = TrainingConfig.from_dict({"dataset": {"folders": [{"path": "/x/3_dog", "repeat": 9}]}})
+    assert cfg.dataset.folders[0].repeats == 3
+    for bad in ("many", 2.5, True, [3]):
+        with pytest.raises(ConfigError) as ei:
+            TrainingConfig.from_dict({"dataset": {"folders": ["/ok", {"path": "/x", "repeats": bad}]}})
+        assert ei.value.field == "dataset.folders[1]" and "`repeats`" in ei.value.message
+
+
+@pytest.mark.parametrize(
+    ("toml", "field", "needle"),
+    [
+        ('schema_version = "x"\n', "schema_version", "whole number"),
+        ("schema_version = -1\n", "schema_version", "negative"),
+        ("schema_version = 1.5\n", "schema_version", "whole number"),
+        ("schema_version = true\n", "schema_version", "whole number"),
+        ("schema_version = 0\n", "schema_version", "no migration"),
+        ("[network]\nrank = {a = 1}\n", "network.rank", "whole number"),
+        ("[optimizer]\nlr = [1, 2]\n", "optimizer.lr", "a number"),
+        ("[optimizer]\nlr = 1e999\n", "optimizer.lr", "between"),
+        ("[network]\nalpha = 1" + "0" * 400 + "\n", "network.alpha", "a number"),
+        ("network = [1, 2]\n", "network", "must be a table"),
+        ("[[network]]\nrank = 3\n", "network", "must be a table"),
+        ("[sampling]\nprompts = [{a = 1}]\n", "sampling.prompts[0]", "text"),
+        ('[sampling]\nprompts = "one"\n', "sampling.prompts", None),  # plain text is one prompt: valid
+        ("[sampling]\nprompts = " + "[" * 300 + "]" * 300 + "\n", "sampling.prompts[0]", "text"),
+        ("[dataset]\nfolders = [3]\n", "dataset.folders[0]", "folder path"),
+        ("[dataset]\nfolders = [{path = {a = 1}}]\n", "dataset.folders[0]", "`path` must be text"),
+        ('[dataset]\nfolders = ["/a\\u0000b"]\n', "dataset.folders[0]", "must not contain a NUL"),
+        ('[sampling]\nprompts = ["ok", "a\\u0000b"]\n', "sampling.prompts[1]", "must not contain a NUL"),
+        ('[output]\nname = "a\\u0000b"\n', "output.name", "must not contain a NUL"),
+        ("[optimizer]\nbetas = [true, 0.9]\n", "optimizer.betas[0]", "a number"),
+        ("[output]\nname = 42\n", "output.name", "text"),
+    ],
+)
+def test_malformed_files_are_config_errors_naming_file_and_field(tmp_path, toml, field, needle):
+    p = tmp_path / "odd.toml"
+    p.write_text(toml, encoding="utf-8")
+    if needle is None:
+        assert C.load_toml(p).sampling.prompts == ["one"]
+        return
+    with pytest.raises(ConfigError) as ei:
+        C.load_toml(p)
+    e = ei.value
+    assert e.field == field and needle in e.message and str(p) in str(e)
+    assert f"`{field}`" not in e.message  # the field is named once, in front
+    assert len(str(e)) < 400  # a huge value is cut, not pasted whole into the message
+
+
+def test_unreadable_files_are_config_errors(tmp_path):
+    garbage = tmp_path / "garbage.toml"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    for p in (garbage, deep, folder):
+        with pytest.raises(ConfigError) as ei:
+            C.load_toml(p)
+        assert ei.value.field == "(file)" and str(p) in str(ei.value)
 
 
 def test_sections_are_dataclasses_with_defaults():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, parse_toml_text
@@ -103,3 +105,66 @@ def test_read_preset_unknown_key_is_a_warning(tmp_path):
     preset = read_preset(p)
     assert any("network.future_knob" in w for w in preset.warnings)
     assert apply_overlay(TrainingConfig(), {"network": {"rank": 8}}) == preset.config()
+
+
+MALFORMED = {
+    "sv_string.toml": b'schema_version = "x"\n[preset]\nname = "SV"\n[network]\nrank = 8\n',
+    "sv_negative.toml": b"schema_version = -2\n",
+    "table_for_number.toml": b"[network]\nrank = { value = 8 }\n",
+    "list_for_table.toml": b"network = [8, 16]\n",
+    "list_for_header.toml": b"preset = [1]\n",
+    "name_not_text.toml": b"[preset]\nname = 3\n",
+    "binary.toml": bytes(range(256)) * 8,
+    "nul_bytes.toml": b"\x00\x01\x02[network]\x00",
+    "deep.toml": b"x = " + b"[" * 4000 + b"]" * 4000 + b"\n",
+}
+
+
+def test_every_malformed_user_preset_is_listed_and_the_rest_load(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    for name, data in MALFORMED.items():
+        (user / name).write_bytes(data)
+    (user / "good.toml").write_text('[preset]\nname = "Good"\n[network]\nrank = 8\n', encoding="utf-8")
+    (user / "future.toml").write_text('schema_version = 9\n[preset]\nname = "Future"\n[network]\nrank = 6\n', encoding="utf-8")
+    (user / "dir.toml").mkdir()  # a folder named like a preset
+    store = PresetStore(user_dir=user)
+    assert all(isinstance(e, ConfigError) for e in store.errors)
+    bad = sorted(Path(e.source).name for e in store.errors)
+    assert bad == sorted([*MALFORMED, "dir.toml"])
+    assert store.get("Good").config().network.rank == 8
+    future = store.get("Future")  # newer schema: its known keys load, with a warning
+    assert future.config().network.rank == 6 and any("newer" in w for w in future.warnings)
+    assert set(SHIPPED) <= set(store.names())
+    by_file = {Path(e.source).name: e for e in store.errors}
+    assert by_file["sv_string.toml"].field == "schema_version" and "whole number" in by_file["sv_string.toml"].message
+    assert by_file["sv_negative.toml"].field == "schema_version" and "negative" in by_file["sv_negative.toml"].message
+    assert by_file["table_for_number.toml"].field == "network.rank" and by_file["table_for_number.toml"].line == 2
+    assert by_file["list_for_table.toml"].field == "network" and by_file["list_for_table.toml"].line == 1
+    assert by_file["name_not_text.toml"].field == "preset.name"
+    assert by_file["binary.toml"].field == "(file)"
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_read_preset_raises_only_config_errors(tmp_path, name):
+    p = tmp_path / name
+    p.write_bytes(MALFORMED[name])
+    with pytest.raises(ConfigError) as ei:
+        read_preset(p)
+    assert str(p) in str(ei.value)
+
+
+def test_unexpected_errors_while_reading_become_config_errors(tmp_path, monkeypatch):
+    """A case the checks miss is still reported against the file, not raised into the app."""
+    import guitrainer.presets as P
+
+    def boom(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(P, "apply_overlay", boom)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "any.toml").write_text("[network]\nrank = 8\n", encoding="utf-8")
+    store = PresetStore(shipped_dir=tmp_path / "none", user_dir=user)
+    assert store.names() == []
+    assert len(store.errors) == 1 and "KeyError" in str(store.errors[0]) and "any.toml" in str(store.errors[0])
