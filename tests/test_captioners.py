@@ -137,3 +137,97 @@ def test_merge_caption_and_bad_sources(tmp_path):
     (tmp_path / "half").mkdir()
     with pytest.raises(cap.CaptionerError, match="missing"):
         cap.WDTagger(tmp_path / "half")
+
+
+class FakeHub:
+    """Stands in for ``huggingface_hub.list_repo_files`` / ``hf_hub_download`` (no network here).
+
+    Serves ``files`` (name -> bytes) into a fake cache snapshot, driving ``tqdm_class`` in two halves
+    like a real download. ``pause`` (file name -> Event) holds that file half-way until the event is set.
+    """
+
+    def __init__(self, monkeypatch, cache: Path, files: dict[str, bytes], pause: dict | None = None):
+        import huggingface_hub
+
+        self.snapshot = cache / "snapshots" / "0123abcd"
+        self.files = files
+        self.pause = pause or {}
+        self.fetched: list[str] = []
+        self.fail: Exception | None = None
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setattr(huggingface_hub, "list_repo_files", self.list_repo_files)
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", self.hf_hub_download)
+
+    @classmethod
+    def from_folder(cls, monkeypatch, cache: Path, folder: Path, **kw) -> FakeHub:
+        return cls(monkeypatch, cache, {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}, **kw)
+
+    def list_repo_files(self, repo_id: str, *, revision=None, repo_type=None, token=None) -> list[str]:
+        if self.fail is not None:
+            raise self.fail
+        return list(self.files)
+
+    def hf_hub_download(self, repo_id: str, filename: str, *, tqdm_class=None, **_kw) -> str:
+        data = self.files[filename]
+        bar = tqdm_class(total=len(data), initial=0, desc=filename, unit="B", name="huggingface_hub.http_get") if tqdm_class else None
+        half = len(data) // 2
+        if bar is not None:
+            bar.update(half)
+        if filename in self.pause:
+            assert self.pause[filename].wait(10), "test never released the paused download"
+        if bar is not None:
+            bar.update(len(data) - half)
+            bar.close()
+        out = self.snapshot / filename
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        self.fetched.append(filename)
+        return str(out)
+
+
+def test_hub_download_reports_each_file_and_its_bytes(tmp_path, monkeypatch):
+    files = {
+        "config.json": b"{}" * 40, "model.safetensors": b"w" * 300, "pytorch_model.bin": b"x", "tf_model.h5": b"x",
+        "README.md": b"hi", "sub/extra.json": b"{}" * 5,
+    }  # fmt: skip
+    hub = FakeHub(monkeypatch, tmp_path / "cache", files)
+    seen: list[tuple[str, int, int, int, int]] = []
+    root = cap.download_from_hub("someone/model", ["*.json", "*.safetensors", "*.bin"], lambda *a: seen.append(a))
+    assert root == hub.snapshot  # also when the last file is in a sub-folder
+    assert hub.fetched == ["config.json", "model.safetensors", "sub/extra.json"]  # one copy of the weights
+    assert seen == [
+        ("config.json", 1, 3, 0, 0), ("config.json", 1, 3, 40, 80), ("config.json", 1, 3, 80, 80),
+        ("model.safetensors", 2, 3, 0, 0), ("model.safetensors", 2, 3, 150, 300), ("model.safetensors", 2, 3, 300, 300),
+        ("sub/extra.json", 3, 3, 0, 0), ("sub/extra.json", 3, 3, 5, 10), ("sub/extra.json", 3, 3, 10, 10),
+    ]  # fmt: skip
+
+
+def test_wd14_from_a_hub_id_downloads_with_progress(tmp_path, monkeypatch):
+    hub = FakeHub.from_folder(monkeypatch, tmp_path / "cache", build_tiny_tagger(tmp_path / "origin"))
+    hub.files["README.md"] = b"not needed"
+    seen: list[tuple] = []
+    tagger = cap.load_captioner("wd14", "someone/tiny-tagger", general_threshold=0.9, progress=lambda *a: seen.append(a))
+    assert tagger.caption([Image.new("RGB", (30, 20))]) == ["my char, long hair, ^_^"]
+    assert hub.fetched == ["model.onnx", "selected_tags.csv"]
+    assert [(f, n, c) for f, n, c, got, _ in seen if got == 0] == [("model.onnx", 1, 2), ("selected_tags.csv", 2, 2)]
+
+    def stop(*_a) -> None:
+        raise cap.CaptioningCancelled("stop")
+
+    with pytest.raises(cap.CaptioningCancelled):  # a cancel is not reported as a failed download
+        cap.resolve_source("someone/tiny-tagger", ("model.onnx",), progress=stop)
+    hub.fail = OSError("connection refused")
+    with pytest.raises(cap.CaptionerError, match="Could not download someone/tiny-tagger: connection refused"):
+        cap.resolve_source("someone/tiny-tagger", ("model.onnx",))
+    hub.fail = None
+    del hub.files["selected_tags.csv"]
+    with pytest.raises(cap.CaptionerError, match="no files matching"):
+        cap.resolve_source("someone/tiny-tagger", ("selected_tags.csv",))
+    hub.snapshot = tmp_path / "other_cache" / "snapshots" / "4567"  # nothing cached from before
+    with pytest.raises(cap.CaptionerError, match="has no selected_tags.csv"):
+        cap.resolve_source("someone/tiny-tagger", ("model.onnx", "selected_tags.csv"), patterns=["*.onnx"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.fetched.clear()
+    with pytest.raises(cap.CaptionerError, match="offline"):
+        cap.resolve_source("someone/tiny-tagger", ("model.onnx",))
+    assert hub.fetched == []

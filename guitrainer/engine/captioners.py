@@ -40,8 +40,31 @@ class CaptionerError(RuntimeError):
     """A captioning model could not be found or loaded; the message says what to do."""
 
 
-def resolve_source(source: str | Path, needed: Sequence[str] = ()) -> Path:
-    """A local model folder, or a hub id downloaded when online (HF_HUB_OFFLINE unset)."""
+class CaptioningCancelled(CaptionerError):
+    """The run was cancelled while its model was still downloading."""
+
+
+#: ``progress(file, number, count, received, size)``: ``file`` is the ``number``-th (1-based) of ``count``
+#: files being fetched, ``received`` of its ``size`` bytes are in (size 0: not known yet). The
+#: callback may raise :class:`CaptioningCancelled` to stop the download.
+DownloadProgress = Callable[[str, int, int, int, int], None]
+
+#: Weight formats a transformers repo often ships side by side; one copy is enough.
+_DUPLICATE_WEIGHTS = (".bin", ".h5", ".msgpack", ".ckpt")
+
+
+def resolve_source(
+    source: str | Path,
+    needed: Sequence[str] = (),
+    *,
+    patterns: Sequence[str] | None = None,
+    progress: DownloadProgress | None = None,
+) -> Path:
+    """A local model folder, or a hub id downloaded when online (HF_HUB_OFFLINE unset).
+
+    ``needed`` files must be in the folder; a download fetches the files matching ``patterns``
+    (default: ``needed``), one at a time, reporting each to ``progress``.
+    """
     p = Path(os.path.expanduser(str(source)))
     if p.is_dir():
         missing = [n for n in needed if not (p / n).exists()]
@@ -54,11 +77,74 @@ def resolve_source(source: str | Path, needed: Sequence[str] = ()) -> Path:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         raise CaptionerError(f"{text} looks like a hub id, but downloads are off (offline). Download it once, then choose its folder.")
     try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(text, allow_patterns=list(needed) or None))
+        folder = download_from_hub(text, list(patterns if patterns is not None else needed), progress)
+    except CaptioningCancelled:
+        raise
     except Exception as e:  # network, auth, missing repo: all reported the same way
         raise CaptionerError(f"Could not download {text}: {e}") from e
+    missing = [n for n in needed if not (folder / n).exists()]
+    if missing:
+        raise CaptionerError(f"{text} is not a captioning model of this kind: it has no {', '.join(missing)}")
+    return folder
+
+
+def download_from_hub(repo_id: str, patterns: Sequence[str], progress: DownloadProgress | None = None) -> Path:
+    """Fetch the files of hub repo ``repo_id`` matching ``patterns`` (all when empty) into the hub cache.
+
+    Files are fetched one at a time so ``progress`` can name each; their bytes are reported through
+    the ``tqdm_class`` hook of ``hf_hub_download``, at most ~4 times a second. Returns the snapshot folder.
+    """
+    import inspect
+
+    from huggingface_hub import hf_hub_download, list_repo_files
+    from huggingface_hub.utils import filter_repo_objects
+
+    files = sorted(filter_repo_objects(list_repo_files(repo_id), allow_patterns=list(patterns) or None))
+    if any(f.endswith(".safetensors") for f in files):
+        files = [f for f in files if not f.endswith(_DUPLICATE_WEIGHTS)]
+    if not files:
+        raise CaptionerError(f"the repo has no files matching {', '.join(patterns)}")
+    count = len(files)
+    current: dict[str, Any] = {"name": "", "number": 0}
+    kwargs: dict[str, Any] = {}
+    if progress is not None and "tqdm_class" in inspect.signature(hf_hub_download).parameters:  # hub >= 0.33
+        kwargs["tqdm_class"] = _byte_reporter(lambda got, size: progress(current["name"], current["number"], count, got, size))
+    root: Path | None = None
+    for number, name in enumerate(files, 1):
+        current.update(name=name, number=number)
+        if progress is not None:
+            progress(name, number, count, 0, 0)
+        local = Path(hf_hub_download(repo_id, name, **kwargs))
+        root = local.parents[len(Path(name).parts) - 1]
+    assert root is not None
+    return root
+
+
+def _byte_reporter(report: Callable[[int, int], None], interval_s: float = 0.25) -> type:
+    """A silent tqdm class that calls ``report(received, size)`` as bytes arrive (throttled)."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    class _Bytes(tqdm):  # type: ignore[misc,type-arg]
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            kw.pop("name", None)  # huggingface_hub's own tqdm takes it; plain tqdm refuses it
+            kw["disable"] = True  # no terminal bar; a disabled tqdm counts nothing, so count here
+            super().__init__(*args, **kw)
+            self.received = int(kw.get("initial") or 0)
+            self.last_report = 0.0
+
+        def update(self, n: float | None = 1) -> bool | None:
+            out = super().update(n)
+            self.received += int(n or 0)
+            size = int(self.total or 0)
+            now = time.monotonic()
+            if now - self.last_report >= interval_s or (size and self.received >= size):
+                self.last_report = now
+                report(self.received, size)
+            return out
+
+    return _Bytes
 
 
 class Captioner(ABC):
@@ -74,6 +160,10 @@ class Captioner(ABC):
         """Free the model (GPU memory)."""
 
 
+#: What a BLIP download fetches: configs, tokenizer and one copy of the weights.
+BLIP_PATTERNS = ("*.json", "*.txt", "*.model", "*.safetensors", "*.bin")
+
+
 class BlipCaptioner(Captioner):
     """BLIP image captioning (``BlipForConditionalGeneration`` + ``BlipProcessor``)."""
 
@@ -87,11 +177,12 @@ class BlipCaptioner(Captioner):
         max_new_tokens: int = 40,
         num_beams: int = 3,
         prompt: str = "",
+        progress: DownloadProgress | None = None,
     ):
         import torch
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
-        folder = resolve_source(source, ("config.json",))
+        folder = resolve_source(source, ("config.json",), patterns=BLIP_PATTERNS, progress=progress)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
         try:
@@ -157,12 +248,13 @@ class WDTagger(Captioner):
         tags_file: str = "selected_tags.csv",
         replace_underscores: bool = True,
         providers: Sequence[str] | None = None,
+        progress: DownloadProgress | None = None,
     ):
         try:
             import onnxruntime as ort
         except ImportError as e:
             raise CaptionerError("The WD14 tagger needs onnxruntime: pip install onnxruntime") from e
-        folder = resolve_source(source, (model_file, tags_file))
+        folder = resolve_source(source, (model_file, tags_file), progress=progress)
         self.tags = read_tags_csv(folder / tags_file)
         if providers is None:
             available = ort.get_available_providers()
@@ -226,7 +318,10 @@ class WDTagger(Captioner):
 
 
 def load_captioner(kind: CaptionerKind, source: str | Path, **options: Any) -> Captioner:
-    """Build a captioner: ``kind`` is "blip" or "wd14"; options go to its constructor."""
+    """Build a captioner: ``kind`` is "blip" or "wd14"; options go to its constructor.
+
+    ``progress`` (a :data:`DownloadProgress`) hears about each file when ``source`` is a hub id.
+    """
     if kind == "blip":
         return BlipCaptioner(source, **options)
     if kind == "wd14":

@@ -26,10 +26,20 @@ from PySide6.QtWidgets import (
 log = logging.getLogger(__name__)
 
 
+def _size_text(n: int) -> str:
+    """Bytes for people: 512 B, 3.4 kB, 120.5 MB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 class CaptionWorker(QObject):
     """Loads a captioner and runs :func:`engine.captioners.run_captioning`; lives in a QThread."""
 
     progressed = Signal(int, int)  # done, total
+    # file, number (1-based), files, bytes received, file size (64-bit: weights can pass 2 GB)
+    downloading = Signal(str, int, int, "qlonglong", "qlonglong")
     captioned = Signal(str, str)  # image path, new caption
     finished = Signal(object)  # CaptionRunResult
     failed = Signal(str)  # message with traceback
@@ -45,13 +55,38 @@ class CaptionWorker(QObject):
         """Thread-safe: stop after the current batch."""
         self._stop.set()
 
+    def is_cancelled(self) -> bool:
+        return self._stop.is_set()
+
+    def _on_download(self, file: str, number: int, count: int, received: int, size: int) -> None:
+        """Download progress (worker thread); raising here stops the download when cancelled."""
+        from guitrainer.engine.captioners import CaptioningCancelled
+
+        if self._stop.is_set():
+            raise CaptioningCancelled("cancelled while downloading the model")
+        self.downloading.emit(file, number, count, received, size)
+
     @Slot()
     def work(self) -> None:
         try:
-            from guitrainer.engine.captioners import CaptionerError, load_captioner, run_captioning
+            from guitrainer.engine.captioners import (
+                CaptionerError,
+                CaptioningCancelled,
+                CaptionRunResult,
+                load_captioner,
+                run_captioning,
+            )
 
             try:
-                captioner = load_captioner(self.kind, self.source, **self.options)  # type: ignore[arg-type]
+                captioner = load_captioner(
+                    self.kind,  # type: ignore[arg-type]
+                    self.source,
+                    progress=self._on_download,
+                    **self.options,
+                )
+            except CaptioningCancelled:
+                self.finished.emit(CaptionRunResult(cancelled=True))
+                return
             except CaptionerError as e:
                 self.failed.emit(str(e))
                 return
@@ -189,6 +224,7 @@ class CaptioningPanel(QWidget):
         worker.moveToThread(thread)
         thread.started.connect(worker.work)
         worker.progressed.connect(self._on_progress)
+        worker.downloading.connect(self._on_download)
         worker.captioned.connect(self.captioned)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
@@ -214,6 +250,18 @@ class CaptioningPanel(QWidget):
         self.progress.setMaximum(total)
         self.progress.setValue(done)
         self.status.setText(f"Captioned {done} of {total}…")
+
+    def _on_download(self, file: str, number: int, count: int, received: int, size: int) -> None:
+        """A hub id is being downloaded: the bar counts files (and the current file's bytes)."""
+        if self._worker is None or self._worker.is_cancelled():
+            return  # keep “Stopping…” on screen
+        part = min(received / size, 1.0) if size > 0 else 0.0
+        self.progress.setRange(0, 1000 * count)
+        self.progress.setValue(int(1000 * (number - 1 + part)))
+        text = f"Downloading {file} {number}/{count}"
+        if size > 0:
+            text += f" ({_size_text(received)} of {_size_text(size)})"
+        self.status.setText(text + "…")
 
     def _on_finished(self, result: Any) -> None:
         parts = [f"{'Cancelled' if result.cancelled else 'Done'}: wrote {len(result.changes)} captions"]
