@@ -20,6 +20,7 @@ import importlib.metadata as md
 import importlib.util
 import os
 import platform
+import plistlib
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ HIDDEN_IMPORTS = [
 ]
 COLLECT_SUBMODULES = ["guitrainer", "diffusers.models", "diffusers.schedulers", "diffusers.pipelines.stable_diffusion"]
 EXCLUDES = ["tkinter", "matplotlib", "IPython", "jupyter", "pytest", "tensorboard"]
+BUNDLE_ID = "org.guitrainer.guitrainer"
 
 
 def version() -> str:
@@ -72,6 +74,8 @@ def pyinstaller_args(dist: Path, work: Path) -> list[str]:
         args += ["--collect-submodules", mod]
     for mod in EXCLUDES:
         args += ["--exclude-module", mod]
+    if platform.system() == "Darwin":
+        args += ["--osx-bundle-identifier", BUNDLE_ID]
     return args
 
 
@@ -212,11 +216,55 @@ def package_windows(app_dir: Path, work: Path) -> Path | None:
     return next(iter(sorted(work.glob("Output/*.exe"))), None)
 
 
+def macos_info_plist(plist: dict) -> dict:
+    """``Info.plist`` with what Finder needs to hand presets and folders to the app.
+
+    Presets (``.toml``) and folders are declared as documents the app can open ("Open With",
+    dropping on the Dock icon); Finder then sends them as ``QFileOpenEvent`` (see
+    ``ui.single_instance.FileOpenFilter``). ``LSHandlerRank`` Alternate: offered, never the default
+    for every .toml on the Mac.
+    """
+    out = dict(plist)
+    out["CFBundleIdentifier"] = BUNDLE_ID
+    out["CFBundleShortVersionString"] = version()
+    out["NSHighResolutionCapable"] = True
+    out["CFBundleDocumentTypes"] = [
+        {
+            "CFBundleTypeName": "guitrainer preset",
+            "CFBundleTypeRole": "Editor",
+            "LSHandlerRank": "Alternate",
+            "CFBundleTypeExtensions": ["toml"],
+            "LSItemContentTypes": ["public.toml", "public.plain-text"],
+        },
+        {
+            "CFBundleTypeName": "Image folder",
+            "CFBundleTypeRole": "Viewer",
+            "LSHandlerRank": "Alternate",
+            "LSItemContentTypes": ["public.folder"],
+        },
+    ]
+    return out
+
+
+def patch_info_plist(app: Path) -> Path:
+    """Rewrite the bundle's ``Contents/Info.plist`` with :func:`macos_info_plist`; re-sign ad hoc when
+    ``codesign`` exists (PyInstaller signed the bundle, and editing the plist breaks that signature)."""
+    path = app / "Contents" / "Info.plist"
+    with open(path, "rb") as fh:
+        plist = plistlib.load(fh)
+    with open(path, "wb") as fh:
+        plistlib.dump(macos_info_plist(plist), fh)
+    if shutil.which("codesign"):
+        subprocess.run(["codesign", "--force", "--deep", "--sign", "-", str(app)], check=True)
+    return path
+
+
 def package_macos(dist: Path) -> Path | None:
     app = dist / f"{NAME}.app"
     if not app.is_dir():
         print("no .app bundle found (PyInstaller makes one with --windowed on macOS)")
         return None
+    patch_info_plist(app)
     dmg = dist / f"{NAME}-{version()}-macos.dmg"
     if shutil.which("hdiutil"):
         subprocess.run(["hdiutil", "create", "-volname", NAME, "-srcfolder", str(app), "-ov", str(dmg)], check=True)

@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app()
     _install_sigint(app)
+    from guitrainer.ui.single_instance import FileOpenFilter
+
+    opened = FileOpenFilter(app)  # macOS: Finder's "open with" and Dock drops arrive as events
+    app.installEventFilter(opened)
     files = [os.path.abspath(f) for f in args.files]
     server = None
     if not (args.self_test or args.quit_after_show or args.new_instance):
@@ -87,16 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     # which otherwise stall the GUI thread for 25-60 ms now and then (bench/RESULTS.md, "Dataset grid").
     gc.collect()
     gc.freeze()
+
+    def bring_up(paths: list[str]) -> None:
+        window.showNormal()
+        window.raise_()
+        window.activateWindow()
+        if paths:
+            window.add_paths(paths)
+
     if server is not None:
-
-        def bring_up(paths: list[str]) -> None:
-            window.showNormal()
-            window.raise_()
-            window.activateWindow()
-            if paths:
-                window.add_paths(paths)
-
         server.files_received.connect(bring_up)
+    opened.files_opened.connect(bring_up)
     if files:
         window.add_paths(files)
     if not (args.self_test or args.quit_after_show):

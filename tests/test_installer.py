@@ -36,6 +36,30 @@ def test_check_finds_broken_desktop_file(tmp_path):
     assert builder.check_desktop_file(ROOT / "resources" / "guitrainer.desktop") == []
 
 
+def test_macos_bundle_declares_presets_and_folders(tmp_path, monkeypatch):
+    """The .app's Info.plist makes Finder offer guitrainer for .toml presets and folders (coded here, run on a Mac)."""
+    import plistlib
+
+    builder = _load_builder()
+    app = tmp_path / "guitrainer.app"
+    (app / "Contents").mkdir(parents=True)
+    original = {"CFBundleName": "guitrainer", "CFBundleExecutable": "guitrainer", "CFBundleIdentifier": "guitrainer"}
+    with open(app / "Contents" / "Info.plist", "wb") as fh:
+        plistlib.dump(original, fh)
+    monkeypatch.setattr(builder.shutil, "which", lambda name: None)  # no codesign on Linux
+    path = builder.patch_info_plist(app)
+    with open(path, "rb") as fh:
+        plist = plistlib.load(fh)
+    assert plist["CFBundleExecutable"] == "guitrainer"  # PyInstaller's keys are kept
+    assert plist["CFBundleIdentifier"] == builder.BUNDLE_ID and plist["CFBundleShortVersionString"] == builder.version()
+    preset, folder = plist["CFBundleDocumentTypes"]
+    assert preset["CFBundleTypeExtensions"] == ["toml"] and preset["LSHandlerRank"] == "Alternate"
+    assert folder["LSItemContentTypes"] == ["public.folder"]
+    monkeypatch.setattr(builder.platform, "system", lambda: "Darwin")
+    args = builder.pyinstaller_args(Path("/tmp/d"), Path("/tmp/w"))
+    assert args[args.index("--osx-bundle-identifier") + 1] == builder.BUNDLE_ID
+
+
 def test_linux_package_layout(tmp_path):
     """The tarball holds the app folder, the .desktop entry, the icon and an executable install.sh."""
     import tarfile

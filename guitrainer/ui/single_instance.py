@@ -11,7 +11,8 @@ import json
 import logging
 import re
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
+from PySide6.QtGui import QFileOpenEvent
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 log = logging.getLogger(__name__)
@@ -75,3 +76,36 @@ class InstanceServer(QObject):
             log.warning("ignored a malformed message from another launch")
             return
         self.files_received.emit([str(f) for f in files])
+
+
+class FileOpenFilter(QObject):
+    """Files the desktop hands to the running app as events rather than arguments.
+
+    macOS delivers a preset double-clicked in Finder, or a folder dropped on the Dock icon, as a
+    ``QFileOpenEvent`` sent to the QApplication (also at launch, before the window exists). Install
+    this on the application: paths arriving within 100 ms are emitted together, once.
+    """
+
+    files_opened = Signal(list)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._pending: list[str] = []
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(100)  # Finder sends one event per selected file
+        self._timer.timeout.connect(self._flush)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.FileOpen and isinstance(event, QFileOpenEvent):
+            path = event.file() or event.url().toLocalFile()
+            if path:
+                self._pending.append(path)
+                self._timer.start()
+            return True
+        return super().eventFilter(watched, event)
+
+    def _flush(self) -> None:
+        paths, self._pending = self._pending, []
+        if paths:
+            self.files_opened.emit(paths)
