@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The CPU build of torch that this machine has on disk. With an NVIDIA GPU use e.g.
+# torch from pip's configured index (the CI machines': the CPU build on disk; PyPI on Linux: CUDA).
+# To choose the build, pass its index, e.g.
 #   make run TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
