@@ -198,3 +198,15 @@ def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
     sched_cfg = vfolder / "scheduler" / "scheduler_config.json"
     sched_cfg.write_text(json.dumps({**json.loads(sched_cfg.read_text()), "prediction_type": "v_prediction"}))
     assert M.load_base_model(ModelConfig(base=str(vfolder), family="auto")).prediction_type == "v_prediction"
+
+
+def test_pickle_checkpoints_load_memory_mapped_and_in_the_legacy_format(tmp_path):
+    """Zip-format .ckpt files are read with mmap; pre-1.6 (legacy) ones, which mmap refuses, still load."""
+    from guitrainer.engine.models import load_pickle_weights
+
+    state = {"model.diffusion_model.x": torch.randn(8, 8), "first_stage_model.y": torch.arange(5.0)}
+    torch.save({"state_dict": state}, tmp_path / "zip.ckpt")
+    torch.save({"state_dict": state}, tmp_path / "legacy.ckpt", _use_new_zipfile_serialization=False)
+    for name in ("zip.ckpt", "legacy.ckpt"):
+        got = load_pickle_weights(tmp_path / name)
+        assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)

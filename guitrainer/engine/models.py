@@ -327,7 +327,14 @@ def load_pickle_weights(p: Path) -> dict[str, torch.Tensor]:
     import pickle
 
     try:
-        obj = torch.load(str(p), map_location="cpu", weights_only=True)
+        try:
+            # Memory-mapped: the file's bytes stay in the (reclaimable) page cache instead of a second
+            # private copy next to the model built from them; a 4-7 GB checkpoint needs that headroom.
+            obj = torch.load(str(p), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            obj = torch.load(str(p), map_location="cpu", weights_only=True)  # legacy (pre-zip) format
     except pickle.UnpicklingError as e:
         raise ModelLoadError(
             f"{p.name} was refused: it is a pickle that holds more than weights (it could run code when loaded). "
