@@ -64,3 +64,29 @@ def test_environment_dialog_on_this_machine(qtbot, tmp_path):
     labels = [dlg.table.item(r, 0).text() for r in range(dlg.table.rowCount())]
     assert "PyTorch" in labels and "bitsandbytes" in labels and "Free disk (output)" in labels
     assert "torch" in dlg.report_text().lower()
+
+
+def test_environment_dialog_shows_and_clears_the_disk_cache(qtbot, tmp_path, monkeypatch, artifacts_dir):
+    from guitrainer.core import paths
+    from guitrainer.ui.environment_dialog import EnvironmentDialog
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(paths, "cache_dir", lambda: cache)
+    for kind, size in (("latents", 3 * 1024**2), ("text", 1024**2), ("thumbs", 2048)):
+        f = cache / kind / "ab" / "entry.safetensors"
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"\0" * size)
+    dlg = EnvironmentDialog({"output": tmp_path})
+    qtbot.addWidget(dlg)
+    dlg.show()
+    qtbot.waitUntil(lambda: dlg.clear_cache_button.isEnabled(), timeout=10_000)
+    text = dlg.cache_label.text()
+    assert text.startswith("Disk cache: 4 MB") and "latents 3 MB" in text and "text embeddings 1 MB" in text
+    assert str(cache) in text
+    dlg.grab().save(str(artifacts_dir / "environment_dialog.png"))
+    dlg.clear_cache(confirm=False)
+    qtbot.waitUntil(lambda: dlg.cleared_text != "", timeout=10_000)
+    assert dlg.cleared_text == "Removed 3 files, 4 MB."
+    qtbot.waitUntil(lambda: dlg.cache_label.text().startswith("Disk cache: 0 KB"), timeout=10_000)
+    assert not dlg.clear_cache_button.isEnabled()
+    assert not any(cache.rglob("*.safetensors"))

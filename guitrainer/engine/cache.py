@@ -13,9 +13,11 @@ entry is simply no longer looked up.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,8 @@ class TensorCache:
                     v = load_file(str(f))
                     self.memory[key] = v
                     self.disk_hits += 1
+                    with contextlib.suppress(OSError):  # mtime = last use: pruning removes the oldest first
+                        os.utime(f)
                 except Exception as e:  # noqa: BLE001 - a damaged entry is recomputed
                     log.warning("ignoring damaged cache file %s: %s", f, e)
                     v = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
@@ -10,17 +11,20 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QHBoxLayout,
     QLabel,
+    QMessageBox,
+    QPushButton,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from guitrainer.core import cache_store
 from guitrainer.ui.icons import level_icon
 
 log = logging.getLogger(__name__)
-
 
 
 class _ProbeSignals(QObject):
@@ -46,6 +50,30 @@ class _Probe(QRunnable):
         self.signals.done.emit(items)
 
 
+class _Job(QRunnable):
+    """Runs ``fn()`` on the thread pool and emits its result (or the exception) on the GUI thread."""
+
+    def __init__(self, fn: Callable[[], object]):
+        super().__init__()
+        self.fn = fn
+        self.signals = _ProbeSignals()
+
+    def run(self) -> None:
+        try:
+            result: object = self.fn()
+        except Exception as e:  # noqa: BLE001 - shown to the user
+            log.exception("cache job failed")
+            result = e
+        self.signals.done.emit(result)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024**3:.1f} GB" if n >= 1024**3 else f"{n / 1024**2:.0f} MB" if n >= 1024**2 else f"{n / 1024:.0f} KB"
+
+
+KIND_NAMES = {"latents": "latents", "text": "text embeddings", "thumbs": "thumbnails"}
+
+
 class EnvironmentDialog(QDialog):
     """A table of facts; each problem row says what to do."""
 
@@ -67,6 +95,23 @@ class EnvironmentDialog(QDialog):
         self.table.setWordWrap(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         lay.addWidget(self.table, 1)
+        cache_row = QHBoxLayout()
+        self.cache_label = QLabel("Disk cache: measuring…")
+        self.cache_label.setWordWrap(True)
+        self.cache_label.setToolTip(
+            "Latents, text embeddings and thumbnails kept so the next run and the next visit start fast. "
+            "Training keeps the latents and text embeddings under "
+            f"{_size(cache_store.DEFAULT_BUDGET_BYTES)}, removing the least recently used."
+        )
+        self.clear_cache_button = QPushButton("Clear cache…")
+        self.clear_cache_button.setEnabled(False)
+        self.clear_cache_button.clicked.connect(self.clear_cache)
+        cache_row.addWidget(self.cache_label, 1)
+        cache_row.addWidget(self.clear_cache_button)
+        lay.addLayout(cache_row)
+        self.cache_usage: list = []
+        self.cleared_text = ""
+        self._jobs: list[_Job] = []
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self.copy_button = buttons.addButton("Copy report", QDialogButtonBox.ButtonRole.ActionRole)
         self.copy_button.clicked.connect(self._copy)
@@ -78,6 +123,51 @@ class EnvironmentDialog(QDialog):
         probe.signals.done.connect(self.show_items)
         self._probe = probe  # keep the signals object alive
         QThreadPool.globalInstance().start(probe)
+        self._start_job(cache_store.usage, self._show_cache)
+
+    # ------------------------------------------------------------------ disk cache
+    def _start_job(self, fn: Callable[[], object], done: Callable[[object], None]) -> None:
+        job = _Job(fn)
+        job.signals.done.connect(done)
+        self._jobs.append(job)  # keep the signals object alive until it reports
+        QThreadPool.globalInstance().start(job)
+
+    def _show_cache(self, result: object) -> None:
+        if isinstance(result, Exception):
+            self.cache_label.setText(f"Disk cache: could not be measured ({result}).")
+            return
+        self.cache_usage = list(result)  # type: ignore[call-overload]
+        total = sum(u.bytes for u in self.cache_usage)
+        parts = ", ".join(f"{KIND_NAMES.get(u.kind, u.kind)} {_size(u.bytes)}" for u in self.cache_usage if u.files)
+        where = cache_store.paths.cache_dir()
+        self.cache_label.setText(f"Disk cache: {_size(total)}" + (f" ({parts})" if parts else "") + f" in {where}")
+        self.clear_cache_button.setEnabled(total > 0)
+
+    def clear_cache(self, *, confirm: bool = True) -> None:
+        """Remove the cached latents, text embeddings and thumbnails (asks first; runs in the background)."""
+        total = sum(u.bytes for u in self.cache_usage)
+        if confirm:
+            answer = QMessageBox.question(
+                self,
+                "Clear the disk cache?",
+                f"Remove {_size(total)} of cached latents, text embeddings and thumbnails?\n\n"
+                "Nothing you made is removed: the next run encodes its images again, and the dataset grid "
+                "makes its thumbnails again.",
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.clear_cache_button.setEnabled(False)
+        self.cache_label.setText("Disk cache: clearing…")
+        self._start_job(cache_store.clear, self._cleared)
+
+    def _cleared(self, result: object) -> None:
+        if isinstance(result, Exception):
+            self.cache_label.setText(f"Disk cache: clearing failed ({result}).")
+            return
+        failed = f"; {result.failed} files could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
+        self._start_job(cache_store.usage, self._show_cache)
+        self.cleared_text = f"Removed {result.files} files, {_size(result.bytes)}{failed}."  # type: ignore[attr-defined]
+        self.summary.setText(self.summary.text() + f"<br>{self.cleared_text}")
 
     def show_items(self, items: list) -> None:
         from guitrainer.core.environment import worst
