@@ -331,6 +331,16 @@ class PrecisionConfig:
         help="Encode captions once (only when the text encoder is not trained and captions are not shuffled).",
         advanced=True,
     )
+    gpu_index: int = setting(
+        -1,
+        label="GPU",
+        help="The GPU to train on, by its number as PyTorch counts them (the list on the Model page); "
+        "-1 means automatic: the first GPU. Ignored under `accelerate launch` with several processes, "
+        "where each process trains on its own GPU.",
+        minimum=-1,
+        maximum=1023,
+        advanced=True,
+    )
 
 
 @dataclass

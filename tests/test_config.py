@@ -42,7 +42,7 @@ def test_public_names_are_fixed():
         "model.base", "model.family", "dataset.folders", "dataset.resolution", "network.rank", "network.alpha",
         "optimizer.name", "optimizer.lr", "schedule.batch_size", "schedule.epochs", "schedule.max_steps",
         "schedule.seed", "precision.training", "precision.save", "precision.gradient_checkpointing",
-        "precision.cache_latents", "output.folder", "output.name",
+        "precision.cache_latents", "precision.gpu_index", "output.folder", "output.name",
     ]:
         C.field_info(path)  # raises if missing
     assert C.field_choices(C.field_info("precision.training")) == ("fp32", "fp16", "bf16")
@@ -68,6 +68,9 @@ def test_every_field_has_label_and_help():
         ("schedule.batch_size", 1.5, "whole number"),
         ("dataset.caption_dropout", 2.0, "between 0 and 1"),
         ("precision.gradient_checkpointing", "maybe", "true or false"),
+        ("precision.gpu_index", -2, "between -1 and 1023"),
+        ("precision.gpu_index", 1.5, "whole number"),
+        ("precision.gpu_index", "second", "whole number"),
     ],
 )
 def test_validation_names_field_and_range(path, value, needle):
@@ -274,3 +277,38 @@ def test_sections_are_dataclasses_with_defaults():
     for cls in C.SECTIONS.values():
         cls()  # every field has a default
         assert dataclasses.is_dataclass(cls)
+
+
+def test_gpu_index_defaults_to_automatic_and_round_trips(tmp_path):
+    from guitrainer.presets import PresetStore
+
+    assert TrainingConfig().precision.gpu_index == -1
+    assert C.diff(TrainingConfig(), TrainingConfig()) == {}  # automatic is not written into presets
+    meta = C.field_info("precision.gpu_index").metadata
+    assert (meta["minimum"], meta["maximum"]) == (-1, 1023) and "automatic" in meta["help"]
+    cfg = TrainingConfig()
+    cfg.set("precision.gpu_index", "1")  # as from `--set precision.gpu_index=1`
+    assert cfg.precision.gpu_index == 1
+    p = tmp_path / "c.toml"
+    C.save_toml(cfg, p)
+    assert "gpu_index = 1" in p.read_text(encoding="utf-8")
+    assert C.load_toml(p) == cfg
+    assert C.diff(TrainingConfig(), cfg) == {"precision": {"gpu_index": 1}}
+    # a user preset keeps it; a preset written without it stays automatic
+    store = PresetStore(user_dir=tmp_path / "presets")
+    store.save("Second GPU", cfg)
+    store.reload()
+    assert store.get("Second GPU").config().precision.gpu_index == 1
+    sparse = C.apply_overlay(TrainingConfig(), C.parse_toml_text("[precision]\ntraining = 'bf16'\n", "p.toml"))
+    assert sparse.precision.gpu_index == -1
+    for name in store.names():
+        if store.get(name).shipped:
+            assert store.get(name).config().precision.gpu_index == -1, name
+
+
+def test_gpu_index_error_in_a_file_names_its_line(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[precision]\ntraining = 'fp16'\ngpu_index = -5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as ei:
+        C.load_toml(p)
+    assert ei.value.field == "precision.gpu_index" and ei.value.line == 3 and "between -1 and 1023" in ei.value.message

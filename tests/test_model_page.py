@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QLabel
 from safetensors.numpy import save_file
 
 from guitrainer.core import hardware
@@ -230,3 +230,78 @@ def test_page_does_not_import_torch_while_opening():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False False", (out.stdout, time.perf_counter() - t0)
+
+
+def _two_gpu_page(qtbot, settings, binding=None) -> ModelPage:
+    page = _page(qtbot, settings, binding, probe=lambda: fake_device("rtx3060", "rtx4090"), auto_probe=False)
+    with qtbot.waitSignal(page.device_detected, timeout=5000):
+        page.start_probe()
+    return page
+
+
+def test_gpu_selector_writes_precision_gpu_index(qtbot, settings):
+    page = _two_gpu_page(qtbot, settings)
+    picker, binding = page.precision_picker, page.binding
+    combo = bound_editors(page)["precision.gpu_index"]
+    assert combo is picker.device_combo and not combo.isHidden() and combo.count() == 2
+    assert binding.get("precision.gpu_index") == -1 and combo.currentIndex() == 0  # automatic: the first GPU
+    assert picker.device().gpu.name == "NVIDIA GeForce RTX 3060"
+    with qtbot.waitSignal(picker.device_changed) as blocker:
+        combo.setCurrentIndex(combo.findData(1))
+    assert binding.get("precision.gpu_index") == 1
+    assert blocker.args[0].gpu.name == "NVIDIA GeForce RTX 4090" and picker.device() is blocker.args[0]
+    facts = {lab.objectName(): lab.text() for lab in picker.device_box.findChildren(QLabel)}
+    assert facts["fact_device"] == "NVIDIA GeForce RTX 4090" and facts["fact_memory"].startswith("24.0 GB")
+    combo.setCurrentIndex(0)
+    assert binding.get("precision.gpu_index") == 0 and picker.device().gpu.index == 0
+    assert binding.config.to_toml().count("gpu_index = 0") == 1  # what a saved preset / CLI config carries
+
+
+def test_preset_load_selects_its_gpu_and_presets_without_it_are_automatic(qtbot, settings):
+    from guitrainer.config import TrainingConfig, apply_overlay
+
+    page = _two_gpu_page(qtbot, settings)
+    picker, binding, combo = page.precision_picker, page.binding, page.precision_picker.device_combo
+    second = apply_overlay(TrainingConfig(), {"precision": {"gpu_index": 1, "training": "bf16"}})
+    with qtbot.waitSignal(picker.device_changed) as blocker:
+        binding.replace(second)
+    assert combo.currentIndex() == 1 and blocker.args[0].gpu.index == 1 and not page.has_errors()
+    with qtbot.waitSignal(picker.device_changed) as blocker:
+        binding.replace(apply_overlay(TrainingConfig(), {"network": {"rank": 8}}))  # no gpu_index: automatic
+    assert binding.get("precision.gpu_index") == -1 and combo.currentIndex() == 0 and blocker.args[0].gpu.index == 0
+    with qtbot.assertNotEmitted(picker.device_changed):
+        binding.replace(apply_overlay(TrainingConfig(), {"network": {"rank": 4}}))  # same GPU: no signal
+
+
+def test_a_preset_naming_a_missing_gpu_blocks_start_until_fixed(qtbot, settings):
+    from guitrainer.config import TrainingConfig, apply_overlay
+
+    page = _two_gpu_page(qtbot, settings)
+    picker, binding = page.precision_picker, page.binding
+    with qtbot.waitSignal(page.errors_changed) as blocker:
+        binding.replace(apply_overlay(TrainingConfig(), {"precision": {"gpu_index": 2}}))
+    assert blocker.args == [True] and picker.device_combo.currentIndex() == -1  # no GPU 2 to show
+    assert "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090)" in (
+        page.error_text()
+    )
+    (row,) = [r for r in picker.advice_rows() if r.advice.code == "gpu_missing"]
+    with qtbot.waitSignal(page.errors_changed) as blocker:
+        qtbot.mouseClick(row.button, Qt.MouseButton.LeftButton)  # "Use suggested": automatic
+    assert blocker.args == [False] and binding.get("precision.gpu_index") == -1
+    assert picker.device_combo.currentIndex() == 0
+
+
+def test_probe_result_carries_the_configs_gpu(qtbot, settings):
+    """A preset loaded before the probe finishes: the device reported (VRAM meter) is the chosen GPU."""
+    binding = ConfigBinding()
+    binding.set("precision.gpu_index", 1)
+    page = _page(qtbot, settings, binding, probe=lambda: fake_device("rtx3060", "rtx4090"), auto_probe=False)
+    with qtbot.waitSignal(page.device_detected, timeout=5000) as blocker:
+        page.start_probe()
+    assert blocker.args[0].gpu.name == "NVIDIA GeForce RTX 4090" and len(blocker.args[0].gpus) == 2
+    assert page.precision_picker.device() is blocker.args[0]
+    assert page.precision_picker.device_combo.currentIndex() == 1
+    cpu_page = _page(qtbot, settings, ConfigBinding(), probe=lambda: fake_device("cpu"), auto_probe=False)
+    with qtbot.waitSignal(cpu_page.device_detected, timeout=5000) as blocker:
+        cpu_page.start_probe()
+    assert blocker.args[0].kind == "cpu" and cpu_page.precision_picker.device_combo.isHidden()

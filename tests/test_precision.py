@@ -281,6 +281,37 @@ def test_selecting_a_gpu():
         fake_device("rtx9999")
 
 
+def test_gpu_index_selects_the_gpu_the_advice_is_about():
+    d = fake_device("rtx4090", "t4")
+    assert d.for_gpu_index(-1) is d and d.for_gpu_index(0) is d  # automatic is the first GPU
+    assert d.for_gpu_index(1).gpu.name == "Tesla T4"
+    assert d.select(1).for_gpu_index(-1).gpu.index == 0  # automatic is GPU 0 whatever was selected before
+    assert d.for_gpu_index(5).gpu.index == 0 and not d.gpu_index_valid(5) and d.gpu_index_valid(-1)
+    cpu = fake_device("cpu")
+    assert cpu.for_gpu_index(3) is cpu
+    assert _about(advise(d, _config("bf16")), "precision.training") is None  # RTX 4090: bf16 is fine
+    assert _about(advise(d, _config("bf16", precision__gpu_index=1)), "precision.training") == ("error", F16)
+    (a,) = [a for a in advise(d, _config("bf16", precision__gpu_index=1)) if a.level == "error"]
+    assert "Tesla T4" in a.message
+    assert _about(advise(d, _config("bf16", precision__gpu_index=0)), "precision.training") is None
+
+
+def test_a_missing_gpu_is_an_error_with_a_fix():
+    d = fake_device("rtx3060", "rtx4090")
+    (a,) = [a for a in advise(d, _config(precision__gpu_index=2)) if a.code == "gpu_missing"]
+    assert a.level == "error" and a.topic == "precision.gpu_index" and a.suggestion == {"precision.gpu_index": -1}
+    assert a.message == (
+        "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090); "
+        "choose one on the Model page."
+    )
+    assert not [a for a in advise(d, _config(precision__gpu_index=1)) if a.code == "gpu_missing"]
+    (one,) = [a for a in advise(fake_device("rtx3060"), _config(precision__gpu_index=1)) if a.level == "error"]
+    assert "this machine has 1 GPU (0: NVIDIA GeForce RTX 3060)" in one.message
+    (cpu,) = [a for a in advise(fake_device("cpu"), _config("fp32", precision__gpu_index=0)) if a.level == "error"]
+    assert cpu.code == "gpu_missing" and "no GPU that PyTorch can use" in cpu.message
+    assert not [a for a in advise(fake_device("cpu"), _config("fp32")) if a.level == "error"]
+
+
 def test_imports_leave_torch_and_qt_out():
     code = (
         "import sys\n"

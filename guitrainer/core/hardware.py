@@ -20,6 +20,7 @@ import re
 import shutil
 import threading
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -194,6 +195,23 @@ class DeviceInfo:
             raise IndexError(f"no GPU {index}; this machine has {len(self.gpus)}")
         return dataclasses.replace(self, selected=index)
 
+    def for_gpu_index(self, gpu_index: int) -> DeviceInfo:
+        """The facts for training with ``precision.gpu_index`` = ``gpu_index``.
+
+        A GPU that is there is selected; automatic (:data:`AUTO_GPU`, any negative number) selects the
+        first GPU, which is what accelerate trains on. A GPU that is not there also leaves the first one
+        selected: the precision rules report it (``gpu_missing``) and the trainer refuses to start.
+        Returns ``self`` when the selection does not change.
+        """
+        if not self.gpus:
+            return self
+        target = gpu_index if 0 <= gpu_index < len(self.gpus) else 0
+        return self if target == self.selected else dataclasses.replace(self, selected=target)
+
+    def gpu_index_valid(self, gpu_index: int) -> bool:
+        """Whether ``precision.gpu_index`` = ``gpu_index`` can train here: automatic, or a GPU that is there."""
+        return gpu_index < 0 or gpu_index < len(self.gpus)
+
     # ------------------------------------------------------------------ text
     def summary(self) -> str:
         """One line: the selected device, its key facts, torch and bitsandbytes."""
@@ -260,6 +278,69 @@ class DeviceInfo:
             rows.append(("torch", "not available"))
         rows.append(("bitsandbytes", self.bitsandbytes.label()))
         return rows
+
+
+# --------------------------------------------------------------------------- the GPU to train on
+
+#: ``precision.gpu_index`` meaning "automatic": the first GPU (accelerate's default device)
+AUTO_GPU = -1
+
+
+class GpuChoiceError(ValueError):
+    """``precision.gpu_index`` names a GPU this machine does not have."""
+
+
+def gpu_missing_message(gpu_index: int, gpu_names: Sequence[str]) -> str:
+    """``"GPU 2 was chosen but this machine has 2 GPUs (0: RTX 3060, 1: RTX 4090); choose one on the Model page"``."""
+    if not gpu_names:
+        return (
+            f"GPU {gpu_index} was chosen but this machine has no GPU that PyTorch can use; "
+            "choose automatic on the Model page (or set precision.gpu_index = -1)"
+        )
+    listing = ", ".join(f"{i}: {name}" for i, name in enumerate(gpu_names))
+    count = f"{len(gpu_names)} GPU" + ("" if len(gpu_names) == 1 else "s")
+    return f"GPU {gpu_index} was chosen but this machine has {count} ({listing}); choose one on the Model page"
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """What the trainer does with ``precision.gpu_index``.
+
+    Attributes:
+        index: the CUDA device to train on (``torch.device("cuda", index)``), or None to keep accelerate's device.
+        warning: why a set index is ignored ("" when it is not).
+    """
+
+    index: int | None
+    warning: str = ""
+
+
+def choose_training_gpu(gpu_index: int, *, device_type: str, num_processes: int, gpu_names: Sequence[str]) -> GpuChoice:
+    """Decide the training GPU from ``precision.gpu_index`` and what accelerate and torch see (pure; no torch).
+
+    Args:
+        gpu_index: the config's ``precision.gpu_index``; negative means automatic (accelerate's device).
+        device_type: ``accelerator.device.type`` ("cuda", "cpu", "mps", ...).
+        num_processes: ``accelerator.num_processes``; above 1 (``accelerate launch``) each process already has
+            its rank's GPU, so the index is ignored with a warning.
+        gpu_names: the name of every CUDA device torch sees, by index (``torch.cuda.get_device_name(i)``).
+
+    Raises:
+        GpuChoiceError: the index is not below ``len(gpu_names)``; the message names it and the GPUs present.
+    """
+    if gpu_index < 0:
+        return GpuChoice(None)
+    if num_processes > 1:
+        return GpuChoice(
+            None,
+            f"precision.gpu_index = {gpu_index} is ignored: this is a {num_processes}-process launch, "
+            "and each process trains on its own rank's GPU",
+        )
+    if gpu_index >= len(gpu_names):
+        raise GpuChoiceError(gpu_missing_message(gpu_index, gpu_names))
+    if device_type != "cuda":
+        return GpuChoice(None, f"precision.gpu_index = {gpu_index} is ignored: accelerate chose the {device_type} device")
+    return GpuChoice(gpu_index)
 
 
 # --------------------------------------------------------------------------- probing

@@ -222,6 +222,23 @@ def _rule_torch(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
         )
 
 
+def _rule_gpu_index(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
+    """``precision.gpu_index`` names a GPU this machine does not have: the trainer would refuse to start."""
+    from guitrainer.core.hardware import gpu_missing_message
+
+    index = cfg.precision.gpu_index
+    if not device.torch_ok or device.gpu_index_valid(index):
+        return
+    yield Advice(
+        "error",
+        gpu_missing_message(index, [g.name for g in device.gpus]) + ".",
+        {"precision.gpu_index": -1},
+        suggestion_text="train on the first GPU (automatic)" if device.gpus else "automatic (no GPU)",
+        code="gpu_missing",
+        topic="precision.gpu_index",
+    )
+
+
 def _rule_cpu_training(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     if device.kind != "cpu" or not device.torch_ok:
         return
@@ -374,6 +391,7 @@ def _rule_optimizer(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]
 
 RULES: tuple[Callable[[DeviceInfo, TrainingConfig], Iterable[Advice]], ...] = (
     _rule_torch,
+    _rule_gpu_index,
     _rule_training_precision,
     _rule_sdxl_vae,
     _rule_optimizer,
@@ -385,6 +403,7 @@ def advise(device: DeviceInfo | None, config: TrainingConfig) -> list[Advice]:
     """Every piece of advice for ``config`` on ``device``, most severe first ([] while the device is unknown)."""
     if device is None:
         return []
+    device = device.for_gpu_index(config.precision.gpu_index)  # the GPU chosen on the Model page
     out: list[Advice] = []
     for rule in RULES:
         try:

@@ -250,10 +250,31 @@ class Trainer:
         from diffusers.training_utils import cast_training_params
 
         cfg = self.config
+        self._setup_started = time.time() - 2.0  # entries touched from now on belong to this run (mtime slack)
         self.accelerator = Accelerator(gradient_accumulation_steps=cfg.schedule.gradient_accumulation, mixed_precision="no")
         acc = self.accelerator
         self._main = acc.is_main_process
         self.device = acc.device
+        # precision.gpu_index: checked before the model loads. The current CUDA device is per thread, so
+        # set_device runs here, in the thread that trains (the GUI's worker thread).
+        from guitrainer.core.hardware import GpuChoiceError, choose_training_gpu
+
+        wanted = cfg.precision.gpu_index
+        cuda_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if wanted >= 0 else []
+        try:
+            choice = choose_training_gpu(
+                wanted,
+                device_type=self.device.type,
+                num_processes=acc.num_processes,
+                gpu_names=cuda_names,
+            )
+        except GpuChoiceError as e:
+            raise TrainingFailed(str(e), ("set the GPU to automatic (precision.gpu_index = -1) or to one listed",)) from None
+        if choice.warning:
+            self._warn(choice.warning)
+        if choice.index is not None:
+            self.device = torch.device("cuda", choice.index)
+            torch.cuda.set_device(self.device)
         if self.device.type == "cpu":
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
         set_seed(cfg.schedule.seed)
@@ -327,6 +348,7 @@ class Trainer:
         if cfg.precision.cache_latents:
             self._cache_latents()
         self._stop_if_asked("setting up")
+        self._prune_caches()
         self.text_store: TextCache | None = None
         self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.cache_text = bool(cfg.precision.cache_text_encoder_outputs and not self.train_te)
@@ -448,6 +470,17 @@ class Trainer:
 
         assert self.model is not None
         return cache_dir() / kind / self.model.identity if self.model.identity else None
+
+    def _prune_caches(self) -> None:
+        """Keep the disk caches under budget, least recently used first; never what this run uses."""
+        if not self._main:
+            return
+        from guitrainer.core import cache_store
+
+        try:
+            cache_store.prune(cache_store.DEFAULT_BUDGET_BYTES, keep_since=self._setup_started)
+        except OSError as e:  # a cache that cannot be tidied never stops training
+            log.warning("cache pruning failed: %s", e)
 
     def _park(self, module: torch.nn.Module) -> None:
         """Move a frozen module off the GPU once its outputs are cached (sampling brings it back)."""
@@ -769,8 +802,7 @@ class Trainer:
     def _run(self) -> RunSummary:
         self._setup()
         cfg, p = self.config, self.progress
-        bs, ga = cfg.schedule.batch_size, cfg.schedule.gradient_accumulation
-        images_per_step = bs * ga * self.accelerator.num_processes
+        ga = cfg.schedule.gradient_accumulation
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.started_at = datetime.now(UTC)
@@ -790,7 +822,9 @@ class Trainer:
             p.last_loss = result.loss if math.isfinite(result.loss) else p.last_loss
             p.skipped_total += int(skipped)
             p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
-            self._report(result, dt, images_per_step)
+            # every image through the UNet this step: training images and class images, on all processes
+            images = sum(len(inst) + len(cls) for inst, cls in micro) * self.accelerator.num_processes
+            self._report(result, dt, images)
             every = cfg.sampling.every_n_steps
             if every and p.global_step % every == 0:
                 self._sample()

@@ -40,8 +40,11 @@ class _ProbeRelay(QObject):
 class ModelPage(Page):
     """Base model picker, precision picker with device advice, and the memory-saving switches.
 
+    The GPU selector (machines with several GPUs) edits ``precision.gpu_index``; a preset that sets it
+    selects that GPU, and one without it trains on the first GPU.
+
     Signals:
-        device_detected(object): the probe finished (the :class:`DeviceInfo`).
+        device_detected(object): the probe finished (the :class:`DeviceInfo`, with the config's GPU selected).
         errors_changed(bool): whether the page has a blocking problem (model or precision) flipped.
     """
 
@@ -141,9 +144,10 @@ class ModelPage(Page):
             QTimer.singleShot(PROBE_DELAY_MS, self.start_probe)
 
     def _on_probe_finished(self, device: DeviceInfo) -> None:
-        log.info("device: %s", device.summary())
         self.precision_picker.set_device(device)
-        self.device_detected.emit(device)
+        chosen = self.precision_picker.device() or device  # with the config's GPU (precision.gpu_index) selected
+        log.info("device: %s", chosen.summary())
+        self.device_detected.emit(chosen)
 
     def _on_probe_failed(self, reason: str) -> None:
         self.precision_picker.set_status(f"Could not detect the device: {reason}")

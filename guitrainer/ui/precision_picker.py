@@ -1,7 +1,8 @@
 """PrecisionPicker: training and save precision, the device's facts beside them, and advice inline.
 
-Bound to ``precision.training`` and ``precision.save`` of a :class:`ConfigBinding`. The advice comes
-from :func:`guitrainer.core.precision.advise` and is recomputed on every config change and whenever
+Bound to ``precision.training``, ``precision.save`` and (the GPU selector, shown on machines with several
+GPUs) ``precision.gpu_index`` of a :class:`ConfigBinding`. The advice comes from
+:func:`guitrainer.core.precision.advise` and is recomputed on every config change and whenever
 :meth:`PrecisionPicker.set_device` is called; each piece of advice with a suggestion has a
 "Use suggested" button that applies it through the binding.
 """
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.config import field_info
 from guitrainer.core import precision
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.precision import Advice, PrecisionChoice
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 # translucent tints so the rows read on light and dark palettes alike
 LEVEL_COLORS = {"error": "220, 53, 69", "warning": "230, 145, 0", "info": "40, 120, 210"}
 DETECTING = "Detecting device…"
+GPU_PATH = "precision.gpu_index"
 
 
 class _ChoiceGroup(QGroupBox):
@@ -149,7 +152,8 @@ class PrecisionPicker(QWidget):
     Signals:
         errors_changed(bool): the "has error-level advice" state flipped (Start buttons listen to this).
         advice_changed(): the advice shown changed.
-        device_changed(object): another device was selected (the new :class:`DeviceInfo`).
+        device_changed(object): another GPU was selected, with the selector or by a config / preset
+            (the new :class:`DeviceInfo`).
     """
 
     errors_changed = Signal(bool)
@@ -160,7 +164,7 @@ class PrecisionPicker(QWidget):
         super().__init__(parent)
         self.binding = binding
         self._machine: DeviceInfo | None = None  # as probed (all GPUs)
-        self._device: DeviceInfo | None = None  # with the chosen GPU selected
+        self._device: DeviceInfo | None = None  # with the GPU of precision.gpu_index selected
         self._advice: list[Advice] = []
         self._advice_key: tuple = ()
         self._had_errors = False
@@ -185,7 +189,8 @@ class PrecisionPicker(QWidget):
         dev = QVBoxLayout(self.device_box)
         self.device_combo = QComboBox(self.device_box)
         self.device_combo.setObjectName("device_combo")
-        self.device_combo.setToolTip("The GPU to train on.")
+        self.device_combo.setToolTip(field_info(GPU_PATH).metadata["help"])
+        self.device_combo.setProperty(BINDING_PROPERTY, GPU_PATH)
         self.device_combo.setVisible(False)
         self.device_combo.currentIndexChanged.connect(self._on_device_index)
         dev.addWidget(self.device_combo)
@@ -221,16 +226,15 @@ class PrecisionPicker(QWidget):
         return self._device
 
     def set_device(self, device: DeviceInfo | None) -> None:
-        """Show ``device`` (None: "Detecting device…") and recompute the advice."""
+        """Show ``device`` (None: "Detecting device…") with the config's GPU selected, and recompute the advice."""
         self._machine = device
-        self._device = device
+        self._device = self._chosen()
         gpus = device.gpus if device is not None else ()
         with QSignalBlocker(self.device_combo):
             self.device_combo.clear()
             for g in gpus:
                 self.device_combo.addItem(g.label(), g.index)
-            if gpus:
-                self.device_combo.setCurrentIndex(min(device.selected, len(gpus) - 1) if device else 0)
+        self._pull_gpu()
         self.device_combo.setVisible(len(gpus) > 1)
         self._show_device()
 
@@ -274,22 +278,49 @@ class PrecisionPicker(QWidget):
 
     # ------------------------------------------------------------------ internals
     def _on_device_index(self, row: int) -> None:
+        """The user picked a GPU: write it to the config (``_on_changed`` then selects it)."""
         if self._machine is None or row < 0:
             return
-        self._device = self._machine.select(int(self.device_combo.itemData(row)))
+        self.binding.set(GPU_PATH, int(self.device_combo.itemData(row)))
+
+    def _chosen(self) -> DeviceInfo | None:
+        """The probed machine with the GPU of ``precision.gpu_index`` selected."""
+        if self._machine is None:
+            return None
+        return self._machine.for_gpu_index(self.binding.get(GPU_PATH))
+
+    def _pull_gpu(self) -> None:
+        """Show the config's GPU in the selector: automatic shows the first GPU, a missing one shows none."""
+        index = self.binding.get(GPU_PATH)
+        ok = self._machine is not None and self._machine.gpu_index_valid(index)
+        row = self.device_combo.findData(max(index, 0)) if ok else -1
+        if row != self.device_combo.currentIndex():
+            with QSignalBlocker(self.device_combo):
+                self.device_combo.setCurrentIndex(row)
+
+    def _follow_gpu_index(self) -> None:
+        """``precision.gpu_index`` changed (selector, preset, "Use suggested"): show and advise for that GPU."""
+        self._pull_gpu()
+        device = self._chosen()
+        if device == self._device:
+            return
+        self._device = device
         self._show_device()
-        self.device_changed.emit(self._device)
+        self.device_changed.emit(device)
 
     def _on_changed(self, path: str) -> None:
         if path == "precision.training":
             self.training_group.pull()
         elif path == "precision.save":
             self.save_group.pull()
+        elif path == GPU_PATH:
+            self._follow_gpu_index()
         self.refresh()
 
     def _on_replaced(self) -> None:
         self.training_group.pull()
         self.save_group.pull()
+        self._follow_gpu_index()
         self.refresh()
 
     def _show_device(self) -> None:

@@ -260,7 +260,9 @@ def find_state(config: TrainingConfig) -> str | None:
 
 
 # Advice that an assumed CPU device cannot back: bitsandbytes was not looked at, and there may be a GPU.
-GUESS_UNSURE = frozenset({"eight_bit_unusable", "eight_bit_cpu", "paged_without_cuda", "cpu_training", "torch_cpu_build"})
+GUESS_UNSURE = frozenset(
+    {"eight_bit_unusable", "eight_bit_cpu", "paged_without_cuda", "cpu_training", "torch_cpu_build", "gpu_missing"}
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -343,6 +345,9 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
         device = assumed_cpu_device()
         if device is None:
             return out
+    for_gpu = getattr(device, "for_gpu_index", None)
+    if for_gpu is not None:  # the memory check below compares with the GPU this run trains on
+        device = for_gpu(config.precision.gpu_index)
     # precision advice
     try:
         from guitrainer.core import precision
