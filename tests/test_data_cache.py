@@ -143,3 +143,20 @@ def test_stop_before_setup_ends_after_loading(tmp_path):
     assert summary.status == "stopped" and summary.steps == 0
     assert "loading the base model" in summary.message
     assert not list((tmp_path / "out").rglob("*.safetensors"))
+
+
+def test_training_prunes_old_cache_entries_but_keeps_its_own(tmp_path, monkeypatch):
+    from guitrainer.core import cache_store, paths
+
+    data = _dataset(tmp_path / "data")
+    stale = paths.cache_dir() / "latents" / "some-old-model" / "ab" / "old.safetensors"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"\0" * 4096)
+    os.utime(stale, (1_000_000_000, 1_000_000_000))  # last used in 2001
+    monkeypatch.setattr(cache_store, "DEFAULT_BUDGET_BYTES", 0)  # everything old must go
+    tr = _run(tmp_path / "o1", data)
+    assert not stale.exists()
+    kept = list(tr.latent_store.folder.rglob("*.safetensors")) + list(tr.text_store.folder.rglob("*.safetensors"))
+    assert len(kept) == 6  # this run's 3 latents and 3 captions survive a zero budget
+    again = _run(tmp_path / "o2", data)  # and are reused by the next run
+    assert again.latent_store.disk_hits == 3

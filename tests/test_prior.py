@@ -167,6 +167,11 @@ def test_weight_zero_trains_exactly_like_no_regularization(tmp_path, data):
     a, b, c = lora_params(zero), lora_params(plain), lora_params(one)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)  # a real weight does change the training
+    # throughput counts every image through the UNet: with class images, twice the training images
+    bs = zero.config.schedule.batch_size * zero.config.schedule.gradient_accumulation
+    for with_class, steps in ((True, zero_rep.steps), (False, plain_rep.steps)):
+        for m in steps:
+            assert m.images_per_second * m.seconds_per_step == pytest.approx(bs * (2 if with_class else 1), rel=1e-6)
 
 
 # --------------------------------------------------------------------------- the draws

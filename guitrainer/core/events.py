@@ -25,7 +25,7 @@ class StepMetrics:
     skipped_total: int = 0
     grad_norm: float | None = None
     seconds_per_step: float = 0.0
-    images_per_second: float = 0.0
+    images_per_second: float = 0.0  # training + class images through the UNet per second
     peak_memory_bytes: int | None = None
     class_loss: float | None = None  # prior-preservation loss (regularization images), unweighted
     instance_loss: float | None = None  # loss on the training images alone when class images are used
