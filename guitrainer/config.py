@@ -331,6 +331,13 @@ class PrecisionConfig:
         help="Encode captions once (only when the text encoder is not trained and captions are not shuffled).",
         advanced=True,
     )
+    cache_to_disk: bool = setting(
+        True,
+        label="Keep caches on disk",
+        help="Save cached latents and text embeddings in the app's cache folder, so the next run (after a "
+        "restart too) reuses them. Off: they live in memory for this run only and nothing is written.",
+        advanced=True,
+    )
     gpu_index: int = setting(
         -1,
         label="GPU",

@@ -160,3 +160,15 @@ def test_training_prunes_old_cache_entries_but_keeps_its_own(tmp_path, monkeypat
     assert len(kept) == 6  # this run's 3 latents and 3 captions survive a zero budget
     again = _run(tmp_path / "o2", data)  # and are reused by the next run
     assert again.latent_store.disk_hits == 3
+
+
+def test_caches_in_memory_only_write_nothing(tmp_path):
+    from guitrainer.core import paths
+
+    data = _dataset(tmp_path / "data")
+    tr = _run(tmp_path / "o1", data, precision__cache_to_disk=False)
+    assert tr.latent_store.folder is None and tr.latent_store.misses == 3 and len(tr.latents) == 3
+    assert tr.text_store.folder is None and tr.text_store.misses == 3
+    assert not list(paths.cache_dir().rglob("*.safetensors"))  # nothing on disk
+    again = _run(tmp_path / "o2", data, precision__cache_to_disk=False)
+    assert again.latent_store.disk_hits == 0 and again.latent_store.misses == 3  # encoded again

@@ -469,6 +469,8 @@ class Trainer:
         from guitrainer.core.paths import cache_dir
 
         assert self.model is not None
+        if not self.config.precision.cache_to_disk:
+            return None  # memory only: nothing written
         return cache_dir() / kind / self.model.identity if self.model.identity else None
 
     def _prune_caches(self) -> None:
