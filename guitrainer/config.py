@@ -353,7 +353,11 @@ class PrecisionConfig:
 @dataclass
 class SamplingConfig:
     prompts: list[str] = setting(
-        label="Sample prompts", help="One prompt per line; images are made with the current LoRA.", default_factory=list, kind="multiline"
+        label="Sample prompts",
+        help="One prompt per line; images are made with the current LoRA. Per prompt, as in kohya's scripts: "
+        "--w 512 --h 768 (size), --d 42 (seed), --l 7 (guidance), --s 28 (steps), --n … (negative prompt).",
+        default_factory=list,
+        kind="multiline",
     )
     every_n_steps: int = setting(0, label="Sample every", help="Make samples every N steps; 0 turns samples off.", minimum=0, maximum=1_000_000, unit="steps")
     negative_prompt: str = setting("", label="Negative prompt", help="Used for every sample.", advanced=True)
@@ -461,6 +465,13 @@ class TrainingConfig:
             )
         if len(self.optimizer.betas) != 2:
             out.append(ConfigError("optimizer.betas", "needs exactly two numbers, e.g. [0.9, 0.999]"))
+        from guitrainer.core.sample_prompts import SamplePromptError, parse
+
+        for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):
+            try:
+                parse(str(line), self.sampling, i)
+            except SamplePromptError as e:
+                out.append(ConfigError("sampling.prompts", f"prompt {i + 1}: {e}"))
         return out
 
     def validate(self) -> TrainingConfig:

@@ -2,8 +2,9 @@
 
 A diffusers ``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline`` is built around the loaded (and
 LoRA-injected) components with a DDIM scheduler made from the training scheduler's config. Each
-prompt ``i`` uses its own CPU generator seeded ``sampling.seed + i``, so samples are comparable over
-time. Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
+prompt ``i`` uses its own CPU generator seeded ``sampling.seed + i`` (or its ``--d``), so samples are
+comparable over time. Prompts take kohya's per-prompt options (``--w``, ``--h``, ``--d``, ``--l``, ``--s``,
+``--n``; :mod:`guitrainer.core.sample_prompts`). Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
 afterwards: a run with samples trains exactly like one without, and stop/resume stays bit-exact.
 """
 
@@ -112,31 +113,37 @@ def generate_samples(
 
     Leaves every RNG and module mode as it found them.
     """
-    prompts = [p.strip() for p in sampling_cfg.prompts if p.strip()]
-    if not prompts:
+    from guitrainer.core.sample_prompts import parse
+
+    lines = [p.strip() for p in sampling_cfg.prompts if p.strip()]
+    if not lines:
         return []
+    prompts = [parse(line, sampling_cfg, i) for i, line in enumerate(lines)]
     unet = model.unet
     mult = 2 ** (len(model.vae.config.block_out_channels) - 1) * 2 ** (len(unet.config.block_out_channels) - 1)
-    size = max(mult, int(sampling_cfg.size) // mult * mult)
+
+    def fit(n: int) -> int:
+        return max(mult, n // mult * mult)
+
     out: list[SampleImage] = []
     with preserved_state([unet, model.vae, *model.text_encoders], device), torch.no_grad():
         pipe = build_pipeline(model)
-        for i, prompt in enumerate(prompts):
-            gen = torch.Generator(device="cpu").manual_seed(int(sampling_cfg.seed) + i)
+        for i, sp in enumerate(prompts):
+            gen = torch.Generator(device="cpu").manual_seed(sp.seed)
             latents = pipe(
-                prompt,
-                negative_prompt=sampling_cfg.negative_prompt or None,
-                num_inference_steps=int(sampling_cfg.steps),
-                guidance_scale=float(sampling_cfg.guidance_scale),
-                height=size,
-                width=size,
+                sp.prompt,
+                negative_prompt=sp.negative_prompt or None,
+                num_inference_steps=sp.steps,
+                guidance_scale=sp.guidance_scale,
+                height=fit(sp.height),
+                width=fit(sp.width),
                 generator=gen,
                 output_type="latent",
             ).images
             image = decode(model.vae, latents, pipe.image_processor)
             path = sample_path(out_folder, name, step, i)
             atomic_write_with(path, lambda f, im=image: im.save(f, format="PNG"))
-            out.append(SampleImage(str(path), prompt, step))
+            out.append(SampleImage(str(path), sp.prompt, step))
     return out
 
 
