@@ -39,3 +39,34 @@ def artifacts_dir():
     d = Path(__file__).resolve().parent.parent / "artifacts"
     d.mkdir(exist_ok=True)
     return d
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """The main window with its own presets folder and settings file, shown; its dataset threads stopped after."""
+    from PySide6.QtCore import QSettings
+
+    from guitrainer.presets import PresetStore
+    from guitrainer.ui.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.dataset_page.shutdown()
+
+
+@pytest.fixture
+def dataset_page(qtbot):
+    """A Dataset page on a default config, 1280x860, not shown; its threads stopped after."""
+    from guitrainer.config import TrainingConfig
+    from guitrainer.ui.binding import ConfigBinding
+    from guitrainer.ui.dataset_page import DatasetPage
+
+    p = DatasetPage(ConfigBinding(TrainingConfig()))
+    qtbot.addWidget(p)
+    p.resize(1280, 860)
+    yield p
+    p.shutdown()

@@ -10,9 +10,7 @@ from PIL import Image
 from PySide6.QtCore import Qt
 from test_captioners import FakeHub, build_tiny_tagger  # the tests folder is on sys.path
 
-from guitrainer.config import TrainingConfig
 from guitrainer.engine import captioners as cap
-from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset_page import DatasetPage
 
 TAGGED = "my char, long hair, ^_^"  # what the tiny tagger writes at general threshold 0.9
@@ -24,12 +22,8 @@ def tagger(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def page(qtbot):
-    p = DatasetPage(ConfigBinding(TrainingConfig()))
-    qtbot.addWidget(p)
-    p.resize(1280, 860)
-    yield p
-    p.shutdown()
+def page(dataset_page):
+    return dataset_page
 
 
 def load_images(page: DatasetPage, qtbot, folder: Path, n: int) -> list[Path]:

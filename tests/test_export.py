@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from guitrainer.config import ModelConfig, TrainingConfig
-from guitrainer.core.events import Control, NullReporter
+from guitrainer.core.events import NullReporter
 from guitrainer.engine import export as X
 from guitrainer.engine import lora as L
 from guitrainer.engine import models as M
@@ -488,42 +488,6 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     Trainer(_demo_cfg(tmp_path / "d", schedule__max_steps=1, network__train_text_encoder=True), fresh_rep).run()
     assert cont_rep.steps[0].loss == pytest.approx(ref_rep.steps[0].loss, rel=1e-6, abs=1e-7)
     assert cont_rep.steps[0].loss != pytest.approx(fresh_rep.steps[0].loss, rel=1e-4)
-
-
-class _SwitchFolder(NullReporter):
-    """On the first "not saved" warning, points the run at a writable folder and asks for a save."""
-
-    def __init__(self, trainer_box: list, good: Path, control: Control):
-        super().__init__()
-        self.box, self.good, self.control = trainer_box, good, control
-
-    def on_warning(self, text: str) -> None:
-        super().on_warning(text)
-        if "was not saved" in text and self.box[0].config.output.folder != str(self.good):
-            self.box[0].config.output.folder = str(self.good)
-            self.control.request_save()
-
-
-def test_unwritable_folder_keeps_training_and_a_later_save_succeeds(tmp_path):
-    from guitrainer.engine.trainer import Trainer
-
-    torch.set_num_threads(1)
-    blocker = tmp_path / "not_a_folder"
-    blocker.write_text("a file where the output folder should be")
-    control = Control()
-    box: list = []
-    rep = _SwitchFolder(box, tmp_path / "good", control)
-    cfg = _demo_cfg(blocker, schedule__max_steps=4, schedule__batch_size=4, output__save_every_n_epochs=1)
-    trainer = Trainer(cfg, rep, control)
-    box.append(trainer)
-    summary = trainer.run()
-    assert summary.status == "finished", summary.message
-    failed = [w for w in rep.warnings if "was not saved" in w]
-    assert failed and "choose another output folder" in failed[0] and str(blocker) in failed[0]
-    saved = [Path(s.path) for s in rep.saved if s.kind == "lora"]
-    assert [p.name for p in saved] == ["demo_lora-step000002.safetensors", "demo_lora.safetensors"]  # retried, then final
-    assert all(p.parent == tmp_path / "good" for p in saved) and summary.steps == 4
-    assert Path(summary.lora_path).is_file() and blocker.read_text().startswith("a file")
 
 
 def test_trainer_writes_diffusers_format_and_fp16_overflow_warning(tmp_path, monkeypatch):

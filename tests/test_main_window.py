@@ -12,16 +12,6 @@ from guitrainer.ui.binding import bound_editors
 from guitrainer.ui.main_window import MainWindow
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
-
-
 def _poke(editor, value):
     if isinstance(editor, QSpinBox | QDoubleSpinBox):
         editor.setValue(value)

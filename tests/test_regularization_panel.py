@@ -13,7 +13,6 @@ from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QLabel, QLineEdit
 
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.dataset_page import DatasetPage
 from guitrainer.ui.regularization_panel import PREVIEW_SIZE, RegularizationPanel
 
 COLOURS = [(196, 120, 60), (120, 90, 60), (220, 200, 170), (90, 70, 50), (160, 110, 80), (60, 50, 40)]
@@ -47,12 +46,8 @@ def drop_on(widget, paths: list[Path]) -> QDropEvent:
 
 
 @pytest.fixture
-def page(qtbot):
-    p = DatasetPage(ConfigBinding(TrainingConfig()))
-    qtbot.addWidget(p)
-    p.resize(1280, 860)
-    yield p
-    p.shutdown()
+def page(dataset_page):
+    return dataset_page
 
 
 def test_drop_on_panel_sets_regularization_folders(page, qtbot, tmp_path, artifacts_dir):

@@ -44,7 +44,10 @@ def test_a_new_folder_chosen_mid_run_takes_the_next_saves(tmp_path):
     assert rep.redirected == 1
     saved = [Path(s.path) for s in rep.saved if s.kind == "lora"]
     assert [p.parent for p in saved] == [tmp_path / "good"] * 2  # Save now, then the final LoRA
-    assert saved[-1].name == "demo_lora.safetensors" and Path(summary.lora_path) == saved[-1]
+    assert [p.name for p in saved] == ["demo_lora-step000002.safetensors", "demo_lora.safetensors"]
+    assert Path(summary.lora_path) == saved[-1] and blocker.read_text().startswith("a file")
+    failed = [w for w in rep.warnings if "was not saved" in w]
+    assert failed and "choose another output folder" in failed[0] and str(blocker) in failed[0]
     assert summary.state_path and Path(summary.state_path).parent == tmp_path / "good"
     assert any(s.startswith("saving into") for s in rep.statuses)
 

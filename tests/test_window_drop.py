@@ -4,27 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from PIL import Image
-from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
-from guitrainer.presets import PresetStore
 from guitrainer.ui.main_window import MainWindow
 
 TRAINING_ROW = 2
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitExposed(w)
-    yield w
-    w.dataset_page.shutdown()
 
 
 def image(path: Path, colour=(200, 80, 40)) -> Path:

@@ -52,6 +52,18 @@ def _entries(folder: Path) -> list[tuple[float, int, Path]]:
     return out
 
 
+def _remove(p: Path) -> bool | None:
+    """Delete one entry: True when removed, None when already gone, False when it could not be."""
+    try:
+        p.unlink()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("could not remove cache entry %s: %s", p, e)
+        return False
+    return True
+
+
 def usage(root: Path | None = None) -> list[KindUsage]:
     """Files and bytes of each cache kind (0 for a kind not created yet)."""
     root = paths.cache_dir() if root is None else root
@@ -82,17 +94,14 @@ def prune(
             break
         if keep_since is not None and mtime >= keep_since:
             break  # sorted by mtime: everything after this is newer still
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
+        done = _remove(p)
+        if done is False:
             failed += 1
-            log.warning("could not remove cache entry %s: %s", p, e)
             continue
-        total -= size
-        removed += 1
-        freed += size
+        total -= size  # gone either way
+        if done:
+            removed += 1
+            freed += size
     if removed:
         log.info("pruned %d cache entries (%.1f MB)", removed, freed / 1e6)
     return PruneResult(removed, freed, failed)
@@ -105,13 +114,9 @@ def clear(root: Path | None = None, kinds: tuple[str, ...] = KINDS) -> PruneResu
     for kind in kinds:
         folder = root / kind
         for _t, size, p in _entries(folder):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                failed += 1
-                log.warning("could not remove cache entry %s: %s", p, e)
+            done = _remove(p)
+            if not done:
+                failed += done is False
                 continue
             removed += 1
             freed += size
