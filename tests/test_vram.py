@@ -176,7 +176,8 @@ def test_fake_tracker_agrees_with_real_cpu_step() -> None:
 
     Both runs count live storages with the same StorageTracker (raw bytes), so this checks that the fake
     simulation allocates what real execution allocates; the static part is checked against the parameter
-    and optimizer-state sizes computed independently.
+    and optimizer-state sizes computed independently. The tracker itself is checked against torch.profiler's
+    allocator events in ``tests/test_memory_measure.py::test_tracker_peak_agrees_with_profiler``.
     """
     from guitrainer.engine.memory import measure_training_step
 

@@ -27,10 +27,10 @@ UNET_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "attention_ff": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"),
     "attention_ff_proj": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2", "proj_in", "proj_out"),
 }
+#: the trainer's text-encoder LoRA (``engine.lora.inject_text_encoder_lora``) covers the attention projections
+#: whatever the UNet's target set (measured: ``tests/test_memory_engine_lora.py``)
 TEXT_ENCODER_LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    "attention": ("q_proj", "k_proj", "v_proj", "out_proj"),
-    "attention_ff": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
-    "attention_ff_proj": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
+    target: ("q_proj", "k_proj", "v_proj", "out_proj") for target in UNET_LORA_TARGETS
 }
 
 LoraTable = tuple[tuple[int, int, int, float], ...]  # (in, out, count, tokens per latent pixel; 0 = text tokens)
@@ -82,8 +82,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
         },
         text_encoder_lora={
             "attention": (((32, 32, 8, 0.0),),),
-            "attention_ff": (((32, 32, 8, 0.0), (32, 64, 2, 0.0), (64, 32, 2, 0.0)),),
-            "attention_ff_proj": (((32, 32, 8, 0.0), (32, 64, 2, 0.0), (64, 32, 2, 0.0)),),
+            "attention_ff": (((32, 32, 8, 0.0),),),
+            "attention_ff_proj": (((32, 32, 8, 0.0),),),
         },
     ),
     "sd15": ModelSpec(
@@ -102,8 +102,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
         },
         text_encoder_lora={
             "attention": (((768, 768, 48, 0.0),),),
-            "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)),),
-            "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)),),
+            "attention_ff": (((768, 768, 48, 0.0),),),
+            "attention_ff_proj": (((768, 768, 48, 0.0),),),
         },
     ),
     "sdxl": ModelSpec(
@@ -122,8 +122,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
         },
         text_encoder_lora={
             "attention": (((768, 768, 48, 0.0),), ((1280, 1280, 128, 0.0),)),
-            "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0))),
-            "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0))),
+            "attention_ff": (((768, 768, 48, 0.0),), ((1280, 1280, 128, 0.0),)),
+            "attention_ff_proj": (((768, 768, 48, 0.0),), ((1280, 1280, 128, 0.0),)),
         },
     ),
 }

@@ -17,9 +17,21 @@ losses, ``exp`` etc. in fp32; ``cat`` / ``stack`` promote). Attention goes throu
 flash kernel: like CUDA's flash / memory-efficient kernels it saves O(tokens) (output + logsumexp), never the
 tokens² attention matrix.
 
-bitsandbytes' 8-bit optimizers cannot run on fake tensors: their state is added **analytically**
-(:func:`guitrainer.core.vram.optimizer_state_bytes`, which mirrors bitsandbytes' ``init_state``) and the step
-itself runs a stateless SGD; the result says so in ``analytic_optimizer_state``.
+LoRA is injected with the engine's own :func:`~guitrainer.engine.lora.inject_unet_lora` /
+:func:`~guitrainer.engine.lora.inject_text_encoder_lora` and cast like the trainer does (fp32 master weights), so
+the measured parameter set is exactly the one training trains. The step itself is a copy of the trainer's
+(encode, noise, forward, loss, backward, unscale, clip, update), not the trainer's own method: that one is bound
+to a ``Trainer`` with its dataset, data loader, accelerate and noise scheduler, none of which exist here.
+
+bitsandbytes' 8-bit optimizers cannot run on fake tensors, but bitsandbytes (>= 0.49) runs them on CPU: their
+state is **measured** by :func:`bnb_state_bytes`, a real optimizer step on real CPU tensors, one pair per
+distinct LoRA shape (state is allocated per tensor, so the total is exact), built by the engine's
+:func:`~guitrainer.engine.optim.build_optimizer`. The fake step itself runs a stateless SGD for the update.
+Only where bitsandbytes cannot be used is the state taken from the estimator's formula
+(:func:`guitrainer.core.vram.optimizer_state_bytes`); the result then says so in ``analytic_optimizer_state``.
+
+:func:`profile_cpu_step` measures a real CPU step with ``torch.profiler`` (allocator events, no tracker): the
+independent check of :class:`StorageTracker`.
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ import logging
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,7 +215,7 @@ def build_on_meta(family: str, part: str, dtype: torch.dtype = torch.float32) ->
             cls = CLIPTextModelWithProjection if arch == "CLIPTextModelWithProjection" else CLIPTextModel
             model = cls(te_cfg)
     model.requires_grad_(False)
-    return model.to(dtype)
+    return torch.nn.Module.to(model, dtype)  # torch's: diffusers' override warns on every cast (as in the trainer)
 
 
 def _count(module: torch.nn.Module) -> int:
@@ -299,9 +312,10 @@ class MemoryMeasurement:
     frozen_weights: int
     lora_weights: int
     optimizer_state: int
+    lora_parameter_count: int = 0  # trainable LoRA parameters (elements)
     reserved: int | None = None  # CUDA only: max_memory_reserved
     method: str = "fake"  # "fake" (tracked fake tensors) or "cuda"
-    analytic_optimizer_state: bool = False  # 8-bit state added from the formula, not measured
+    analytic_optimizer_state: bool = False  # 8-bit state from the estimator's formula (bitsandbytes unavailable)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -319,32 +333,83 @@ def _family(config: Any) -> str:
     return vram.resolve_family(fam, str(config.model.base))
 
 
-def _inject_lora(model: torch.nn.Module, rank: int, alpha: float, suffixes: tuple[str, ...]) -> list[torch.nn.Parameter]:
-    from peft import LoraConfig, inject_adapter_in_model
+def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Module], network: Any) -> None:
+    """The trainer's LoRA on (meta) modules: the engine's injection, then fp32 master weights like the trainer.
 
-    names = sorted({n for n, _ in _targeted(model, suffixes)})
+    ``network`` is ``config.network``; ``text_encoders`` are the ones whose LoRA is trained (may be empty).
+    """
+    from diffusers.training_utils import cast_training_params
+
+    from guitrainer.engine import lora
+
+    n = network
     with torch.device("meta"):
-        inject_adapter_in_model(
-            LoraConfig(r=rank, lora_alpha=alpha, target_modules=names, init_lora_weights="gaussian"), model
-        )
-    params = [p for n, p in model.named_parameters() if "lora_" in n]
-    for p in params:
-        p.requires_grad_(True)
-        p.data = p.data.float()  # trainable params stay fp32 (master weights)
-    return params
+        lora.inject_unet_lora(unet, n.rank, n.alpha, n.dropout, n.target_modules)
+        for te in text_encoders:
+            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
+    cast_training_params([unet, *text_encoders], dtype=torch.float32)
 
 
-def _make_optimizer(name: str, params: list[torch.nn.Parameter], lr: float, real_8bit: bool) -> torch.optim.Optimizer:
+def _make_optimizer(opt_cfg: Any, params: list[torch.nn.Parameter], real_8bit: bool) -> torch.optim.Optimizer:
+    name = opt_cfg.name
     if name == "AdamW":
-        return torch.optim.AdamW(params, lr=lr, foreach=True)  # foreach is the default on CUDA
+        return torch.optim.AdamW(params, lr=opt_cfg.lr, foreach=True)  # foreach is the default on CUDA
     if name == "Adafactor":
-        return torch.optim.Adafactor(params, lr=lr, foreach=False)
+        return torch.optim.Adafactor(params, lr=opt_cfg.lr, foreach=False)
     if real_8bit:
-        import bitsandbytes as bnb
+        from guitrainer.engine.optim import build_optimizer
 
-        cls = {"AdamW8bit": bnb.optim.AdamW8bit, "Lion8bit": bnb.optim.Lion8bit, "PagedAdamW8bit": bnb.optim.PagedAdamW8bit}
-        return cls[name](params, lr=lr)
-    return torch.optim.SGD(params, lr=lr, foreach=True)  # stateless stand-in; state is added analytically
+        return build_optimizer(opt_cfg, [{"params": params}])[0]
+    return torch.optim.SGD(params, lr=opt_cfg.lr, foreach=True)  # stateless stand-in; state from bnb_state_bytes
+
+
+def _state_storages(state: dict[str, Any]) -> dict[int, torch.UntypedStorage]:
+    return {
+        t.untyped_storage().data_ptr(): t.untyped_storage()
+        for t in state.values()
+        if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()
+    }
+
+
+def bnb_state_bytes(opt_cfg: Any, shapes: Iterable[tuple[int, ...]], block: int = CUDA_BLOCK) -> int | None:
+    """Bytes of a bitsandbytes 8-bit optimizer's state over trainable tensors of ``shapes``, from a real step.
+
+    bitsandbytes runs on CPU: one optimizer (the engine's :func:`~guitrainer.engine.optim.build_optimizer` with
+    ``opt_cfg``) over two real fp32 tensors per distinct shape takes one step with random gradients. A storage
+    held by one tensor's state is per-tensor (counted once per tensor of that shape); one held by several
+    (the shared quantisation maps) is counted once. Each storage is rounded up to ``block`` bytes.
+    Returns None when bitsandbytes cannot be used here (the engine would fall back to AdamW).
+    """
+    from guitrainer.engine.optim import build_optimizer
+
+    counts = Counter(tuple(int(d) for d in s) for s in shapes)
+    gen = torch.Generator().manual_seed(0)
+    params = [
+        torch.nn.Parameter(torch.randn(shape, generator=gen) * 0.02) for shape in counts for _ in range(2)
+    ]
+    if not params:
+        return 0
+    optimizer, used = build_optimizer(opt_cfg, [{"params": params}])
+    if used != opt_cfg.name:
+        return None
+    for prm in params:
+        prm.grad = torch.randn(prm.shape, generator=gen) * 1e-3
+    optimizer.step()
+    owners: dict[int, set[int]] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
+    for i, prm in enumerate(params):
+        for ptr, st in _state_storages(optimizer.state[prm]).items():
+            owners.setdefault(ptr, set()).add(i)
+            storages[ptr] = st
+    total = 0
+    for ptr, st in storages.items():
+        nbytes = -(-st.nbytes() // block) * block
+        (first, *others) = owners[ptr]
+        if others:
+            total += nbytes  # shared by the optimizer's tensors
+        elif first % 2 == 0:  # the first of the two samples of its shape stands for every tensor of that shape
+            total += nbytes * counts[tuple(params[first].shape)]
+    return total
 
 
 def measure_training_step(config: Any, *, method: str = "auto", block: int = CUDA_BLOCK) -> MemoryMeasurement:
@@ -378,11 +443,10 @@ class _Run:
     text_encoders: list[torch.nn.Module]
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
-    state_bytes_analytic: int = 0
 
 
 def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict[str, Any]]:
-    """Build every component on ``meta`` (no memory) and inject LoRA: ``[unet, vae | None, *text_encoders]``.
+    """Build every component on ``meta`` (no memory) and inject the engine's LoRA: ``[unet, vae | None, *text_encoders]``.
 
     With ``emulate_autocast``, checkpointed blocks recompute under :class:`CudaAutocastEmulation` (real
     autocast state is restored by torch.utils.checkpoint itself; a torch-function mode is not).
@@ -396,21 +460,19 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     if emulate_autocast and p.training != "fp32":
         ckpt_kwargs["context_fn"] = lambda: (contextlib.nullcontext(), CudaAutocastEmulation(wdtype))
     unet = build_on_meta(family, "unet", wdtype)
-    _inject_lora(unet, net.rank, net.alpha, UNET_TARGETS[net.target_modules])
+    train_te = bool(net.train_text_encoder)
+    tes: list[torch.nn.Module] = []
+    if train_te or not p.cache_text_encoder_outputs:
+        tes = [build_on_meta(family, part, wdtype) for part in ("text_encoder", "text_encoder_2") if part in cfgs]
+    inject_engine_lora(unet, tes if train_te else [], net)  # as the trainer: inject, fp32 cast, then checkpointing
     if p.gradient_checkpointing:
         unet.enable_gradient_checkpointing(functools.partial(torch.utils.checkpoint.checkpoint, **ckpt_kwargs))
+        if train_te:
+            for te in tes:
+                te.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt_kwargs)
     unet.train()
-    tes: list[torch.nn.Module] = []
-    if net.train_text_encoder or not p.cache_text_encoder_outputs:
-        for part in ("text_encoder", "text_encoder_2"):
-            if part in cfgs:
-                te = build_on_meta(family, part, wdtype)
-                if net.train_text_encoder:
-                    _inject_lora(te, net.rank, net.alpha, TEXT_ENCODER_TARGETS[net.target_modules])
-                    if p.gradient_checkpointing:
-                        te.gradient_checkpointing_enable(gradient_checkpointing_kwargs=ckpt_kwargs)
-                    te.train()
-                tes.append(te)
+    for te in tes:
+        te.train(train_te)
     vae = None if p.cache_latents else build_on_meta(family, "vae", vae_dtype)
     info = {"family": family, "wdtype": wdtype, "vae_dtype": vae_dtype, "ucfg": cfgs["unet"]}
     return [unet, vae, *tes], info
@@ -422,12 +484,15 @@ def _materialise(config: Any, modules: list[Any], device: str, real_8bit: bool) 
         if m is not None:
             m.to_empty(device=device)
     unet, vae, *tes = modules
-    params = [prm for m in (unet, *tes) for n, prm in m.named_parameters() if "lora_" in n]
-    optimizer = _make_optimizer(config.optimizer.name, params, config.optimizer.lr, real_8bit)
-    run = _Run(unet, vae, tes, params, optimizer)
-    if config.optimizer.name.endswith("8bit") and not real_8bit:
-        run.state_bytes_analytic = vram.optimizer_state_bytes(config.optimizer.name, [tuple(prm.shape) for prm in params])
-    return run
+    params = lora_parameters([unet, *tes])
+    return _Run(unet, vae, tes, params, _make_optimizer(config.optimizer, params, real_8bit))
+
+
+def lora_parameters(modules: Iterable[torch.nn.Module | None]) -> list[torch.nn.Parameter]:
+    """The trainable LoRA parameters of ``modules``, as the trainer collects them."""
+    from guitrainer.engine import lora
+
+    return [prm for m in modules if m is not None for prm in lora.lora_parameters(m)]
 
 
 def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: Any) -> None:
@@ -505,6 +570,29 @@ def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int =
     return total
 
 
+def _randomise(run: _Run) -> None:
+    """to_empty leaves garbage; NaNs / infs would only change the numbers, not the allocations."""
+    with torch.no_grad():
+        for m in (run.unet, run.vae, *run.text_encoders):
+            if m is not None:
+                for prm in m.parameters():
+                    prm.normal_(0.0, 0.02)
+
+
+def _8bit_state(config: Any, params: list[torch.nn.Parameter], block: int) -> tuple[int, str, bool]:
+    """(bytes, note, from the formula) of the 8-bit optimizer state: measured with bitsandbytes on CPU if it can."""
+    name = config.optimizer.name
+    shapes = [tuple(prm.shape) for prm in params]
+    measured = bnb_state_bytes(config.optimizer, shapes, block)
+    if measured is not None:
+        return measured, (
+            f"{name} state ({measured / 2**20:.1f} MiB) measured from a real bitsandbytes step on CPU tensors of the "
+            f"LoRA's {len(set(shapes))} distinct shapes (bitsandbytes cannot run on fake tensors)"
+        ), False
+    analytic = vram.optimizer_state_bytes(name, shapes)
+    return analytic, f"{name} state ({analytic / 2**20:.1f} MiB) from the estimator's formula: bitsandbytes unavailable", True
+
+
 def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -519,11 +607,7 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
         run = _materialise(config, modules, "cpu", real_8bit=False)
         del modules
         if not fake:
-            with torch.no_grad():
-                for m in (run.unet, run.vae, *run.text_encoders):
-                    if m is not None:
-                        for prm in m.parameters():
-                            prm.normal_(0.0, 0.02)
+            _randomise(run)
         # parameters materialised before the tracker saw an op (to_empty runs under it; this is a safety net)
         for m in (run.unet, run.vae, *run.text_encoders):
             if m is not None:
@@ -543,22 +627,63 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
         peak = tracker.peak
         frozen = _param_bytes([run.unet, run.vae, *run.text_encoders], lora=False, block=block)
         lora = _param_bytes([run.unet, *run.text_encoders], lora=True, block=block)
-    extra = run.state_bytes_analytic
-    if extra:
-        notes.append(f"{config.optimizer.name} state ({extra / 2**20:.1f} MiB) added analytically: bitsandbytes cannot run on fake tensors")
+    extra, analytic = 0, False
+    if config.optimizer.name.endswith("8bit"):  # the step ran a stateless SGD: add the real 8-bit state
+        extra, note, analytic = _8bit_state(config, run.params, block)
+        notes.append(note)
     return MemoryMeasurement(
         peak=peak + extra,
         static=static + extra,
         frozen_weights=frozen,
         lora_weights=lora,
         optimizer_state=state + extra,
+        lora_parameter_count=sum(prm.numel() for prm in run.params),
         method="fake" if fake else "cpu",
-        analytic_optimizer_state=bool(extra),
+        analytic_optimizer_state=analytic,
         notes=notes,
     )
 
 
+def profile_cpu_step(config: Any) -> int:
+    """Peak bytes allocated above the starting level during one real CPU training step, from ``torch.profiler``.
+
+    The independent check of :class:`StorageTracker`: the same model, LoRA and step as ``method="cpu"`` (optimizer
+    state initialised, gradients None), with no dispatch mode active; the allocator's own events
+    (``profile_memory=True``) are replayed in time order. Comparable with ``measure_training_step(config,
+    method="cpu", block=1).activations``. 8-bit optimizers run a stateless SGD here too. Slow for big models.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    half = config.precision.training != "fp32"
+    modules, info = _build(config, emulate_autocast=half)
+    run = _materialise(config, modules, "cpu", real_8bit=False)
+    del modules
+    _randomise(run)
+    _init_optimizer_state(run)
+    autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _step(config, run, info, "cpu", autocast)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in events:  # nbytes() is positive for an allocation, negative for a free
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 def _measure_cuda(config: Any) -> MemoryMeasurement:
+    """Measure on the GPU the run would train on (``precision.gpu_index``; automatic: the current one)."""
+    from guitrainer.core.hardware import choose_training_gpu
+
+    wanted = int(config.precision.gpu_index)
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if wanted >= 0 else []
+    choice = choose_training_gpu(wanted, device_type="cuda", num_processes=1, gpu_names=names)
+    with torch.cuda.device(choice.index if choice.index is not None else torch.cuda.current_device()):
+        return _measure_cuda_here(config)
+
+
+def _measure_cuda_here(config: Any) -> MemoryMeasurement:
     half = config.precision.training != "fp32"
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -566,11 +691,7 @@ def _measure_cuda(config: Any) -> MemoryMeasurement:
     modules, info = _build(config)
     run = _materialise(config, modules, "cuda", real_8bit=True)
     del modules
-    with torch.no_grad():
-        for m in (run.unet, run.vae, *run.text_encoders):
-            if m is not None:
-                for prm in m.parameters():  # to_empty leaves garbage; NaNs would only change the numbers
-                    prm.normal_(0.0, 0.02)
+    _randomise(run)
 
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=info["wdtype"]) if half else contextlib.nullcontext()
@@ -578,9 +699,10 @@ def _measure_cuda(config: Any) -> MemoryMeasurement:
     _step(config, run, info, "cuda", autocast())  # warm-up: optimizer state, cuBLAS workspace, kernels
     torch.cuda.synchronize()
     static = torch.cuda.memory_allocated() - before
-    state = sum(
-        t.numel() * t.element_size() for s in run.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)
-    )
+    storages: dict[int, torch.UntypedStorage] = {}
+    for s in run.optimizer.state.values():
+        storages.update(_state_storages(s))  # bitsandbytes' quantisation maps are shared: count them once
+    state = sum(st.nbytes() for st in storages.values())
     torch.cuda.reset_peak_memory_stats()
     _step(config, run, info, "cuda", autocast())
     torch.cuda.synchronize()
@@ -592,6 +714,7 @@ def _measure_cuda(config: Any) -> MemoryMeasurement:
         frozen_weights=_param_bytes([run.unet, run.vae, *run.text_encoders], lora=False),
         lora_weights=_param_bytes([run.unet, *run.text_encoders], lora=True),
         optimizer_state=state,
+        lora_parameter_count=sum(prm.numel() for prm in run.params),
         reserved=reserved,
         method="cuda",
         notes=[f"{torch.cuda.get_device_name()}: peak after a warm-up step"],
