@@ -14,8 +14,9 @@ from PIL import Image
 
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import dataset as core_ds
-from guitrainer.ui import training_page
-from guitrainer.ui.training_page import _normalizer, check_start, look_at_folders
+from guitrainer.core import folder_check
+from guitrainer.core.folder_check import _normalizer, look_at_folders
+from guitrainer.ui.training_page import check_start
 
 
 def images(folder: Path, n: int = 2, prefix: str = "img") -> Path:
@@ -146,8 +147,8 @@ def test_subfolder_search_is_bounded(tmp_path):
     for i in range(5):
         (root / f"d{i}").mkdir(parents=True)
     images(root / "d4" / "inner")
-    assert training_page._subfolder_with_images(root) == root / "d4" / "inner"
-    assert training_page._subfolder_with_images(root, limit=3) is None  # gives up: the hint is optional
+    assert folder_check._subfolder_with_images(root) == root / "d4" / "inner"
+    assert folder_check._subfolder_with_images(root, limit=3) is None  # gives up: the hint is optional
 
 
 def test_unknown_device_still_gets_cpu_precision_advice(tmp_path):

@@ -225,7 +225,7 @@ def test_page_runs_a_fake_trainer_and_buttons_follow_the_state(qtbot, make_page)
     assert "ETA" in page.progress_label.text() and "img/s" in page.progress_label.text()
     qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
     assert page.state == TrainState.PAUSED and page.pause_button.text() == "Resume"
-    assert not page.save_button.isEnabled()
+    assert page.save_button.isEnabled() and not page.sample_button.isEnabled()  # Save now works while paused
     qtbot.mouseClick(page.pause_button, Qt.MouseButton.LeftButton)
     assert page.state == TrainState.RUNNING
     with qtbot.waitSignal(page.run_finished, timeout=5000) as blocker:
