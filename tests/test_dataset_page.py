@@ -176,7 +176,9 @@ def test_non_utf8_caption_is_shown_but_never_rewritten(page, qtbot, tmp_path):
     page.step_current(1)
     page.step_current(-1)
     qtbot.wait(600)
-    edit = page.apply_tag_operation("Replace", lambda s: ds.find_replace(s, "red", "blue"), "all")
+    with qtbot.waitSignal(page.tag_operation_finished, timeout=10000) as done:
+        page.apply_tag_operation("Replace", lambda s: ds.find_replace(s, "red", "blue"), "all")
+    edit = done.args[0]
     assert edit is not None and edit.count == 0 and edit.skipped_not_utf8 == 1
     assert (tmp_path / "s" / "a.txt").read_bytes() == raw
 
@@ -198,7 +200,8 @@ def test_bulk_replace_is_one_undo_step_restoring_bytes(page, qtbot, tmp_path):
     page.tag_tools.scope.setCurrentIndex(page.tag_tools.scope.findData("all"))
     page.tag_tools.find.setText("red")
     page.tag_tools.replace.setText("green")
-    page.tag_tools._find_replace()
+    with qtbot.waitSignal(page.tag_operation_finished, timeout=10000):
+        page.tag_tools._find_replace()
     assert page.undo_stack.count() == before + 1
     assert "changed 3 captions" in page.status.text()
     assert (tmp_path / "b" / "d.txt").read_bytes() == b"green, green, green"
@@ -207,7 +210,8 @@ def test_bulk_replace_is_one_undo_step_restoring_bytes(page, qtbot, tmp_path):
     # Selection scope: dedupe only the selected image.
     select(page, "d.png")
     page.tag_tools.scope.setCurrentIndex(page.tag_tools.scope.findData("selection"))
-    page.tag_tools._dedupe()
+    with qtbot.waitSignal(page.tag_operation_finished, timeout=10000):
+        page.tag_tools._dedupe()
     assert (tmp_path / "b" / "d.txt").read_bytes() == b"green"
     assert "changed 1 caption" in page.status.text()
 

@@ -102,9 +102,12 @@ def caption_path_for(image_path: str | Path, caption_extension: str = ".txt") ->
 
 def read_caption(path: str | Path) -> CaptionText:
     """Read a caption; a missing file reads as empty, a non-UTF-8 one with replacement characters."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
+    return decode_caption(_read_bytes(Path(path)))
+
+
+def decode_caption(raw: bytes | None) -> CaptionText:
+    """A caption file's bytes (None: no file) as :func:`read_caption` reads them."""
+    if raw is None:
         return CaptionText("", True, exists=False)
     try:
         return CaptionText(raw.decode("utf-8-sig"), True)
@@ -261,7 +264,10 @@ class DatasetItem:
 
     def reload_caption(self) -> None:
         """Re-read the caption file (after an undo, an outside edit)."""
-        c = read_caption(self.caption_path)
+        self.set_caption(read_caption(self.caption_path))
+
+    def set_caption(self, c: CaptionText) -> None:
+        """Show a caption known to be on disk now (e.g. just written), without reading the file."""
         self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
         if c.was_utf8:
             self.flags.discard(Flag.CAPTION_NOT_UTF8)
@@ -551,25 +557,33 @@ class CaptionEdit:
     def count(self) -> int:
         return len(self.changes)
 
-    def apply(self) -> None:
-        """Write every new caption (atomically, file by file); if one fails, undo the ones written."""
+    def apply(self, progress: Callable[[int], None] | None = None) -> None:
+        """Write every new caption (atomically, file by file); if one fails, undo the ones written.
+
+        ``progress(n)`` is called after each file, with the number written so far.
+        """
+        self._write(self.changes, forward=True, progress=progress)
+
+    def revert(self, progress: Callable[[int], None] | None = None) -> None:
+        """Restore every caption exactly as it was before; if one fails, redo the ones restored."""
+        self._write(list(reversed(self.changes)), forward=False, progress=progress)
+
+    @staticmethod
+    def _write(changes: list[CaptionChange], forward: bool, progress: Callable[[int], None] | None) -> None:
         done: list[CaptionChange] = []
         try:
-            for ch in self.changes:
-                restore_bytes(ch.caption_path, ch.new)
+            for ch in changes:
+                restore_bytes(ch.caption_path, ch.new if forward else ch.old)
                 done.append(ch)
+                if progress is not None:
+                    progress(len(done))
         except BaseException:
             for ch in reversed(done):
                 try:
-                    restore_bytes(ch.caption_path, ch.old)
+                    restore_bytes(ch.caption_path, ch.old if forward else ch.new)
                 except OSError:
                     log.exception("could not restore %s", ch.caption_path)
             raise
-
-    def revert(self) -> None:
-        """Restore every caption exactly as it was before."""
-        for ch in reversed(self.changes):
-            restore_bytes(ch.caption_path, ch.old)
 
 
 def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], description: str) -> CaptionEdit:

@@ -39,6 +39,7 @@ from guitrainer.ui.drops import local_paths
 log = logging.getLogger(__name__)
 
 MAX_RECENT = 8
+STATUS_TIMEOUT_MS = 6000  # how long a page's status message stays in the window's status bar
 
 
 class MainWindow(QMainWindow):
@@ -105,6 +106,8 @@ class MainWindow(QMainWindow):
             lambda _has: self.training_page.set_blocking_errors(self.model_page.error_text())
         )
         self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
+        # The dataset page's own status line (import report, tag edits) shows in the window's status bar too.
+        self.dataset_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
         self.nav.setCurrentRow(0)
 
         right = QWidget()

@@ -54,7 +54,7 @@ class TagToolsPanel(QWidget):
         scope_row.addStretch(1)
         lay.addLayout(scope_row)
 
-        ops = QGroupBox("Edit tags", self)
+        ops = self.ops = QGroupBox("Edit tags", self)
         form = QFormLayout(ops)
         self.trigger = QLineEdit(self)
         self.trigger.setPlaceholderText("e.g. mychar")
@@ -141,8 +141,16 @@ class TagToolsPanel(QWidget):
         row.addWidget(b)
         return w
 
+    def set_busy(self, busy: bool) -> None:
+        """While an edit is being written the operations are disabled (the frequency table stays usable)."""
+        self.scope.setEnabled(not busy)
+        self.ops.setEnabled(not busy)
+        self.ops.setToolTip("Wait until the captions are written." if busy else "")
+
     # ------------------------------------------------------------------ operations
     def _emit(self, description: str, op: TagOperation) -> None:
+        if not self.ops.isEnabled():  # busy writing captions (see set_busy)
+            return
         self.operation_requested.emit(description, op, self.scope.currentData())
 
     def _add_trigger(self) -> None:
