@@ -60,6 +60,22 @@ def test_macos_bundle_declares_presets_and_folders(tmp_path, monkeypatch):
     assert args[args.index("--osx-bundle-identifier") + 1] == builder.BUNDLE_ID
 
 
+def test_windows_script_has_an_icon_and_the_preset_association(tmp_path, monkeypatch):
+    """Coded here, compiled on Windows: the Inno Setup script names a real .ico and registers "Open with"."""
+    from PIL import Image
+
+    builder = _load_builder()
+    monkeypatch.setattr(builder.shutil, "which", lambda name: None)  # no iscc here: the script is written
+    assert builder.package_windows(tmp_path / "app", tmp_path) is None
+    iss = (tmp_path / "guitrainer.iss").read_text(encoding="utf-8")
+    icon_line = next(line for line in iss.splitlines() if line.startswith("SetupIconFile="))
+    ico = Path(icon_line.split("=", 1)[1])
+    with Image.open(ico) as im:
+        assert im.format == "ICO" and (256, 256) in im.info["sizes"]
+    assert "UninstallDisplayIcon={app}\\guitrainer.exe" in iss
+    assert '"{app}\\guitrainer.exe" "%1"' in iss.replace('""', '"')
+
+
 def test_linux_package_layout(tmp_path):
     """The tarball holds the app folder, the .desktop entry, the icon and an executable install.sh."""
     import tarfile
