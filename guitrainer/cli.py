@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -94,7 +95,9 @@ def _parse_value(text: str, path: str = "") -> object:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    rank = os.environ.get("RANK") if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else None
+    prefix = f"[rank {rank}] " if rank is not None else ""  # under accelerate launch every process logs
+    logging.basicConfig(level=logging.INFO, format=prefix + "%(levelname)s %(name)s: %(message)s")
     if args.list_presets:
         store = PresetStore()
         for name in store.names():

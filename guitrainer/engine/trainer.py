@@ -11,6 +11,10 @@ Mixed precision follows DESIGN §4 exactly, by hand rather than through accelera
 
 accelerate provides the device, DDP wrapping under ``accelerate launch`` and the main-process rule
 (only the main process reports and saves). Gradient accumulation is done by hand with ``no_sync``.
+Under several processes each one trains its shard of every epoch (:func:`data.epoch_batches`), the
+reported loss is the mean over the processes, and stop / pause are agreed on by a small all-reduce
+each step (:meth:`Trainer._any_process`), so every process leaves the loop at the same step. A
+single-process run does no collective at all.
 
 Prior preservation (``dataset.regularization_folders``): every micro-batch is an instance half (the
 training images, exactly as without class images) and a class half of the same size, drawn per epoch
@@ -54,7 +58,13 @@ from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
 from guitrainer.engine import sampling as S
 from guitrainer.engine.cache import LatentCache, TextCache
-from guitrainer.engine.models import LoadedModel, ModelLoadError, ensure_demo_dataset, load_base_model
+from guitrainer.engine.models import (
+    LoadedModel,
+    ModelLoadError,
+    ensure_demo_dataset,
+    ensure_demo_model,
+    load_base_model,
+)
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
 
 log = logging.getLogger(__name__)
@@ -234,13 +244,36 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     _main = True
+    _num_processes = 1
 
-    def _stop_if_asked(self, during: str) -> None:
+    def _any_process(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag, True on every process when it is True on any of them.
+
+        One process: the flags as given, no collective. Several (``accelerate launch``): one all-reduce
+        (max) of a tensor of the flags, so every process must call this at the same point of the run.
+        A stop or pause may reach one process only (a signal sent to one of them; a Control set by the
+        code that drives the main process) or reach them at different steps (Ctrl+C, which the launcher
+        passes on to each process); either way every process acts on it at the same step.
+        """
+        if self._num_processes == 1:
+            return flags
+        t = torch.tensor([float(f) for f in flags], dtype=torch.float32, device=self.device)
+        return tuple(bool(v) for v in self.accelerator.reduce(t, reduction="max").tolist())
+
+    def _stop_if_asked(self, during: str, *, every_process: bool = False) -> None:
         """Set-up is long (loading, caching): a Stop pressed meanwhile ends the run here, before any step.
 
         Cache entries already written stay on disk, so the next run starts where this one stopped.
+
+        Several processes must stop at the same point, or the others would wait forever in the next
+        collective (DDP's set-up, the first step). So there only the checks that every process makes at
+        the same point of set-up count (``every_process=True``), and they agree through one small
+        all-reduce (:meth:`_any_process`); the checks inside the caching loops, whose length can differ
+        between processes (what the disk cache already held), apply to single-process runs only.
         """
-        if self.control.stop_requested:
+        if self._num_processes > 1 and not every_process:
+            return
+        if self._any_process(self.control.stop_requested)[0]:
             self._status(f"stopped while {during}")
             raise StoppedBeforeTraining(f"stopped while {during}, before the first step; nothing was trained or saved")
 
@@ -251,10 +284,28 @@ class Trainer:
 
         cfg = self.config
         self._setup_started = time.time() - 2.0  # entries touched from now on belong to this run (mtime slack)
-        self.accelerator = Accelerator(gradient_accumulation_steps=cfg.schedule.gradient_accumulation, mixed_precision="no")
+        # Several processes without CUDA (torchrun / accelerate launch on a CPU machine): accelerate makes a
+        # gloo process group only when told to use the CPU; otherwise every process would train alone.
+        launched = _launched_processes()
+        self.accelerator = Accelerator(
+            gradient_accumulation_steps=cfg.schedule.gradient_accumulation,
+            mixed_precision="no",
+            cpu=launched > 1 and not torch.cuda.is_available(),
+        )
         acc = self.accelerator
         self._main = acc.is_main_process
-        self.device = acc.device
+        self._num_processes = acc.num_processes
+        if launched > 1 and acc.num_processes == 1:
+            raise TrainingFailed(
+                f"{launched} processes were launched but accelerate set up only one: "
+                "each would train alone and write the same files",
+                (
+                    "launch with `accelerate launch --multi_gpu --num_processes N` "
+                    "or `torchrun --nproc_per_node N`",
+                ),
+            )
+        # several CPU processes: accelerate's device is "cpu:<rank>", which torch.load cannot map to
+        self.device = torch.device("cpu") if acc.device.type == "cpu" else acc.device
         # precision.gpu_index: checked before the model loads. The current CUDA device is per thread, so
         # set_device runs here, in the thread that trains (the GUI's worker thread).
         from guitrainer.core.hardware import GpuChoiceError, choose_training_gpu
@@ -276,14 +327,21 @@ class Trainer:
             self.device = torch.device("cuda", choice.index)
             torch.cuda.set_device(self.device)
         if self.device.type == "cpu":
-            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+            # one core left to the GUI; several processes share the rest
+            torch.set_num_threads(max(1, ((os.cpu_count() or 2) - 1) // acc.num_processes))
         set_seed(cfg.schedule.seed)
         self.precision = cfg.precision.training
         self.dtype = COMPUTE_DTYPES[self.precision]
         self._status("loading the base model")
+        if acc.num_processes > 1 and str(cfg.model.base).strip() == "demo":
+            # the demo model and images are built on first use: by the main process, then the others read them
+            with acc.main_process_first():
+                ensure_demo_model()
+                if not cfg.dataset.folders:
+                    ensure_demo_dataset()
         m = load_base_model(cfg.model, progress=self._download_progress)
         self.model = m
-        self._stop_if_asked("loading the base model")
+        self._stop_if_asked("loading the base model", every_process=True)
         self.dataset = self._build_dataset(m)
         self.class_dataset = self._build_class_dataset()
 
@@ -347,7 +405,7 @@ class Trainer:
         self.latent_store: LatentCache | None = None
         if cfg.precision.cache_latents:
             self._cache_latents()
-        self._stop_if_asked("setting up")
+        self._stop_if_asked("setting up", every_process=True)
         self._prune_caches()
         self.text_store: TextCache | None = None
         self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
@@ -357,10 +415,12 @@ class Trainer:
             self._status("text embeddings are not cached: shuffled captions differ on every step")
         if self.cache_text:
             self._cache_text()
-            self._stop_if_asked("caching text embeddings")
+            self._stop_if_asked("caching text embeddings", every_process=True)
 
         if cfg.schedule.resume_from:
             self._load_state(expand(cfg.schedule.resume_from))
+            if acc.num_processes > 1:  # the state holds the main process's RNG: each process draws its own
+                set_seed(cfg.schedule.seed + self.progress.global_step, device_specific=True)
         else:
             set_seed(cfg.schedule.seed, device_specific=True)  # the noise sequence starts here, whatever set-up used
         if cfg.sampling.every_n_steps and not any(p.strip() for p in cfg.sampling.prompts):
@@ -766,8 +826,16 @@ class Trainer:
             del loss, batch  # the instance half's activations are gone before the class half runs
             if cls:
                 class_losses.append(self._class_half(cls, j, len(micro), sync=last))
-        instance_value = float(torch.stack(inst_losses).float().mean().item())
-        class_value = float(torch.stack(class_losses).mean().item()) if class_losses else None
+        halves = [torch.stack(inst_losses).float().mean()]
+        if class_losses:
+            halves.append(torch.stack(class_losses).mean())
+        losses = torch.stack(halves)
+        if self._num_processes > 1:
+            # the loss of the whole step (every process's batches), so the curve is the global batch's, and a
+            # NaN on one process fails every process at the same step (none is left waiting in a collective)
+            losses = self.accelerator.reduce(losses, reduction="mean")
+        instance_value = float(losses[0].item())
+        class_value = float(losses[1].item()) if class_losses else None
         loss_value = R.combined_loss(instance_value, class_value, self.config.dataset.prior_loss_weight)
         if not math.isfinite(loss_value) and scaler is None:
             raise TrainingFailed(
@@ -809,6 +877,10 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.started_at = datetime.now(UTC)
         self._status(f"training {self.total_steps} steps ({self.precision}, {self.optimizer_name}) on {self.device}")
+        if self._num_processes > 1:
+            share = [b for b, _cls in self._epoch_pairs(p.epoch)]
+            shown = ", ".join(str(b) for b in share[:8]) + (", ..." if len(share) > 8 else "")
+            self._log_process(f"{len(share)} batches of each epoch; epoch {p.epoch + 1}: {shown}")
         batches: list[Pair] = []
         batches_epoch = -1
         while p.global_step < self.total_steps:
@@ -844,10 +916,27 @@ class Trainer:
                     self._save_intermediate(f"{p.epoch:06d}")
             outcome = self._poll_control()
             if outcome is not None:
-                return outcome
+                return self._process_done(outcome)
         self._status("training finished")
         self._save_final_and_state()
-        return self._summary("finished", f"trained {p.global_step} steps")
+        return self._process_done(self._summary("finished", f"trained {p.global_step} steps"))
+
+    def _log_process(self, text: str) -> None:
+        """Several processes: one log line of this process (every process logs its own)."""
+        acc = self.accelerator
+        log.info("process %d of %d (pid %d): %s", acc.process_index, acc.num_processes, os.getpid(), text)
+
+    def _process_done(self, summary: RunSummary) -> RunSummary:
+        """Several processes: log how this one ended, with a fingerprint of its LoRA weights (DDP keeps
+        them equal on every process, so the main process's saved LoRA is everyone's)."""
+        if self._num_processes > 1:
+            digest = hashlib.sha256()
+            for name, t in sorted(self._trainable_state().items()):
+                digest.update(name.encode())
+                digest.update(t.float().numpy().tobytes())
+            weights = digest.hexdigest()[:16]
+            self._log_process(f"{summary.status} at step {summary.steps}; LoRA weights {weights}")
+        return summary
 
     def _report(self, r: StepResult, dt: float, images: int) -> None:
         """One StepMetrics: ``loss`` is the total; ``instance_loss``, ``class_loss`` with class images only."""
@@ -888,18 +977,23 @@ class Trainer:
 
     def _poll_control(self) -> RunSummary | None:
         c, p = self.control, self.progress
-        self._take_save_request()
-        if c.paused and not c.stop_requested:
+        self._take_save_request()  # Save now: the main process writes, the others have nothing to do
+        # several processes: all stop (or pause) at the same step when the main process's Control says so
+        stop, paused = self._any_process(c.stop_requested, c.paused)
+        if paused and not stop:
             self._status(f"paused at step {p.global_step}")
-            while c.paused and not c.stop_requested:  # Save now (and a new folder) work while paused
+            while paused and not stop:  # Save now (and a new folder) work while paused
                 c.wait_while_paused(0.05, timeout=0.25)
                 self._take_save_request()
-            if not c.stop_requested:
+                stop, paused = self._any_process(c.stop_requested, c.paused)
+            if not stop:
                 self._status("resumed")
         self._take_output_folder()
-        if c.stop_requested:
+        if stop:
             self._status(f"stopping at step {p.global_step}; saving the LoRA and a resumable state")
             self._save_final_and_state()
+            if not self._main:
+                return self._summary("stopped", f"stopped at step {p.global_step}; the main process saves")
             return self._summary("stopped", f"stopped at step {p.global_step}; resume from {self.state_path}")
         if c.take_sample_request():  # after a pause: a sample asked for while paused is made on resume
             self._sample()
@@ -1162,6 +1256,14 @@ class Trainer:
         p.skipped_total, p.last_loss = int(info.get("skipped_total", 0)), info.get("last_loss")
         self._intermediates = list(info.get("intermediates", []))
         self._status(f"resumed from {folder} at step {p.global_step} (epoch {p.epoch + 1})")
+
+
+def _launched_processes() -> int:
+    """How many processes a launcher started (``WORLD_SIZE`` of torchrun, ``accelerate launch``), else 1."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def _rng_state() -> dict[str, Any]:
