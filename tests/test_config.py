@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -312,3 +313,17 @@ def test_gpu_index_error_in_a_file_names_its_line(tmp_path):
     with pytest.raises(ConfigError) as ei:
         C.load_toml(p)
     assert ei.value.field == "precision.gpu_index" and ei.value.line == 3 and "between -1 and 1023" in ei.value.message
+
+
+def test_the_readme_config_example_loads_without_errors(tmp_path):
+    """The TOML a user copies from the README must be valid as written."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", readme, re.S)
+    assert example, "the README has no TOML example"
+    path = tmp_path / "readme.toml"
+    path.write_text(example.group(1), encoding="utf-8")
+    cfg = C.load_toml(path)
+    assert cfg.errors() == []
+    assert cfg.dataset.folders[0].repeats == 10 and cfg.dataset.regularization_folders
