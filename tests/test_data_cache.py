@@ -172,3 +172,21 @@ def test_caches_in_memory_only_write_nothing(tmp_path):
     assert not list(paths.cache_dir().rglob("*.safetensors"))  # nothing on disk
     again = _run(tmp_path / "o2", data, precision__cache_to_disk=False)
     assert again.latent_store.disk_hits == 0 and again.latent_store.misses == 3  # encoded again
+
+
+def test_the_same_images_elsewhere_give_the_same_latents(tmp_path):
+    """Cached latents sample noise seeded by the image variant, not by where or when the file was written:
+    a dataset copied (or re-created) in another folder trains exactly the same."""
+    import shutil
+
+    data = _dataset(tmp_path / "data")
+    first = _run(tmp_path / "o1", data)
+    copy = tmp_path / "elsewhere" / "data"
+    shutil.copytree(data, copy)  # other folder, other mtimes: other cache keys
+    for f in copy.iterdir():
+        os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 5_000_000_000))
+    again = _run(tmp_path / "o2", copy)
+    assert again.latent_store.misses == 3 and again.latent_store.disk_hits == 0  # encoded afresh
+    assert first.latents.keys() == again.latents.keys()
+    for k, v in first.latents.items():
+        assert torch.equal(v, again.latents[k]), k

@@ -27,8 +27,8 @@ from guitrainer.core.fileio import WriteError, atomic_write_with
 
 log = logging.getLogger(__name__)
 
-#: bump when what an entry holds changes
-CACHE_VERSION = 1
+#: bump when what an entry holds changes (2: a latent's noise is seeded by the image variant, not its key)
+CACHE_VERSION = 2
 
 
 def _digest(parts: list[Any]) -> str:
@@ -112,9 +112,13 @@ class LatentCache(TensorCache):
         return _digest([*self.prefix, image_stamp(image), list(g.bucket), list(g.resized), g.left, g.top, bool(flip)])
 
     @staticmethod
-    def noise_seed(key: str) -> int:
-        """A seed fixed by the entry itself, so the sampled latent does not depend on what else was cached."""
-        return int(key[:15], 16)
+    def noise_seed(image: str | Path, geometry: Any, flip: bool) -> int:
+        """The seed of an entry's sampled noise, fixed by the image variant itself (so a latent does not depend
+        on what else was cached): the file *name*, crop and flip. Not its folder, size or mtime, which the
+        key holds: a dataset copied or re-created elsewhere samples the same noise, so a run is reproducible."""
+        g = geometry
+        parts = [CACHE_VERSION, "noise", Path(image).name, list(g.bucket), list(g.resized), g.left, g.top, bool(flip)]
+        return int(_digest(parts)[:15], 16)
 
 
 class TextCache(TensorCache):

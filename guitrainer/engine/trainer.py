@@ -560,8 +560,9 @@ class Trainer:
     def _cache_latents(self) -> None:
         """Encode every image variant once (memory + disk cache); the VAE then leaves the GPU.
 
-        The latent is ``mean + std * eps`` with ``eps`` from a generator seeded by the entry's key, so an
-        entry does not depend on which other images were cached, and no global RNG is used. Class images
+        The latent is ``mean + std * eps`` with ``eps`` from a generator seeded by the image variant
+        (:meth:`LatentCache.noise_seed`: file name, crop, flip), so an entry does not depend on which other
+        images were cached or where the dataset lives, and no global RNG is used. Class images
         are cached the same way (into ``class_latents``), in the same store.
         """
         assert self.model is not None
@@ -591,7 +592,7 @@ class Trainer:
                 self._stop_if_asked(f"caching latents ({n - 1} of {len(todo)} encoded and kept for the next run)")
                 px = ds.pixels(idx, flip).unsqueeze(0).to(self.device, vae.dtype)
                 dist = vae.encode(px).latent_dist
-                g = torch.Generator(device="cpu").manual_seed(store.noise_seed(key))
+                g = torch.Generator(device="cpu").manual_seed(store.noise_seed(ds.items[idx].image, ds.geometry(idx), flip))
                 eps = torch.randn(dist.mean.shape, generator=g).to(self.device, dist.mean.dtype)
                 lat = ((dist.mean + dist.std * eps) * vae.config.scaling_factor)[0].to(self.dtype)
                 store.put(key, {"latent": lat})
