@@ -20,21 +20,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vram_calibrate import config_for  # noqa: E402
 
+
+def _point(family: str, res: int, batch: int, prec: str, ckpt: bool, opt: str, rank: int, targets: str = "attention",
+           train_te: bool = False) -> dict:
+    """A grid point in vram_calibrate's form (latents cached; text embeddings cached for SDXL unless trained)."""
+    return dict(family=family, resolution=res, batch=batch, precision=prec, checkpointing=ckpt, optimizer=opt,
+                rank=rank, targets=targets, cache_latents=True, train_text_encoder=train_te,
+                cache_text=family == "sdxl" and not train_te)
+
+
 POINTS = [
-    dict(family="sdxl", resolution=512, batch=4, precision="fp16", checkpointing=True, optimizer="AdamW", rank=4,
-         targets="attention", cache_latents=True, train_text_encoder=False, cache_text=True),
-    dict(family="sdxl", resolution=1024, batch=1, precision="bf16", checkpointing=True, optimizer="AdamW", rank=32,
-         targets="attention_ff", cache_latents=True, train_text_encoder=False, cache_text=True),
-    dict(family="sdxl", resolution=768, batch=2, precision="fp32", checkpointing=True, optimizer="AdamW8bit", rank=8,
-         targets="attention", cache_latents=True, train_text_encoder=False, cache_text=True),
-    dict(family="sdxl", resolution=640, batch=1, precision="fp16", checkpointing=False, optimizer="AdamW", rank=32,
-         targets="attention", cache_latents=True, train_text_encoder=False, cache_text=True),
-    dict(family="sd15", resolution=640, batch=3, precision="bf16", checkpointing=False, optimizer="AdamW", rank=24,
-         targets="attention_ff", cache_latents=True, train_text_encoder=False, cache_text=False),
-    dict(family="sd15", resolution=512, batch=1, precision="fp16", checkpointing=True, optimizer="AdamW", rank=16,
-         targets="attention", cache_latents=True, train_text_encoder=True, cache_text=False),
-    dict(family="sd15", resolution=512, batch=2, precision="fp32", checkpointing=False, optimizer="AdamW", rank=8,
-         targets="attention", cache_latents=True, train_text_encoder=True, cache_text=False),
+    _point("sdxl", 512, 4, "fp16", True, "AdamW", 4),
+    _point("sdxl", 1024, 1, "bf16", True, "AdamW", 32, "attention_ff"),
+    _point("sdxl", 768, 2, "fp32", True, "AdamW8bit", 8),
+    _point("sdxl", 640, 1, "fp16", False, "AdamW", 32),
+    _point("sd15", 640, 3, "bf16", False, "AdamW", 24, "attention_ff"),
+    _point("sd15", 512, 1, "fp16", True, "AdamW", 16, train_te=True),
+    _point("sd15", 512, 2, "fp32", False, "AdamW", 8, train_te=True),
 ]
 
 

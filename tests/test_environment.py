@@ -87,6 +87,6 @@ def test_environment_dialog_shows_and_clears_the_disk_cache(qtbot, tmp_path, mon
     dlg.clear_cache(confirm=False)
     qtbot.waitUntil(lambda: dlg.cleared_text != "", timeout=10_000)
     assert dlg.cleared_text == "Removed 3 files, 4 MB."
-    qtbot.waitUntil(lambda: dlg.cache_label.text().startswith("Disk cache: 0 KB"), timeout=10_000)
+    qtbot.waitUntil(lambda: dlg.cache_label.text().startswith("Disk cache: 0 MB"), timeout=10_000)
     assert not dlg.clear_cache_button.isEnabled()
     assert not any(cache.rglob("*.safetensors"))

@@ -29,8 +29,6 @@ def test_file_open_events_are_collected_and_emitted_once(qtbot, tmp_path):
 
 def test_other_events_pass_through(qtbot):
     opened = FileOpenFilter()
-    target = QObject()
-    target.installEventFilter(opened)
     seen: list[int] = []
 
     class Probe(QObject):

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.core import cache_store
+from guitrainer.core.vram import format_bytes
 from guitrainer.ui.icons import level_icon
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,6 @@ class _Job(QRunnable):
         self.signals.done.emit(result)
 
 
-def _size(n: int) -> str:
-    return f"{n / 1024**3:.1f} GB" if n >= 1024**3 else f"{n / 1024**2:.0f} MB" if n >= 1024**2 else f"{n / 1024:.0f} KB"
-
-
 KIND_NAMES = {"latents": "latents", "text": "text embeddings", "thumbs": "thumbnails"}
 
 
@@ -101,7 +98,7 @@ class EnvironmentDialog(QDialog):
         self.cache_label.setToolTip(
             "Latents, text embeddings and thumbnails kept so the next run and the next visit start fast. "
             "Training keeps the latents and text embeddings under "
-            f"{_size(cache_store.DEFAULT_BUDGET_BYTES)}, removing the least recently used."
+            f"{format_bytes(cache_store.DEFAULT_BUDGET_BYTES)}, removing the least recently used."
         )
         self.clear_cache_button = QPushButton("Clear cache…")
         self.clear_cache_button.setEnabled(False)
@@ -138,9 +135,9 @@ class EnvironmentDialog(QDialog):
             return
         self.cache_usage = list(result)  # type: ignore[call-overload]
         total = sum(u.bytes for u in self.cache_usage)
-        parts = ", ".join(f"{KIND_NAMES.get(u.kind, u.kind)} {_size(u.bytes)}" for u in self.cache_usage if u.files)
+        parts = ", ".join(f"{KIND_NAMES.get(u.kind, u.kind)} {format_bytes(u.bytes)}" for u in self.cache_usage if u.files)
         where = cache_store.paths.cache_dir()
-        self.cache_label.setText(f"Disk cache: {_size(total)}" + (f" ({parts})" if parts else "") + f" in {where}")
+        self.cache_label.setText(f"Disk cache: {format_bytes(total)}" + (f" ({parts})" if parts else "") + f" in {where}")
         self.clear_cache_button.setEnabled(total > 0)
 
     def clear_cache(self, *, confirm: bool = True) -> None:
@@ -150,7 +147,7 @@ class EnvironmentDialog(QDialog):
             answer = QMessageBox.question(
                 self,
                 "Clear the disk cache?",
-                f"Remove {_size(total)} of cached latents, text embeddings and thumbnails?\n\n"
+                f"Remove {format_bytes(total)} of cached latents, text embeddings and thumbnails?\n\n"
                 "Nothing you made is removed: the next run encodes its images again, and the dataset grid "
                 "makes its thumbnails again.",
             )
@@ -166,7 +163,7 @@ class EnvironmentDialog(QDialog):
             return
         failed = f"; {result.failed} files could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
         self._start_job(cache_store.usage, self._show_cache)
-        self.cleared_text = f"Removed {result.files} files, {_size(result.bytes)}{failed}."  # type: ignore[attr-defined]
+        self.cleared_text = f"Removed {result.files} files, {format_bytes(result.bytes)}{failed}."  # type: ignore[attr-defined]
         self.summary.setText(self.summary.text() + f"<br>{self.cleared_text}")
 
     def show_items(self, items: list) -> None:
