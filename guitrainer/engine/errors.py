@@ -53,6 +53,13 @@ class TrainingFailed(Exception):
         self.advice = advice
 
 
+COMPLETE_ADVICE = ("raise the number of epochs (or max steps), then resume to train more",)
+
+
+class RunComplete(Exception):
+    """The state to resume from has no steps left: nothing is trained and nothing is written."""
+
+
 class StoppedBeforeTraining(Exception):
     """Stop was pressed during set-up (loading, caching): nothing was trained, so nothing is written."""
 

@@ -40,6 +40,7 @@ class Saver:
         self.lora_path: str | None = None
         self.state_path: str | None = None
         self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
+        self._state_target: Path | None = None
 
     # ------------------------------------------------------------------ the LoRA
     def out_dir(self) -> Path:
@@ -193,8 +194,20 @@ class Saver:
 
     # ------------------------------------------------------------------ the state
     def state_dir(self) -> Path:
-        """``<output.folder>/<output.name>_state``: where the resumable state is written."""
-        return run_state.state_folder(self.config.output.folder, self.config.output.name)
+        """Where this run's resumable state is written, decided at its first save in an output folder.
+
+        A resumed run writes into the state it resumed from; a new run into ``<name>_state``, or, when an
+        earlier run's state is there, ``<name>_2_state`` ... (the LoRA's numbering rule): a second run with
+        the same name never overwrites the first one's state.
+        """
+        out = self.out_dir()
+        if self._state_target is None or self._state_target.parent != out:
+            resumed = self.config.schedule.resume_from
+            if resumed and self._state_target is None and expand(resumed).parent == out:
+                self._state_target = expand(resumed)
+            else:
+                self._state_target = run_state.new_state_folder(out, self.config.output.name)
+        return self._state_target
 
     def save_state(self) -> str | None:
         """Write the resumable state (:func:`resume.write_state`); a failure is raised as a

@@ -17,6 +17,7 @@ the main process reports and saves). Gradient accumulation is done by hand with 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import math
@@ -34,11 +35,13 @@ from guitrainer.engine.amp_step import AmpStep, Pair, StepResult
 from guitrainer.engine.cache import RunCaches
 from guitrainer.engine.distributed import weights_fingerprint
 from guitrainer.engine.errors import (
+    COMPLETE_ADVICE,
     DATASET_ADVICE,
     LORA_ADVICE,
     MODEL_ADVICE,
     OOM_ADVICE,
     WRITE_ADVICE,
+    RunComplete,
     StoppedBeforeTraining,
     TrainingFailed,
     details,
@@ -120,6 +123,9 @@ class Trainer:
             return self._summary("failed", f.message, f.advice, details())
         except StoppedBeforeTraining as s:
             return self._summary("stopped", str(s))
+        except RunComplete as c:
+            folder = str(expand(self.config.schedule.resume_from))
+            return dataclasses.replace(self._summary("complete", str(c), COMPLETE_ADVICE), state_path=folder)
         except data.DatasetError as e:
             return self._summary("failed", str(e), DATASET_ADVICE, details())
         except ModelLoadError as e:
@@ -168,13 +174,10 @@ class Trainer:
         self.caches = RunCaches(s, fb)
         self.step = AmpStep(s, self.caches, self.progress)
         self.saver = Saver(s, fb, self.progress)
+        info = self._check_resume(s) if cfg.schedule.resume_from else None
         self.caches.prepare()
-        if cfg.schedule.resume_from:
+        if info is not None:
             folder = expand(cfg.schedule.resume_from)
-            info = resume.read_checked_info(folder, cfg)
-            class_len = len(s.class_dataset) if s.class_dataset is not None else 0
-            if info.get("dataset_len") != len(s.dataset) or info.get("class_dataset_len", 0) != class_len:
-                fb.warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
             self.saver.intermediates = resume.load_state(folder, s, self.progress, info)
             fb.status(f"resumed from {folder} at step {self.progress.global_step} (epoch {self.progress.epoch + 1})")
             if s.processes.count > 1:  # the state holds the main process's RNG: each process draws its own
@@ -184,6 +187,24 @@ class Trainer:
         if cfg.sampling.every_n_steps and not any(p.strip() for p in cfg.sampling.prompts):
             fb.warn("sampling is on but no sample prompts are set; no samples will be made")
         return s
+
+    def _check_resume(self, s: Session) -> dict:
+        """The state to resume from, read and checked; a state with no steps left ends the run as "complete"."""
+        folder = expand(self.config.schedule.resume_from)
+        info = resume.read_checked_info(folder, self.config)
+        class_len = len(s.class_dataset) if s.class_dataset is not None else 0
+        if info.get("dataset_len") != len(s.dataset) or info.get("class_dataset_len", 0) != class_len:
+            self.feedback.warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
+        done = int(info["global_step"])
+        if done >= s.total_steps:
+            p = self.progress
+            p.global_step, p.epoch, p.last_loss = done, int(info.get("epoch", 0)), info.get("last_loss")
+            self.feedback.status(f"the run in {folder} is already complete ({done} of {s.total_steps} steps)")
+            raise RunComplete(
+                f"this run is already complete: all {s.total_steps} steps were trained (state: {folder}); "
+                "nothing was trained and no new file was written"
+            )
+        return info
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> RunSummary:
