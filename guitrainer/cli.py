@@ -126,10 +126,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_advice(cfg: TrainingConfig) -> int:
     """Device advice for --check; error-level advice makes the exit status 1."""
-    try:
-        from guitrainer.core import hardware, precision
-    except ImportError:  # the precision rules land with their own issue
-        return 0
+    from guitrainer.core import hardware, precision
+
     device = hardware.probe()
     advice = precision.advise(device, cfg)
     print(f"# device: {device.summary()}")
@@ -145,8 +143,11 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
     """Run the engine. Exit status: 0 finished, 1 failed, 130 stopped by Ctrl+C (saved) or aborted."""
     try:
         from guitrainer.engine.trainer import Trainer
-    except ImportError as e:
-        print(f"error: the training engine is not available: {e}", file=sys.stderr)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "guitrainer":
+            raise  # our own module missing is a broken install: fail loudly
+        # a third-party package the engine needs (torch, diffusers, ...) is not installed
+        print(f"error: the training engine needs {e.name}, which is not installed ({e})", file=sys.stderr)
         return 3
     from guitrainer.core.events import Control
     from guitrainer.engine.reporting import ConsoleReporter

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch
+from helpers import fake_device
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.hardware import (
@@ -17,7 +18,6 @@ from guitrainer.core.hardware import (
     GpuChoice,
     GpuChoiceError,
     choose_training_gpu,
-    fake_device,
     gpu_missing_message,
 )
 from guitrainer.engine import trainer as T

@@ -131,7 +131,8 @@ def _labels(hs: list[vram.Hint]) -> list[str]:
 
 def test_hints_respect_what_the_device_can_run() -> None:
     """No hint may lead to a setting the precision rules call an error on that device."""
-    from guitrainer.core.hardware import fake_device
+    from helpers import fake_device
+
     from guitrainer.core.precision import advise
 
     c = cfg(model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
