@@ -373,18 +373,6 @@ def test_cli_subprocess_runs_the_demo(tmp_path, tmp_path_factory):
     assert (tmp_path / "demo_lora.safetensors").is_file()
 
 
-def test_engine_never_imports_qt():
-    code = (
-        "import sys\n"
-        "import guitrainer.engine.models, guitrainer.engine.data, guitrainer.engine.lora\n"
-        "import guitrainer.engine.optim, guitrainer.engine.trainer, guitrainer.engine.reporting\n"
-        "assert 'PySide6' not in sys.modules, 'engine imported PySide6'\n"
-        "assert 'torch' in sys.modules\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-
 def test_continue_from_an_existing_lora(tmp_path):
     torch.set_num_threads(1)
     first = Trainer(demo_cfg(tmp_path / "a", schedule__max_steps=2, network__train_text_encoder=True), NullReporter()).run()

@@ -3,7 +3,6 @@ class-image generation with the demo model (resume is pixel-exact, cancel stops 
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,16 +14,6 @@ from guitrainer.core.regularization import Draw
 
 TRAIN = [("t0", 2), ("t1", 2), ("t2", 2)]  # 3 training images × repeats 2 = 6 draws per epoch
 CLASS = [("c0", 1), ("c1", 1), ("c2", 1), ("c3", 1)]  # 4 class images × repeats 1
-
-
-def test_layering_no_qt_no_torch():
-    import subprocess
-
-    code = "import sys, guitrainer.core.regularization; print('PySide6' in sys.modules, 'torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "False"]
-    engine_src = (Path(reg.__file__).parents[1] / "engine" / "class_images.py").read_text()
-    assert "PySide6" not in engine_src
 
 
 def test_kohya_schedule_hand_computed_two_epochs():
