@@ -30,7 +30,10 @@ from guitrainer.core.fileio import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PRESET = "Demo — tiny built-in model (CPU, seconds)"
+#: the built-in tiny model that trains on a CPU in seconds (tests, the self-test and a first run use it)
+DEMO_PRESET = "Demo — tiny built-in model (CPU, seconds)"
+#: the preset a first start shows
+DEFAULT_PRESET = DEMO_PRESET
 
 
 @dataclass

@@ -11,52 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import demo_cfg
+from helpers.doubles import HashingReporter, StopAt
 
-from guitrainer.config import TrainingConfig
-from guitrainer.core.events import Control, NullReporter, SavedFile, StepMetrics
+from guitrainer.core.events import Control, NullReporter, StepMetrics
 from guitrainer.engine import trainer as T
 from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent
-
-
-def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
-    """The Demo preset writing into ``out``, fp32 files, with ``section__field=value`` overrides."""
-    cfg = PresetStore().get(DEMO).config()
-    cfg.output.folder = str(out)
-    cfg.precision.save = "fp32"
-    for key, value in settings.items():
-        cfg.set(key.replace("__", "."), value)
-    return cfg
-
-
-class StopAt(NullReporter):
-    """Records everything and asks the run to stop after step ``n``."""
-
-    def __init__(self, control: Control, n: int):
-        super().__init__()
-        self.control, self.n = control, n
-
-    def on_step(self, metrics: StepMetrics) -> None:
-        super().on_step(metrics)
-        if metrics.step == self.n:
-            self.control.request_stop()
-
-
-class HashingReporter(NullReporter):
-    """Records the sha256 of each saved LoRA file at the moment it is reported."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hashes: dict[str, str] = {}
-
-    def on_saved(self, saved: SavedFile) -> None:
-        super().on_saved(saved)
-        if saved.kind == "lora":
-            self.hashes[saved.path] = hashlib.sha256(Path(saved.path).read_bytes()).hexdigest()
 
 
 class InfGrad(torch.autograd.Function):

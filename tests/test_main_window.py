@@ -8,7 +8,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QPlainTextEdit, QSpinBox
 
-from guitrainer.presets import PresetStore
+from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import bound_editors
 from guitrainer.ui.main_window import MainWindow
 
@@ -65,7 +65,7 @@ def test_loading_a_preset_updates_widgets(window):
     assert editors["network.rank"].value() == 64
     assert editors["schedule.batch_size"].value() == 4
     assert editors["model.base"].text() == "stabilityai/stable-diffusion-xl-base-1.0"
-    window.load_preset("Demo — tiny built-in model (CPU, seconds)")
+    window.load_preset(DEMO_PRESET)
     assert editors["network.rank"].value() == 4
     assert window.binding.config.network.train_text_encoder is False
     assert "•" not in window.windowTitle()

@@ -6,12 +6,13 @@ import sys
 import types
 
 import pytest
-from helpers import FAKE_DEVICES, fake_device
+from helpers import FAKE_DEVICES, config_with, fake_device
 
 from guitrainer.config import OPTIMIZERS, TrainingConfig
 from guitrainer.core import hardware, precision
 from guitrainer.core.hardware import BitsAndBytesInfo, DeviceInfo, arch_supported
 from guitrainer.core.precision import Advice, advise, save_overflow_advice
+from guitrainer.presets import DEMO_PRESET
 
 # (level, suggested value) of the worst advice about `precision.training`; None = no advice
 B, F16, F32 = "bf16", "fp16", "fp32"
@@ -46,12 +47,7 @@ OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
 
 
 def _config(training: str = "fp16", optimizer: str = "AdamW", **sets: object) -> TrainingConfig:
-    cfg = TrainingConfig()
-    cfg.set("precision.training", training)
-    cfg.set("optimizer.name", optimizer)
-    for path, value in sets.items():
-        cfg.set(path.replace("__", "."), value)
-    return cfg
+    return config_with(precision__training=training, optimizer__name=optimizer, **sets)
 
 
 def _about(advice: list[Advice], topic: str) -> tuple[str, str | None] | None:
@@ -313,7 +309,7 @@ def test_a_missing_gpu_is_an_error_with_a_fix():
 def test_cli_check_prints_the_same_advice(capsys):
     from guitrainer.cli import build_parser, main, resolve_config
 
-    argv = ["--preset", "Demo — tiny built-in model (CPU, seconds)", "--set", "precision.training=fp16", "--check"]
+    argv = ["--preset", DEMO_PRESET, "--set", "precision.training=fp16", "--check"]
     rc = main(argv)
     out = capsys.readouterr().out
     assert rc == 0

@@ -11,19 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import fake_device
+from helpers.doubles import FakeTrainer, fake_factory
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QMessageBox
-from test_training_worker import FakeTrainer, fake_factory  # tests/ is on sys.path (rootdir conftest)
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
-from guitrainer.presets import PresetStore
+from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.training_page import TrainingPage, TrainState, check_start, find_state
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = DEMO_PRESET
 
 
 def demo_config(tmp_path: Path, **schedule) -> TrainingConfig:

@@ -8,19 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import config_with
 
-from guitrainer.config import TrainingConfig
 from guitrainer.core import vram
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def cfg(**values: object) -> TrainingConfig:
-    c = TrainingConfig()
-    for path, value in values.items():
-        c.set(path.replace("__", "."), value)
-    return c
+cfg = config_with  # the default config with section__field=value overrides
 
 
 def test_reference_counts() -> None:

@@ -1,8 +1,4 @@
-"""Shared test helpers: fake machines (DeviceInfo for well-known devices) and demo configs.
-
-The tests folder is on ``sys.path`` (rootdir conftest), so tests write ``from helpers import ...``.
-Test modules never import each other; what several of them need lives here.
-"""
+"""Fake machines: a DeviceInfo for well-known devices, built without torch."""
 
 from __future__ import annotations
 
