@@ -343,13 +343,13 @@ def test_continue_from_an_existing_lora(tmp_path):
     first = Trainer(demo_cfg(tmp_path / "a", schedule__max_steps=2, network__train_text_encoder=True), NullReporter()).run()
     src, _ = read_lora(first.lora_path)
     rep = NullReporter()
-    cfg = demo_cfg(tmp_path / "b", schedule__max_steps=1, model__init_lora=first.lora_path, optimizer__lr=0.0)
+    cfg = demo_cfg(tmp_path / "b", schedule__max_steps=1, model__init_lora=first.lora_path, optimizer__lr=1e-30)
     second = Trainer(cfg, rep).run()
     assert second.status == "finished", second.message
     assert any("not trained here" in w for w in rep.warnings)  # the text encoder part of the file
     out, _ = read_lora(second.lora_path)
     assert out.keys() == {k for k in src if k.startswith("lora_unet_")}
-    assert all(torch.equal(out[k], src[k]) for k in out)  # lr 0: the loaded LoRA comes out unchanged
+    assert all(torch.equal(out[k], src[k]) for k in out)  # lr 1e-30 (0 is refused): the loaded LoRA comes out unchanged
 
 
 def test_intermediate_saves_keep_only_the_newest(tmp_path):

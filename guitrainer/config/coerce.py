@@ -51,10 +51,17 @@ def field_choices(f: dataclasses.Field) -> tuple[str, ...] | None:
     return None
 
 
-def _coerce(f: dataclasses.Field, value: Any, path: str) -> Any:
-    """``value`` as the field's type, or a ConfigError naming ``path`` (an item of a list: ``path[i]``)."""
+def _coerce(f: dataclasses.Field, value: Any, path: str, *, strict: bool = False) -> Any:
+    """``value`` as the field's type, or a ConfigError naming ``path`` (an item of a list: ``path[i]``).
+
+    Text is read as the type (``"32"`` -> 32, ``"true"`` -> True, ``"0.9, 0.99"`` -> [0.9, 0.99]): that is how
+    ``--set`` and the text boxes give values. ``strict`` (a config or preset file, where TOML has types) takes
+    only the type itself: ``rank = "7"`` or ``bucketing = 5`` is refused, naming the field.
+    """
     t = field_type(f)
     origin = typing.get_origin(t)
+    if strict:
+        _check_strict_type(t, value, path)
     try:
         if t is bool:
             if isinstance(value, str):
@@ -91,6 +98,45 @@ def _coerce(f: dataclasses.Field, value: Any, path: str) -> Any:
     except (TypeError, ValueError, OverflowError) as e:
         raise ConfigError(path, f"expected {_type_name(t)}, got {short_repr(value)}") from e
     return value
+
+
+def _check_strict_type(t: Any, value: Any, path: str) -> None:
+    """A ConfigError naming ``path`` when a file's ``value`` is not of type ``t`` (ints count as floats)."""
+    if t is bool:
+        ok = isinstance(value, bool)
+    elif t is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif t is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif t is str or typing.get_origin(t) is Literal:
+        ok = isinstance(value, str)
+    elif typing.get_origin(t) is list:
+        (item,) = typing.get_args(t)
+        # one text for a list of text or folders is one item (``prompts = "a cat"``), as in --set
+        ok = isinstance(value, list) or (isinstance(value, str) and item is not float)
+        if ok and item is float:
+            for i, v in enumerate(value):
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise ConfigError(f"{path}[{i}]", f"expected a number, got {short_repr(v)}")
+    else:
+        ok = True
+    if not ok:
+        raise ConfigError(path, f"expected {_type_name(t)}, got {_kind_of(value)}")
+
+
+def _kind_of(value: Any) -> str:
+    """A value for a type message: its TOML kind and the value, e.g. ``text '7'``, ``the number 5``."""
+    if isinstance(value, str):
+        return f"text {short_repr(value)} (write it without quotes if a number or true/false is meant)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {short_repr(value)}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return short_repr(value)
 
 
 #: Item types of list fields whose ``--set`` plain text is split on commas: a number never holds one.
@@ -169,6 +215,8 @@ def _check_field(f: dataclasses.Field, value: Any, path: str) -> None:
             raise ConfigError(path, "must be a number, got NaN")
         if lo is not None and value < lo or hi is not None and value > hi:
             raise ConfigError(path, f"must be between {_fmt(lo)} and {_fmt(hi)}, got {_fmt(value)}")
+        if meta.get("positive") and value <= 0:
+            raise ConfigError(path, f"must be above 0 (0 trains a LoRA that does nothing), got {_fmt(value)}")
     if isinstance(value, list) and value and isinstance(value[0], DatasetFolder):
         for i, folder in enumerate(value):
             if folder.repeats < 1 or folder.repeats > 1000:

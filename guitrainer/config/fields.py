@@ -39,6 +39,7 @@ def setting(
     unit: str = "",
     advanced: bool = False,
     kind: str = "",
+    positive: bool = False,
     default_factory: Any = dataclasses.MISSING,
 ) -> Any:
     """A dataclass field with its UI metadata.
@@ -52,6 +53,8 @@ def setting(
         unit: shown as a suffix ("px", "steps").
         advanced: hidden behind "Show advanced" in generated forms.
         kind: a hint for the editor: "path", "folder", "file", "multiline", "scientific".
+        positive: the value must be above 0 (``minimum`` stays 0 for the spin boxes): an alpha or a learning
+            rate of 0 trains a LoRA that does nothing.
     """
     meta = {
         "label": label,
@@ -63,6 +66,7 @@ def setting(
         "unit": unit,
         "advanced": advanced,
         "kind": kind,
+        "positive": positive,
     }
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)

@@ -66,6 +66,9 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(data, dict):
         raise ConfigError("(file)", f"must be a table of sections, got {type(data).__name__}")
+    deep = too_deep(data)
+    if deep is not None:
+        raise ConfigError(deep, f"tables or lists nested more than {MAX_DEPTH} levels deep; no setting holds that")
     version = schema_version_of(data)
     data = copy.deepcopy(data)
     if version > SCHEMA_VERSION:
@@ -81,6 +84,25 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         version += 1
     data["schema_version"] = SCHEMA_VERSION
     return data
+
+
+#: deepest nesting a config may hold: a section table (1), a folder table inside a list (3); far more is an error
+MAX_DEPTH = 16
+
+
+def too_deep(data: dict[str, Any], limit: int = MAX_DEPTH) -> str | None:
+    """The dotted path of the first value nested deeper than ``limit`` (iterative: never a RecursionError)."""
+    stack: list[tuple[str, Any, int]] = [(str(k), v, 1) for k, v in data.items()]
+    while stack:
+        path, value, depth = stack.pop()
+        if depth > limit:  # name the setting (and its first list index): section.key[i]
+            m = re.match(r"[^.\[]+(?:\.[^.\[]+)?(?:\[\d+\])?", path)
+            return m.group(0) if m else path
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}[{i}]", v, depth + 1) for i, v in enumerate(value))
+    return None
 
 
 def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
@@ -118,7 +140,7 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
                 log.warning("unknown setting `%s`%s ignored", path, where)
                 continue
             try:
-                cfg.set(path, value)
+                cfg.set(path, value, strict=True)
             except ConfigError as e:
                 # e.field may be finer than path: `dataset.folders[1]`, `optimizer.betas[0]`
                 raise ConfigError(e.field, e.message, source=source, line=find_line(text, path) if text else None) from None
@@ -167,6 +189,8 @@ def diff(base: TrainingConfig, cfg: TrainingConfig) -> dict[str, Any]:
 
 
 def parse_toml_text(text: str, source: str) -> dict[str, Any]:
+    """A TOML text as a dict; a UTF-8 byte-order mark at the start (Windows editors write one) is skipped."""
+    text = text.removeprefix("\ufeff")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -136,7 +136,8 @@ TARGETS = ("attention", "attention_ff", "attention_ff_proj")
 class NetworkConfig:
     rank: int = setting(16, label="Rank (dim)", help="Size of the LoRA. Larger learns more and makes bigger files.", minimum=1, maximum=1024)
     alpha: float = setting(
-        16.0, label="Alpha", help="Scales the LoRA's effect by alpha / rank. Alpha = rank means scale 1.", minimum=0.0, maximum=4096.0
+        16.0, label="Alpha", help="Scales the LoRA's effect by alpha / rank. Alpha = rank means scale 1.", minimum=0.0, maximum=4096.0,
+        positive=True,
     )
     dropout: float = setting(0.0, label="Dropout", help="Dropout on the LoRA path while training.", minimum=0.0, maximum=0.9, advanced=True)
     target_modules: Literal["attention", "attention_ff", "attention_ff_proj"] = setting(
@@ -157,7 +158,9 @@ class OptimizerConfig:
         label="Optimizer",
         help="AdamW is the safe default; 8-bit variants (bitsandbytes) use a quarter of the optimizer memory.",
     )
-    lr: float = setting(1e-4, label="Learning rate", help="UNet learning rate.", minimum=0.0, maximum=1.0, kind="scientific")
+    lr: float = setting(
+        1e-4, label="Learning rate", help="UNet learning rate.", minimum=0.0, maximum=1.0, kind="scientific", positive=True
+    )
     text_encoder_lr: float = setting(
         5e-5, label="Text encoder LR", help="Learning rate of the text encoder's LoRA.", minimum=0.0, maximum=1.0, kind="scientific"
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import tomli_w
 
+from guitrainer.config.checks import check_all
 from guitrainer.config.coerce import _check_field, _coerce, _split, field_info
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError
 from guitrainer.config.sections import (
@@ -44,11 +45,14 @@ class TrainingConfig:
         section, name = _split(path)
         return getattr(getattr(self, section), name)
 
-    def set(self, path: str, value: Any) -> None:
-        """Set one field by dotted path, coercing and validating it; raises ConfigError."""
+    def set(self, path: str, value: Any, *, strict: bool = False) -> None:
+        """Set one field by dotted path, coercing and validating it; raises ConfigError.
+
+        ``strict``: a value from a file must already have the field's type (see :func:`_coerce`).
+        """
         section, name = _split(path)
         f = field_info(path)
-        coerced = _coerce(f, value, path)
+        coerced = _coerce(f, value, path, strict=strict)
         _check_field(f, coerced, path)
         setattr(getattr(self, section), name, coerced)
 
@@ -82,8 +86,7 @@ class TrainingConfig:
             out.append(
                 ConfigError("precision.cache_text_encoder_outputs", "cannot cache text embeddings while training the text encoder")
             )
-        if len(self.optimizer.betas) != 2:
-            out.append(ConfigError("optimizer.betas", "needs exactly two numbers, e.g. [0.9, 0.999]"))
+        out.extend(check_all(self))
         from guitrainer.core.sample_prompts import SamplePromptError, parse
 
         for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):

@@ -32,13 +32,17 @@ from guitrainer.core.buckets import Bucket, assign_bucket, bucket_counts, make_b
 from guitrainer.core.captions import (  # re-exported: the caption helpers lived here before
     CaptionChange,
     CaptionEdit,
+    CaptionEncodingError,
+    CaptionFileError,
     CaptionText,
     apply_tag_operation,
     caption_path_for,
     decode_caption,
+    encode_caption,
     plan_edit,
     read_caption,
     restore_bytes,
+    save_caption,
     write_caption,
 )
 from guitrainer.core.tags import (  # re-exported: the tag operations lived here before
@@ -57,6 +61,8 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "Candidate",
     "CaptionChange",
     "CaptionEdit",
+    "CaptionEncodingError",
+    "CaptionFileError",
     "CaptionText",
     "Collected",
     "DatasetItem",
@@ -74,6 +80,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "caption_path_for",
     "collect",
     "decode_caption",
+    "encode_caption",
     "dedupe_tags",
     "file_key",
     "find_replace",
@@ -93,6 +100,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "scan",
     "scan_folders",
     "size_flags",
+    "save_caption",
     "sort_tags",
     "split_tags",
     "summarize",
@@ -124,6 +132,7 @@ class Flag(str, enum.Enum):  # noqa: UP042 - str mix-in: a flag compares equal t
     PALETTE = "palette"
     EXIF_ROTATED = "rotated"
     CAPTION_NOT_UTF8 = "caption_encoding"
+    CAPTION_UNREADABLE = "caption_unreadable"
 
     @property
     def description(self) -> str:
@@ -146,7 +155,9 @@ FLAG_DESCRIPTIONS: dict[Flag, str] = {
     Flag.ALPHA: "Has transparency: transparent areas become a flat colour",
     Flag.PALETTE: "Palette image (e.g. GIF-style colours)",
     Flag.EXIF_ROTATED: "Rotated by its EXIF tag: trained upright, as shown here",
-    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8: shown with \ufffd, kept unchanged unless you edit it",
+    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8 (an older encoding): read as such, saved back in it when you "
+    "edit it; bulk tag operations leave it alone",
+    Flag.CAPTION_UNREADABLE: "The caption path is not a readable file (a folder, a pipe, a broken link)",
 }
 
 
@@ -268,6 +279,7 @@ class DatasetItem:
     height: int = 0
     caption_exists: bool = False
     caption_utf8: bool = True
+    caption_encoding: str = "utf-8"  # the caption file's codec (core.captions): a save keeps it
 
     @property
     def has_caption(self) -> bool:
@@ -284,10 +296,12 @@ class DatasetItem:
     def set_caption(self, c: CaptionText) -> None:
         """Show a caption known to be on disk now (e.g. just written), without reading the file."""
         self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
-        if c.was_utf8:
-            self.flags.discard(Flag.CAPTION_NOT_UTF8)
-        else:
-            self.flags.add(Flag.CAPTION_NOT_UTF8)
+        self.caption_encoding = c.encoding
+        for flag, on in ((Flag.CAPTION_NOT_UTF8, not c.was_utf8), (Flag.CAPTION_UNREADABLE, bool(c.problem))):
+            if on:
+                self.flags.add(flag)
+            else:
+                self.flags.discard(flag)
 
 
 @dataclass
