@@ -20,7 +20,8 @@ from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
 from guitrainer.presets import PresetStore
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.training_page import TrainingPage, TrainState, check_start, find_state
+from guitrainer.core.start_check import check_start
+from guitrainer.ui.training_page import TrainingPage, TrainState, find_state
 
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
 
