@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="validate, print the resolved config and device advice, then exit")
     p.add_argument("--list-presets", action="store_true", help="list the available presets and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-record", action="store_true", help="do not keep this run in the run history (the app's Runs page)")
     return p
 
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(cfg.to_toml())
         return _print_advice(cfg)
-    return _train(cfg, quiet=args.quiet)
+    return _train(cfg, quiet=args.quiet, record=not args.no_record)
 
 
 def _print_advice(cfg: TrainingConfig) -> int:
@@ -141,7 +142,7 @@ def _print_advice(cfg: TrainingConfig) -> int:
     return worst
 
 
-def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
+def _train(cfg: TrainingConfig, *, quiet: bool, record: bool = True) -> int:
     """Run the engine. Exit status: 0 finished, 1 failed, 130 stopped by Ctrl+C (saved) or aborted."""
     try:
         from guitrainer.engine.trainer import Trainer
@@ -149,14 +150,18 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
         print(f"error: the training engine is not available: {e}", file=sys.stderr)
         return 3
     from guitrainer.core.events import Control
+    from guitrainer.engine.recording import recording
     from guitrainer.engine.reporting import ConsoleReporter
 
     reporter = ConsoleReporter(quiet=quiet)
     control = Control()
     interrupted = threading.Event()
     try:
-        with _stop_on_sigint(control, interrupted):
-            summary = Trainer(cfg, reporter, control).run()
+        with _stop_on_sigint(control, interrupted), recording(reporter, cfg, source="cli", enabled=record) as rec:
+            trainer = Trainer(cfg, rec.reporter, control)
+            rec.attach(trainer)
+            summary = trainer.run()
+            rec.finish(summary)
     except KeyboardInterrupt:
         print("aborted: nothing more was saved", file=sys.stderr)
         return 130
