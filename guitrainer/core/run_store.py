@@ -177,8 +177,25 @@ class RunDetail:
 
 
 def default_path() -> Path:
-    """``<user data>/runs.sqlite3``."""
-    return user_data_dir() / DB_NAME
+    """``<user data>/runs.sqlite3``; ``GUITRAINER_RUNS_DB`` names another file (e.g. on a synced disk)."""
+    env = os.environ.get("GUITRAINER_RUNS_DB")
+    return Path(env).expanduser() if env else user_data_dir() / DB_NAME
+
+
+def remove_paths(paths: Iterable[str | Path]) -> list[str]:
+    """Delete files and folders (a run's LoRAs, state, samples, logs); returns what could not be deleted, and why."""
+    import shutil
+
+    problems = []
+    for p in map(Path, paths):
+        try:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror or e}")
+    return problems
 
 
 def process_started(pid: int) -> float | None:
@@ -543,6 +560,31 @@ class RunStore:
             if Path(p).exists():
                 out.append(Path(p))
         return out
+
+
+#: the file the engine writes into a resumable state folder (engine.trainer.STATE_FILE)
+STATE_FILE = "trainer_state.json"
+
+
+def resumable(store: RunStore, run_id: int) -> tuple[str | None, str]:
+    """(state folder, "") when this run can be resumed from its last saved state, else (None, why not)."""
+    row = store.run_row(run_id)
+    if row is None:
+        return None, "the run is no longer in the history"
+    if row.status == "running":
+        return None, "it is still running"
+    if not row.state_path:
+        return None, "it saved no resumable state"
+    if not (Path(row.state_path) / STATE_FILE).is_file():
+        return None, f"its state folder {row.state_path} is gone"
+    owner = store.run_for_state(row.state_path)
+    if owner != run_id:
+        later = store.run_row(owner) if owner is not None else None
+        who = f"a later run (“{later.name}”, {later.date_text})" if later else "another run"
+        return None, f"{who} saved its state over this one's"
+    if row.status == "finished" and row.total_steps and row.steps >= row.total_steps:
+        return None, "it finished all its steps"
+    return row.state_path, ""
 
 
 def _loads(text: str | None) -> dict[str, Any]:
