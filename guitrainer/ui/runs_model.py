@@ -119,12 +119,20 @@ class RunsFilter(QSortFilterProxyModel):
         self._status = ""
 
     def set_text(self, text: str) -> None:
-        self._words = text.lower().split()
-        self.invalidateFilter()
+        self._change(lambda: setattr(self, "_words", text.lower().split()))
 
     def set_status(self, status: str) -> None:
-        self._status = status
-        self.invalidateFilter()
+        self._change(lambda: setattr(self, "_status", status))
+
+    def _change(self, apply: Any) -> None:
+        """Change what the filter keeps (Qt 6.10 on: begin/endFilterChange; before: invalidateRowsFilter)."""
+        if hasattr(self, "beginFilterChange"):
+            self.beginFilterChange()
+            apply()
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:
+            apply()
+            self.invalidateRowsFilter()
 
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:  # noqa: N802
         model = self.sourceModel()
