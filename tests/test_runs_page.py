@@ -108,7 +108,7 @@ def test_settings_diff_of_two_runs_lists_exactly_the_changed_settings(qtbot, mak
 def test_filter_by_text_and_status_and_sort_by_clicking_a_header(qtbot, make_page, store):
     _add_run(store, "cat-v1", [0.3], created=1000.0)
     _add_run(store, "cat-v2", [0.1], created=2000.0, status="failed")
-    _add_run(store, "dog", [0.2], created=3000.0)
+    dog = _add_run(store, "dog", [0.2], created=3000.0)
     page = make_page()
     qtbot.keyClicks(page.filter_edit, "cat")
     assert page.count_label.text() == "2 of 3 runs"
@@ -116,11 +116,13 @@ def test_filter_by_text_and_status_and_sort_by_clicking_a_header(qtbot, make_pag
     assert [page.proxy.index(r, 0).data() for r in range(page.proxy.rowCount())] == ["cat-v2"]
     page.filter_edit.clear()
     page.status_combo.setCurrentIndex(0)
+    _click_row(qtbot, page, _row_of(page, "dog"))
     header = page.table.horizontalHeader()
     x = header.sectionViewportPosition(5) + header.sectionSize(5) // 2
     qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, header.height() // 2))
     losses = [page.proxy.index(r, 5).data() for r in range(3)]
     assert losses in (["0.1000", "0.2000", "0.3000"], ["0.3000", "0.2000", "0.1000"])
+    assert page.selected_ids() == [dog] and _row_of(page, "dog") == 1  # the selection follows its run
     first = losses[0]
     qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, header.height() // 2))
     assert page.proxy.index(0, 5).data() != first  # the other way round

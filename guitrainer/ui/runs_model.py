@@ -6,7 +6,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
 from PySide6.QtGui import QColor
 
 from guitrainer.core.run_store import STATUSES, RunRow
@@ -33,11 +39,29 @@ class RunsTableModel(QAbstractTableModel):
     def __init__(self, parent: Any = None):
         super().__init__(parent)
         self.rows: list[RunRow] = []
+        self._sort: tuple[int, Qt.SortOrder] | None = None
 
     def set_rows(self, rows: list[RunRow]) -> None:
         self.beginResetModel()
-        self.rows = list(rows)
+        self.rows = self._sorted(list(rows))
         self.endResetModel()
+
+    def _sorted(self, rows: list[RunRow]) -> list[RunRow]:
+        if self._sort is not None:
+            column, order = self._sort
+            rows.sort(key=lambda r: self._raw(r, column), reverse=order == Qt.SortOrder.DescendingOrder)
+        return rows
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """Sort the rows themselves (one ``list.sort``: a proxy's sort would call :meth:`data` ~10 times a row)."""
+        self._sort = (column, order)
+        self.layoutAboutToBeChanged.emit()
+        old = self.persistentIndexList()
+        ids = [self.rows[i.row()].id for i in old]
+        self.rows = self._sorted(self.rows)
+        where = {r.id: n for n, r in enumerate(self.rows)}
+        self.changePersistentIndexList(old, [self.index(where[i], o.column()) for i, o in zip(ids, old)])
+        self.layoutChanged.emit()
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802, B008
         return 0 if parent.isValid() else len(self.rows)
@@ -102,7 +126,7 @@ class RunsTableModel(QAbstractTableModel):
         if col == 4:
             return r.steps
         if col == 5:
-            return r.final_loss if r.final_loss is not None else math.inf
+            return r.final_loss if r.final_loss is not None and math.isfinite(r.final_loss) else math.inf
         if col == 6:
             return STATUSES.index(r.status) if r.status in STATUSES else len(STATUSES)
         return RunsTableModel._text(r, col).lower()
@@ -117,6 +141,12 @@ class RunsFilter(QSortFilterProxyModel):
         self.setSortRole(SORT_ROLE)
         self._words: list[str] = []
         self._status = ""
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        """The source model sorts (fast); this proxy keeps its order and only filters."""
+        model = self.sourceModel()
+        if model is not None:
+            model.sort(column, order)
 
     def set_text(self, text: str) -> None:
         self._change(lambda: setattr(self, "_words", text.lower().split()))

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QItemSelectionModel, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -207,7 +207,14 @@ class RunsPage(Page):
         super().showEvent(event)
         if not self._loaded:
             self.refresh()
-        QTimer.singleShot(0, self.ensure_chart)
+        if self.chart is None:  # built after the list is painted (importing pyqtgraph takes a moment)
+            self.table.viewport().installEventFilter(self)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802
+        if event.type() == QEvent.Type.Paint and obj is self.table.viewport():
+            obj.removeEventFilter(self)
+            QTimer.singleShot(0, self.ensure_chart)
+        return super().eventFilter(obj, event)
 
     def refresh(self) -> None:
         """Read the list again, keeping the selection."""
