@@ -150,6 +150,10 @@ def test_config_diff_lists_exactly_the_changed_settings():
         ("precision.training", a.precision.training, "bf16"),
     ]
     assert config_diff(a.to_dict(), a.copy().to_dict()) == []
+    resumed = b.copy()
+    resumed.schedule.resume_from = "/out/x_state"  # how it was launched, not how it trains
+    assert config_diff(b.to_dict(), resumed.to_dict()) == []
+    assert [c.path for c in config_diff(b.to_dict(), resumed.to_dict(), include_identity=True)] == ["schedule.resume_from"]
     only_b = config_diff({"network": {"rank": 4}}, {"network": {"rank": 4, "new_thing": 1}})
     assert [(c.path, c.a, c.b) for c in only_b] == [("network.new_thing", None, 1)]
 

@@ -14,8 +14,9 @@ from typing import Any
 #: x axes an overlay can be aligned on: label -> metric column
 ALIGNMENTS: dict[str, str] = {"step": "step", "images seen": "images"}
 
-#: settings that name a run rather than change how it trains: left out of a diff unless asked
-IDENTITY_FIELDS = frozenset({"schema_version"})
+#: how a run was launched, not how it trains (a resumed run stores the state it resumed from): left out
+#: of a diff unless asked
+IDENTITY_FIELDS = frozenset({"schema_version", "schedule.resume_from"})
 
 
 @dataclass(frozen=True)

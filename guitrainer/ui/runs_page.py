@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QItemSelectionModel, QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QShowEvent
+from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableView,
     QTableWidget,
@@ -46,6 +47,7 @@ from guitrainer.ui.runs_model import ID_ROLE, RunsFilter, RunsTableModel
 log = logging.getLogger(__name__)
 
 MAX_OVERLAY = 16  # runs drawn at once; more selected ones are listed but not drawn
+LIVE_REFRESH_MS = 3000  # how often a shown page re-reads the list while a run is running
 
 
 class RunsPage(Page):
@@ -136,7 +138,10 @@ class RunsPage(Page):
         self.diff_table.setObjectName("runs_diff")
         self.diff_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.diff_table.verticalHeader().hide()
-        self.diff_table.horizontalHeader().setStretchLastSection(True)
+        diff_header = self.diff_table.horizontalHeader()
+        diff_header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        for col in (1, 2):  # the two runs side by side, equally wide
+            diff_header.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch)
         self.diff_note = QLabel("Select two runs to see which settings differ.")
         diff_box = QWidget()
         dl = QVBoxLayout(diff_box)
@@ -155,10 +160,11 @@ class RunsPage(Page):
         split.addWidget(self.tabs)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
-        split.setMinimumHeight(520)
-        self.body.addWidget(split, 1)
+        self.table.setMinimumHeight(110)
+        self.tabs.setMinimumHeight(260)
+        split.setMinimumHeight(380)
 
-        row = QHBoxLayout()
+        row = QHBoxLayout()  # above the list, so they stay in view on a short window
         self.load_button = self._button("Load settings", "runs_load", "Make this run's settings the current ones.", self.load_settings)
         self.resume_button = self._button("Resume", "runs_resume", "", self.resume_selected)
         self.open_button = self._button("Open output folder", "runs_open", "", self.open_output_folder)
@@ -168,7 +174,11 @@ class RunsPage(Page):
         row.addStretch(1)
         row.addWidget(self.delete_button)
         self.body.addLayout(row)
+        self.body.addWidget(split, 1)
         self._update_buttons([])
+        self._live = QTimer(self)  # while a run is recording, the list and its curves follow it
+        self._live.setInterval(LIVE_REFRESH_MS)
+        self._live.timeout.connect(self._refresh_live)
 
     def _button(self, text: str, name: str, tip: str, slot: Any) -> QPushButton:
         b = QPushButton(text)
@@ -207,6 +217,7 @@ class RunsPage(Page):
         super().showEvent(event)
         if not self._loaded:
             self.refresh()
+        self._live.start()
         if self.chart is None:  # built after the list is painted (importing pyqtgraph takes a moment)
             self.table.viewport().installEventFilter(self)
 
@@ -215,6 +226,14 @@ class RunsPage(Page):
             obj.removeEventFilter(self)
             QTimer.singleShot(0, self.ensure_chart)
         return super().eventFilter(obj, event)
+
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802
+        super().hideEvent(event)
+        self._live.stop()
+
+    def _refresh_live(self) -> None:
+        if any(r.status == "running" for r in self.model.rows):
+            self.refresh()
 
     def refresh(self) -> None:
         """Read the list again, keeping the selection."""
@@ -290,6 +309,8 @@ class RunsPage(Page):
             from guitrainer.ui.runs_chart import RunsChart
 
             self.chart = RunsChart(self.chart_holder)
+            # its size hint must not grow the page (the list would jump when the chart appears)
+            self.chart.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
             self.chart_holder.layout().addWidget(self.chart)
             self._update_chart(self.selected_ids())
             self.chart_ready.emit()
@@ -325,7 +346,6 @@ class RunsPage(Page):
                 item = QTableWidgetItem(text)
                 item.setToolTip(c.path if col == 0 else text)
                 self.diff_table.setItem(i, col, item)
-        self.diff_table.resizeColumnToContents(0)
 
     def diff_rows(self) -> list[tuple[str, str, str]]:
         """The diff table as shown: (setting path, value in the first run, value in the second)."""
