@@ -58,3 +58,23 @@ def test_event_files_hold_the_same_losses_as_the_run(tmp_path):
 def test_no_event_files_unless_asked(tmp_path):
     _demo_run(tmp_path, tensorboard=False)
     assert not (tmp_path / "out" / "logs").exists()
+
+
+def test_output_page_has_one_switch_for_it_off_by_default(qtbot):
+    from PySide6.QtCore import QPoint, Qt
+
+    from guitrainer.config import TrainingConfig
+    from guitrainer.ui.binding import ConfigBinding
+    from guitrainer.ui.output_page import OutputPage
+
+    binding = ConfigBinding(TrainingConfig())
+    page = OutputPage(binding)
+    qtbot.addWidget(page)
+    page.show()
+    qtbot.waitExposed(page)
+    switch = page.tensorboard_switch
+    assert not switch.isChecked() and binding.config.output.tensorboard is False
+    assert "logs/" in switch.toolTip()
+    qtbot.mouseClick(switch, Qt.MouseButton.LeftButton, pos=QPoint(8, switch.height() // 2))
+    assert binding.config.output.tensorboard is True
+    assert "tensorboard = true" in binding.config.to_toml()
