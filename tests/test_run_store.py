@@ -13,7 +13,7 @@ import pytest
 
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import run_store as S
-from guitrainer.core.events import NullReporter, RunSummary, SavedFile, StepMetrics
+from guitrainer.core.events import NullReporter, RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.run_compare import aligned, config_diff
 from guitrainer.core.run_store import RunStore
 
@@ -178,6 +178,7 @@ class _FakeTrainer:
     def run(self) -> RunSummary:
         for i in range(self.start + 1, self.start + self.steps + 1):
             self.reporter.on_step(StepMetrics(i, 20, 1, self.losses.get(i, 1.0 / i), 1e-3, seconds_per_step=0.25, images_per_second=8.0))
+        self.reporter.on_sample(SampleImage(os.path.join(self.state, "s.png"), "a red circle", self.start + self.steps))
         os.makedirs(self.state, exist_ok=True)
         with open(os.path.join(self.state, S.STATE_FILE), "w") as f:
             f.write("{}")
@@ -209,6 +210,9 @@ def test_recorder_keeps_every_step_and_a_resumed_run_continues_its_row(tmp_path)
         assert store.series(rec.run_id)["images"] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
         assert store.run(rec.run_id).dataset["images_per_epoch"] == 8
         assert S.resumable(store, rec.run_id) == (state, "")
+        samples = [a for a in store.artifacts(rec.run_id) if a["kind"] == "sample"]
+        assert [(a["prompt"], a["step"]) for a in samples] == [("a red circle", 6)]
+        assert inner.samples[0].prompt == "a red circle"
     # resume from the state saved at step 4 of a run that got to 6: steps 5, 6 are redone, the row continues
     with RunStore(db) as store:
         store.write_batch(rec.run_id, run={"state_step": 4, "status": "interrupted"})
@@ -251,3 +255,10 @@ def test_remove_paths_deletes_files_and_folders(tmp_path):
     (d / "sub" / "x").write_text("y")
     assert S.remove_paths([f, d, tmp_path / "gone"]) == []
     assert not f.exists() and not d.exists()
+
+
+def test_without_psutil_a_gone_pid_is_dead_and_a_live_one_is_left_to_the_heartbeat(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
+    assert S.process_alive(_dead_pid(), None) is False
+    assert S.process_alive(os.getpid(), 123.0) is None  # it exists, but is it the same process? unknown
+    assert S.process_alive(None, None) is None

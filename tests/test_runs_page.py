@@ -220,3 +220,22 @@ def test_main_window_has_the_runs_page(qtbot, window):
     assert window.nav.item(row).text() == "Runs"
     n = window.runs_page.model.rowCount()  # the list was read when the page was first shown
     assert window.runs_page.count_label.text() == f"{n} runs"
+
+
+def test_open_output_folder_opens_the_runs_folder(qtbot, make_page, store, tmp_path, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+
+    opened: list[str] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toLocalFile()) or True))
+    (tmp_path / "out").mkdir()
+    _add_run(store, "here", [1.0], output_folder=str(tmp_path / "out"), created=2000.0)
+    _add_run(store, "gone", [1.0], output_folder=str(tmp_path / "nowhere"), created=1000.0)
+    page = make_page()
+    said: list[str] = []
+    page.status_changed.connect(said.append)
+    _click_row(qtbot, page, _row_of(page, "here"))
+    qtbot.mouseClick(page.open_button, Qt.MouseButton.LeftButton)
+    assert opened == [str(tmp_path / "out")]
+    _click_row(qtbot, page, _row_of(page, "gone"))
+    qtbot.mouseClick(page.open_button, Qt.MouseButton.LeftButton)
+    assert opened == [str(tmp_path / "out")] and "is gone" in said[-1]

@@ -202,7 +202,7 @@ def process_started(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), None when it does not exist or cannot be seen."""
     try:
         import psutil
-    except ImportError:  # psutil comes with accelerate; without it the heartbeat alone decides
+    except ImportError:  # psutil comes with accelerate; without it the heartbeat decides
         return None
     try:
         return float(psutil.Process(pid).create_time())
@@ -211,24 +211,37 @@ def process_started(pid: int) -> float | None:
 
 
 def process_alive(pid: int | None, started: float | None) -> bool | None:
-    """True / False when we can tell whether the process that wrote a row still runs; None when we cannot.
-
-    The start time guards against a reused pid: a different process with the same pid is not ours.
-    """
+    """True / False when we can tell whether the process that wrote a row still runs; None when we cannot
+    (then the heartbeat decides). The start time guards against a reused pid: another process with the
+    same pid is not ours. Never sends a signal (``os.kill`` would end the process on Windows)."""
     if not pid:
         return None
-    now_started = process_started(pid)
-    if now_started is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except (PermissionError, OSError):
-            return None
-        return None if started is None else False  # alive, but psutil cannot confirm it is the same process
+    try:
+        import psutil
+    except ImportError:
+        return _pid_gone_posix(pid)
+    try:
+        now_started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.Error, OSError, ValueError):  # e.g. access denied: cannot tell
+        return None
     if started is None:
         return True
     return abs(now_started - started) < 1.0
+
+
+def _pid_gone_posix(pid: int) -> bool | None:
+    """Without psutil, on POSIX: False when no process has this pid, else None (it may be another one)."""
+    if os.name != "posix":
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the pid exists
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return None
+    return None
 
 
 class RunStore:
