@@ -12,6 +12,7 @@ import time
 import pytest
 
 from guitrainer.config import DatasetFolder, TrainingConfig
+from guitrainer.core import run_checks as C
 from guitrainer.core import run_store as S
 from guitrainer.core.events import NullReporter, RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.run_compare import aligned, config_diff
@@ -180,7 +181,7 @@ class _FakeTrainer:
             self.reporter.on_step(StepMetrics(i, 20, 1, self.losses.get(i, 1.0 / i), 1e-3, seconds_per_step=0.25, images_per_second=8.0))
         self.reporter.on_sample(SampleImage(os.path.join(self.state, "s.png"), "a red circle", self.start + self.steps))
         os.makedirs(self.state, exist_ok=True)
-        with open(os.path.join(self.state, S.STATE_FILE), "w") as f:
+        with open(os.path.join(self.state, C.STATE_FILE), "w") as f:
             f.write("{}")
         self.reporter.on_saved(SavedFile(self.state, "state", self.start + self.steps, 1))
         last = self.start + self.steps
@@ -209,7 +210,7 @@ def test_recorder_keeps_every_step_and_a_resumed_run_continues_its_row(tmp_path)
         assert (row.status, row.steps, row.state_path, row.state_step, row.source) == ("stopped", 6, state, 6, "test")
         assert store.series(rec.run_id)["images"] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
         assert store.run(rec.run_id).dataset["images_per_epoch"] == 8
-        assert S.resumable(store, rec.run_id) == (state, "")
+        assert C.resumable(store, rec.run_id) == (state, "")
         samples = [a for a in store.artifacts(rec.run_id) if a["kind"] == "sample"]
         assert [(a["prompt"], a["step"]) for a in samples] == [("a red circle", 6)]
         assert inner.samples[0].prompt == "a red circle"
@@ -233,11 +234,11 @@ def test_a_later_run_saving_over_the_state_makes_the_earlier_one_not_resumable(t
     first, _ = _record(db, cfg, {"state": state, "steps": 3})
     second, _ = _record(db, cfg, {"state": state, "steps": 2})
     with RunStore(db) as store:
-        assert S.resumable(store, second.run_id) == (state, "")
-        path, why = S.resumable(store, first.run_id)
+        assert C.resumable(store, second.run_id) == (state, "")
+        path, why = C.resumable(store, first.run_id)
         assert path is None and "later run" in why
         store.end_run(second.run_id, "finished", total_steps=2)
-        assert S.resumable(store, second.run_id) == (None, "it finished all its steps")
+        assert C.resumable(store, second.run_id) == (None, "it finished all its steps")
 
 
 def test_recording_failure_is_a_warning_not_a_failed_run(tmp_path):
@@ -253,12 +254,12 @@ def test_remove_paths_deletes_files_and_folders(tmp_path):
     f.write_bytes(b"x")
     (d / "sub").mkdir(parents=True)
     (d / "sub" / "x").write_text("y")
-    assert S.remove_paths([f, d, tmp_path / "gone"]) == []
+    assert C.remove_paths([f, d, tmp_path / "gone"]) == []
     assert not f.exists() and not d.exists()
 
 
 def test_without_psutil_a_gone_pid_is_dead_and_a_live_one_is_left_to_the_heartbeat(monkeypatch):
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil raises ImportError
-    assert S.process_alive(_dead_pid(), None) is False
-    assert S.process_alive(os.getpid(), 123.0) is None  # it exists, but is it the same process? unknown
-    assert S.process_alive(None, None) is None
+    assert C.process_alive(_dead_pid(), None) is False
+    assert C.process_alive(os.getpid(), 123.0) is None  # it exists, but is it the same process? unknown
+    assert C.process_alive(None, None) is None

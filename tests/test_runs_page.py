@@ -9,7 +9,8 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core.run_store import STATE_FILE, RunStore
+from guitrainer.core.run_checks import STATE_FILE
+from guitrainer.core.run_store import RunStore
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.runs_page import RunsPage
 

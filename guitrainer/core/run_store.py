@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.core.paths import user_data_dir
+from guitrainer.core.run_checks import process_alive, process_started
 
 log = logging.getLogger(__name__)
 
@@ -180,68 +181,6 @@ def default_path() -> Path:
     """``<user data>/runs.sqlite3``; ``GUITRAINER_RUNS_DB`` names another file (e.g. on a synced disk)."""
     env = os.environ.get("GUITRAINER_RUNS_DB")
     return Path(env).expanduser() if env else user_data_dir() / DB_NAME
-
-
-def remove_paths(paths: Iterable[str | Path]) -> list[str]:
-    """Delete files and folders (a run's LoRAs, state, samples, logs); returns what could not be deleted, and why."""
-    import shutil
-
-    problems = []
-    for p in map(Path, paths):
-        try:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            elif p.exists() or p.is_symlink():
-                p.unlink()
-        except OSError as e:
-            problems.append(f"{p}: {e.strerror or e}")
-    return problems
-
-
-def process_started(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), None when it does not exist or cannot be seen."""
-    try:
-        import psutil
-    except ImportError:  # psutil comes with accelerate; without it the heartbeat decides
-        return None
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError, ValueError):
-        return None
-
-
-def process_alive(pid: int | None, started: float | None) -> bool | None:
-    """True / False when we can tell whether the process that wrote a row still runs; None when we cannot
-    (then the heartbeat decides). The start time guards against a reused pid: another process with the
-    same pid is not ours. Never sends a signal (``os.kill`` would end the process on Windows)."""
-    if not pid:
-        return None
-    try:
-        import psutil
-    except ImportError:
-        return _pid_gone_posix(pid)
-    try:
-        now_started = psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return False
-    except (psutil.Error, OSError, ValueError):  # e.g. access denied: cannot tell
-        return None
-    if started is None:
-        return True
-    return abs(now_started - started) < 1.0
-
-
-def _pid_gone_posix(pid: int) -> bool | None:
-    """Without psutil, on POSIX: False when no process has this pid, else None (it may be another one)."""
-    if os.name != "posix":
-        return None
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the pid exists
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return None
-    return None
 
 
 class RunStore:
@@ -573,31 +512,6 @@ class RunStore:
             if Path(p).exists():
                 out.append(Path(p))
         return out
-
-
-#: the file the engine writes into a resumable state folder (engine.trainer.STATE_FILE)
-STATE_FILE = "trainer_state.json"
-
-
-def resumable(store: RunStore, run_id: int) -> tuple[str | None, str]:
-    """(state folder, "") when this run can be resumed from its last saved state, else (None, why not)."""
-    row = store.run_row(run_id)
-    if row is None:
-        return None, "the run is no longer in the history"
-    if row.status == "running":
-        return None, "it is still running"
-    if not row.state_path:
-        return None, "it saved no resumable state"
-    if not (Path(row.state_path) / STATE_FILE).is_file():
-        return None, f"its state folder {row.state_path} is gone"
-    owner = store.run_for_state(row.state_path)
-    if owner != run_id:
-        later = store.run_row(owner) if owner is not None else None
-        who = f"a later run (“{later.name}”, {later.date_text})" if later else "another run"
-        return None, f"{who} saved its state over this one's"
-    if row.status == "finished" and row.total_steps and row.steps >= row.total_steps:
-        return None, "it finished all its steps"
-    return row.state_path, ""
 
 
 def _loads(text: str | None) -> dict[str, Any]:

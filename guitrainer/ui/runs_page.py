@@ -38,8 +38,9 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info
+from guitrainer.core.run_checks import remove_paths, resumable
 from guitrainer.core.run_compare import config_diff, format_value
-from guitrainer.core.run_store import STATUSES, RunRow, RunStore, RunStoreError, remove_paths, resumable
+from guitrainer.core.run_store import STATUSES, RunRow, RunStore, RunStoreError
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.pages import Page
 from guitrainer.ui.runs_model import ID_ROLE, RunsFilter, RunsTableModel
