@@ -240,3 +240,20 @@ def test_open_output_folder_opens_the_runs_folder(qtbot, make_page, store, tmp_p
     _click_row(qtbot, page, _row_of(page, "gone"))
     qtbot.mouseClick(page.open_button, Qt.MouseButton.LeftButton)
     assert opened == [str(tmp_path / "out")] and "is gone" in said[-1]
+
+
+def test_a_store_damaged_past_its_first_page_is_moved_aside_too(qtbot, make_page, store, tmp_path):
+    for i in range(30):
+        _add_run(store, f"run{i}", [1.0] * 50)
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    db = tmp_path / "runs.sqlite3"
+    data = bytearray(db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    data[page_size:] = b"\xa5" * (len(data) - page_size)  # every page but the first (the schema) is garbage
+    db.write_bytes(bytes(data))
+    page = make_page()
+    assert page.notice.isVisible() and "damaged" in page.notice.text() and "moved to" in page.notice.text()
+    assert page.count_label.text() == "0 runs"
+    (moved,) = tmp_path.glob("runs.sqlite3.unreadable-*")
+    assert moved.read_bytes() == bytes(data)

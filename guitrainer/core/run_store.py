@@ -238,6 +238,9 @@ class RunStore:
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                if 1 <= version <= SCHEMA_VERSION:  # the runs table whole, the series' first page (a few ms)
+                    conn.execute("SELECT count(*), max(length(config_json)) FROM runs").fetchone()
+                    conn.execute("SELECT * FROM metrics LIMIT 1").fetchone()
             finally:
                 conn.close()
         except sqlite3.DatabaseError as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -103,7 +104,16 @@ class RunsPage(Page):
         self.count_label.setObjectName("runs_count")
         bar.addWidget(self.count_label)
         self.body.addLayout(bar)
+        self.body.addLayout(self._build_buttons())  # above the list, so they stay in view on a short window
+        self.body.addWidget(self._build_split(), 1)
+        self.filter_edit.textChanged.connect(self._on_filter)
+        self.status_combo.currentIndexChanged.connect(lambda _i: self._on_filter())
+        self._update_buttons([])
+        self._live = QTimer(self)  # while a run is recording, the list and its curves follow it
+        self._live.setInterval(LIVE_REFRESH_MS)
+        self._live.timeout.connect(self._refresh_live)
 
+    def _build_table(self) -> QTableView:
         self.model = RunsTableModel(self)
         self.proxy = RunsFilter(self)
         self.proxy.setSourceModel(self.model)
@@ -124,9 +134,10 @@ class RunsPage(Page):
             self.table.setColumnWidth(col, width)
         self.table.selectionModel().selectionChanged.connect(self._on_selection)
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
-        self.filter_edit.textChanged.connect(self._on_filter)
-        self.status_combo.currentIndexChanged.connect(lambda _i: self._on_filter())
+        self.table.setMinimumHeight(110)
+        return self.table
 
+    def _build_tabs(self) -> QTabWidget:
         self.tabs = QTabWidget()
         self.tabs.setObjectName("runs_tabs")
         self.chart_holder = QWidget()
@@ -154,18 +165,21 @@ class RunsPage(Page):
         self.details.setObjectName("runs_details")
         self.details.setReadOnly(True)
         self.tabs.addTab(self.details, "Details")
+        self.tabs.setMinimumHeight(260)
+        return self.tabs
 
+    def _build_split(self) -> QSplitter:
         split = QSplitter(Qt.Orientation.Vertical)
         split.setObjectName("runs_split")
-        split.addWidget(self.table)
-        split.addWidget(self.tabs)
+        split.addWidget(self._build_table())
+        split.addWidget(self._build_tabs())
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
-        self.table.setMinimumHeight(110)
-        self.tabs.setMinimumHeight(260)
         split.setMinimumHeight(380)
+        return split
 
-        row = QHBoxLayout()  # above the list, so they stay in view on a short window
+    def _build_buttons(self) -> QHBoxLayout:
+        row = QHBoxLayout()
         self.load_button = self._button("Load settings", "runs_load", "Make this run's settings the current ones.", self.load_settings)
         self.resume_button = self._button("Resume", "runs_resume", "", self.resume_selected)
         self.open_button = self._button("Open output folder", "runs_open", "", self.open_output_folder)
@@ -174,12 +188,7 @@ class RunsPage(Page):
             row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.delete_button)
-        self.body.addLayout(row)
-        self.body.addWidget(split, 1)
-        self._update_buttons([])
-        self._live = QTimer(self)  # while a run is recording, the list and its curves follow it
-        self._live.setInterval(LIVE_REFRESH_MS)
-        self._live.timeout.connect(self._refresh_live)
+        return row
 
     def _button(self, text: str, name: str, tip: str, slot: Any) -> QPushButton:
         b = QPushButton(text)
@@ -244,7 +253,7 @@ class RunsPage(Page):
         if store is not None:
             try:
                 rows = store.list_runs()
-            except Exception as e:  # noqa: BLE001 - sqlite3.DatabaseError of a damaged file: say so, keep going
+            except sqlite3.DatabaseError as e:  # a damaged file: say so, keep going
                 self._show_notice(f"The run history could not be read: {e}")
         self._loaded = True
         self.model.set_rows(rows)
@@ -286,10 +295,13 @@ class RunsPage(Page):
     # ------------------------------------------------------------------ selection
     def _on_selection(self, *_: QItemSelection) -> None:
         ids = self.selected_ids()
-        self._update_buttons(ids)
-        self._update_chart(ids)
-        self._update_diff(ids)
-        self._update_details(ids)
+        try:
+            self._update_buttons(ids)
+            self._update_chart(ids)
+            self._update_diff(ids)
+            self._update_details(ids)
+        except sqlite3.DatabaseError as e:  # a file damaged past its first page: say so, keep the page usable
+            self._show_notice(f"The run history could not be read: {e}")
 
     def _update_buttons(self, ids: list[int]) -> None:
         one = len(ids) == 1
@@ -490,7 +502,7 @@ class RunsPage(Page):
             return []
         try:
             dead = store.mark_dead_runs()
-        except Exception as e:  # noqa: BLE001 - a damaged file: the notice says so
+        except sqlite3.DatabaseError as e:  # a damaged file: the notice says so
             self._show_notice(f"The run history could not be checked: {e}")
             return []
         if not dead:
