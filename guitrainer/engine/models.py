@@ -417,13 +417,8 @@ def ensure_demo_model() -> Path:
     return target
 
 
-def build_demo_model(folder: Path, seed: int = 0) -> None:
-    """Write a tiny SD-1.x-shaped diffusers model (random weights from ``seed``) into ``folder``."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    folder = Path(folder)
-    tok_dir = folder / "tokenizer"
+def _write_demo_tokenizer(tok_dir: Path) -> dict[str, int]:
+    """The demo model's CLIP tokenizer files (its own tiny vocabulary); returns the vocabulary."""
     vocab, merges = demo_vocab()
     tok_dir.mkdir(parents=True, exist_ok=True)
     (tok_dir / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
@@ -441,7 +436,16 @@ def build_demo_model(folder: Path, seed: int = 0) -> None:
     (tok_dir / "special_tokens_map.json").write_text(
         json.dumps({k: tok_cfg[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")}), encoding="utf-8"
     )
+    return vocab
 
+
+def build_demo_model(folder: Path, seed: int = 0) -> None:
+    """Write a tiny SD-1.x-shaped diffusers model (random weights from ``seed``) into ``folder``."""
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    folder = Path(folder)
+    vocab = _write_demo_tokenizer(folder / "tokenizer")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         unet = UNet2DConditionModel(
