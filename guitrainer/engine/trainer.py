@@ -129,7 +129,7 @@ class Trainer:
         except data.DatasetError as e:
             return self._summary("failed", str(e), DATASET_ADVICE, details())
         except ModelLoadError as e:
-            return self._summary("failed", str(e), MODEL_ADVICE, details())
+            return self._summary("failed", str(e), e.advice or MODEL_ADVICE, details())
         except lora.LoraFormatError as e:
             return self._summary("failed", str(e), LORA_ADVICE, details())
         except (RuntimeError, MemoryError) as e:
