@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
+from guitrainer.core.run_state import repair_interrupted
 from guitrainer.presets import PresetStore
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(cfg.to_toml())
         return _print_advice(cfg)
+    for line in repair_interrupted(cfg.output.folder):
+        print(f"note: {line}", file=sys.stderr)
     return _train(cfg, quiet=args.quiet)
 
 
