@@ -188,3 +188,19 @@ def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(f".{state.name}.")]
     again = Trainer(demo_cfg(out, schedule__max_steps=2, schedule__resume_from=str(state))).run()
     assert again.status == "complete"  # it resumes: nothing was lost
+
+
+def test_a_lora_written_just_before_a_kill_is_still_pruned_by_keep_last(tmp_path):
+    out = tmp_path / "out"
+    cfg = demo_cfg(out, schedule__max_steps=0, schedule__epochs=1, output__save_every_n_epochs=1, output__keep_last=1)
+    first = Trainer(cfg).run()
+    assert first.status == "finished"
+    orphan = out / "demo_lora-step000099.safetensors"  # a Save now whose state the kill never wrote
+    orphan.write_bytes(Path(first.lora_path).read_bytes())
+    later = (Path(first.state_path) / run_state.STATE_FILE).stat().st_mtime + 5
+    os.utime(orphan, (later, later))
+    more = demo_cfg(out, schedule__max_steps=0, schedule__epochs=3, output__save_every_n_epochs=1,
+                    output__keep_last=1, schedule__resume_from=first.state_path)  # fmt: skip
+    assert Trainer(more).run().status == "finished"
+    assert not orphan.exists()  # pruned with the other intermediates
+    assert (out / "demo_lora-000002.safetensors").is_file()  # the newest one kept

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import logging
 import math
+import re
 import shutil
 from collections import Counter
 from datetime import UTC, datetime
@@ -233,6 +234,21 @@ class Saver:
             self.save_state()
         except WriteError as e:
             self.feedback.warn(f"The training state was not saved: {e.strerror or e}")
+
+    def adopt_unlisted(self, state_folder: Path) -> None:
+        """Intermediate LoRAs of this run written after its state (a kill between a LoRA and its state) join
+        the ``keep_last`` pruning: this run's tagged names (``<name>-000003``, ``<name>-step000120``), newer
+        than the state. Called on resume."""
+        o = self.config.output
+        pattern = re.compile(rf"^{re.escape(str(o.name))}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
+        try:
+            since = (state_folder / run_state.STATE_FILE).stat().st_mtime
+            found = [p for p in self.out_dir().iterdir() if pattern.match(p.name) and p.stat().st_mtime > since]
+        except OSError:
+            return
+        for p in sorted(found, key=lambda p: p.stat().st_mtime):
+            if str(p) not in self.intermediates:
+                self.intermediates.append(str(p))
 
     # ------------------------------------------------------------------ the state
     def state_dir(self) -> Path:
