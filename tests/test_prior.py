@@ -269,7 +269,7 @@ def test_unwritable_output_folder_ends_as_failed_with_advice(tmp_path, stop):
     assert summary.status == "failed"
     assert summary.message.startswith(f"The LoRA could not be saved in {blocker}: The output folder {blocker} is a file")
     assert summary.advice == WRITE_ADVICE
-    assert summary.advice[0] == "choose another output folder, then Save now or resume"
+    assert summary.advice[0] == "choose another output folder, then resume from the saved state (or train again)"
     assert summary.steps == (1 if stop else 2)
     # nothing trained is lost: the LoRA and the state went to the rescue folder, which the message names
     from guitrainer.core.paths import user_data_dir

@@ -234,7 +234,7 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
                 flags.add(Flag.ALPHA)
             if mode in ("P", "PA"):
                 flags.add(Flag.PALETTE)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         log.debug("cannot read %s: %s", p, e)
         return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
     if not _tail_ok(p, fmt, size):
