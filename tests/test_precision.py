@@ -300,6 +300,66 @@ def test_probe_survives_torch_raising(monkeypatch):
     assert "torch unavailable" in info.summary()
 
 
+def _fake_torch(monkeypatch, *, hip: str | None = None, cuda_props=(), xpu_props=()):
+    """A torch module that reports the given CUDA / ROCm device properties, or Intel XPU ones."""
+    fake = types.ModuleType("torch")
+    fake.__version__ = "2.13.0"
+    fake.version = types.SimpleNamespace(cuda=None if hip else ("12.8" if cuda_props else None), hip=hip)
+    fake.cuda = types.SimpleNamespace(
+        is_available=lambda: bool(cuda_props),
+        device_count=lambda: len(cuda_props),
+        get_arch_list=lambda: [],
+        get_device_properties=lambda i: cuda_props[i],
+        is_bf16_supported=lambda **kw: True,  # what ROCm says for every HIP device: never trusted
+        mem_get_info=lambda i: (1 << 30, 2 << 30),
+    )
+    fake.xpu = types.SimpleNamespace(
+        is_available=lambda: bool(xpu_props),
+        device_count=lambda: len(xpu_props),
+        get_device_properties=lambda i: xpu_props[i],
+    )
+    fake.backends = types.SimpleNamespace(mps=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+
+def test_probe_reads_rocm_gfx_names_and_ignores_is_bf16_supported(monkeypatch):
+    props = [
+        types.SimpleNamespace(name="AMD Radeon RX 6800 XT", major=10, minor=3, total_memory=16 << 30,
+                              multi_processor_count=72, gcnArchName="gfx1030"),
+        types.SimpleNamespace(name="AMD Radeon RX 7900 XTX", major=11, minor=0, total_memory=24 << 30,
+                              multi_processor_count=96, gcnArchName="gfx1100"),
+    ]
+    _fake_torch(monkeypatch, hip="7.1", cuda_props=props)
+    info = hardware.collect()
+    rdna2, rdna3 = info.gpus
+    assert (rdna2.vendor, rdna2.arch, rdna2.bf16_native, rdna2.tensor_cores) == ("amd", "gfx1030", False, False)
+    assert (rdna3.arch, rdna3.bf16_native, rdna3.tensor_cores) == ("gfx1100", True, True)
+    assert "ROCm 7.1" in info.summary() and "gfx1030 (RDNA2)" in info.summary()
+
+
+def test_probe_finds_intel_xpu_devices(monkeypatch):
+    props = [types.SimpleNamespace(name="Intel(R) Arc(TM) A770 Graphics", total_memory=16 << 30, gpu_subslice_count=32)]
+    _fake_torch(monkeypatch, xpu_props=props)
+    info = hardware.collect()
+    assert info.kind == "xpu" and info.gpu.vendor == "intel" and info.gpu.bf16_native
+    assert info.gpu.total_memory == 16 << 30 and "Intel XPU" in info.summary()
+    assert precision.recommended_training(info) == "bf16"
+
+
+def test_probe_reads_amx_from_cpu_flags(monkeypatch, tmp_path):
+    text = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: sse avx512_bf16 amx_bf16 amx_tile\n"
+    real_path = hardware.Path
+
+    def fake(p="", *a):
+        return real_path(tmp_path / "cpuinfo") if str(p) == "/proc/cpuinfo" else real_path(p, *a)
+
+    (tmp_path / "cpuinfo").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(hardware, "Path", fake)
+    cpu = hardware._cpu_info([])
+    assert cpu.amx and cpu.bf16_faster and "amx_bf16" in cpu.bf16_flags
+
+
 def test_probe_survives_bitsandbytes_raising(monkeypatch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     info = hardware._bitsandbytes_info()
