@@ -20,7 +20,7 @@ from guitrainer.core.hardware import (
     choose_training_gpu,
     gpu_missing_message,
 )
-from guitrainer.engine import trainer as T
+from guitrainer.engine import trainer as trainer_module
 from guitrainer.engine.models import ModelLoadError
 from guitrainer.presets import DEMO_PRESET
 
@@ -81,7 +81,7 @@ class _StopAtModel:
 
     def __init__(self) -> None:
         self.calls: list[torch.device] = []
-        self.trainer: T.Trainer | None = None
+        self.trainer: trainer_module.Trainer | None = None
 
     def __call__(self, *_a, **_k):
         assert self.trainer is not None
@@ -104,8 +104,8 @@ def _run(monkeypatch, gpu_index: int, *, in_thread: bool = False):
     cfg.set("precision.training", "fp32")
     cfg.set("precision.gpu_index", gpu_index)
     stop = _StopAtModel()
-    monkeypatch.setattr(T, "load_base_model", stop)
-    trainer = T.Trainer(cfg)
+    monkeypatch.setattr(trainer_module, "load_base_model", stop)
+    trainer = trainer_module.Trainer(cfg)
     stop.trainer = trainer
     if not in_thread:
         return trainer.run(), stop
