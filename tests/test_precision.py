@@ -7,7 +7,7 @@ import types
 
 import pytest
 from helpers import FAKE_DEVICES, config_with, fake_device
-from helpers.devices import _MACS
+from helpers.devices import MAC_DEVICES
 
 from guitrainer.config import OPTIMIZERS, TrainingConfig
 from guitrainer.core import hardware, precision
@@ -78,7 +78,7 @@ OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
     "arc_a770": {**CUDA_OPT, "PagedAdamW8bit": ("warning", "AdamW8bit")},
     **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
            "PagedAdamW8bit": ("warning", "AdamW")} for d in ("cpu", "cpu_bf16", "cpu_amx")},  # works, slow
-    **{d: BNB_REFUSED for d in _MACS},  # no MPS 8-bit kernels in bitsandbytes
+    **{d: BNB_REFUSED for d in MAC_DEVICES},  # no MPS 8-bit kernels in bitsandbytes
 }
 
 

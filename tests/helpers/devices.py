@@ -57,7 +57,7 @@ FAKE_GPUS: dict[str, GpuInfo] = {
     "arc_a770": _gpu("Intel(R) Arc(TM) A770 Graphics", (0, 0), 16, 32, vendor="intel", kernels_in_build=None),
 }
 
-_MACS = {  # name -> (chip, torch, macOS)
+MAC_DEVICES = {  # name -> (chip, torch, macOS)
     "mps": ("Apple M2", "2.13.0", "14.5"),
     "m1": ("Apple M1", "2.13.0", "14.5"),
     "m3": ("Apple M3 Max", "2.13.0", "14.5"),
@@ -72,7 +72,7 @@ _CPUS = {  # name -> (model, flags, amx)
 }
 
 #: names :func:`fake_device` understands
-FAKE_DEVICES: tuple[str, ...] = (*_CPUS, *FAKE_GPUS, *_MACS)
+FAKE_DEVICES: tuple[str, ...] = (*_CPUS, *FAKE_GPUS, *MAC_DEVICES)
 
 
 def fake_device(name: str = "cpu", *more_gpus: str, bitsandbytes: BitsAndBytesInfo | None | bool = True,
@@ -94,7 +94,7 @@ def fake_device(name: str = "cpu", *more_gpus: str, bitsandbytes: BitsAndBytesIn
     vendor = gpus[0].vendor if gpus else ""
     default_torch = {"rtx5090_no_sm120": "2.5.1+cu124", "gtx1080_cu128": "2.8.0+cu128"}.get(
         name, {"amd": "2.13.0+rocm7.1", "intel": "2.13.0+xpu", "nvidia": "2.13.0+cu128"}.get(vendor, "2.13.0+cpu"))
-    mac = _MACS.get(name)
+    mac = MAC_DEVICES.get(name)
     torch_version = overrides.pop("torch_version", mac[1] if mac else default_torch)
     fields: dict[str, Any] = {"cuda_version": "12.8", "arch_list": _CUDA_ARCHS}
     if name == "rtx5090_no_sm120":
