@@ -1,4 +1,4 @@
-"""DeviceInfo: what this machine can do for training, as plain frozen data.
+"""The device probe: looks at this machine (CUDA, ROCm, Intel XPU, MPS, CPU) and returns a DeviceInfo.
 
 Pure Python at import time: torch and bitsandbytes are imported lazily *inside* :func:`collect`
 (the GUI calls it from a worker thread after the window is shown). :func:`probe` caches the result,
@@ -8,7 +8,8 @@ Nothing here raises: a fact that cannot be found becomes "unknown", and the reas
 :attr:`DeviceInfo.unknown` so the UI and ``guitrainer-train --check`` can say why.
 
 The facts live in :mod:`guitrainer.core.device_info` and the GPU choice in :mod:`guitrainer.core.gpu_choice`;
-both are re-exported here. Tests build fake machines with ``tests/helpers.py``'s ``fake_device``.
+both are re-exported here; each GPU's traits come from :mod:`guitrainer.core.gpu_traits`. Tests build fake
+machines with ``tests/helpers/devices.py``'s ``fake_device``.
 """
 
 from __future__ import annotations
