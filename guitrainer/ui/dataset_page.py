@@ -555,6 +555,8 @@ class DatasetPage(CaptionOps, Page):
     def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         item = current.data(ItemRole) if current.isValid() else None
         self.editor.set_item(item)
+        if item is not None or not self.proxy.rowCount():
+            self.proxy.pin(item)
 
     def _focus_caption(self) -> None:
         self.tabs.setCurrentWidget(self.editor)
