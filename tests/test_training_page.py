@@ -18,9 +18,9 @@ from test_training_worker import FakeTrainer, fake_factory  # tests/ is on sys.p
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
+from guitrainer.core.start_check import check_start
 from guitrainer.presets import PresetStore
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.core.start_check import check_start
 from guitrainer.ui.training_page import TrainingPage, TrainState, find_state
 
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
