@@ -35,6 +35,14 @@ from guitrainer.core import paths
 from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.drops import local_paths
+from guitrainer.ui.workspace import (
+    DATASET_KEYS,
+    Workspace,
+    ask_save,
+    keep_dataset,
+    load_workspace,
+    save_workspace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,9 @@ class MainWindow(QMainWindow):
         self.binding = ConfigBinding(TrainingConfig(), self)
         self.current_preset: str = ""
         self._dirty = False
+        self._quit_answered = False  # the unsaved-settings question on quit was answered
+        self.preset_box: QMessageBox | None = None  # the open "save before another preset?" question
+        self.quit_box: QMessageBox | None = None  # the open "save before quitting?" question
         self.setWindowTitle(APP_NAME)
         icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
         if icon_path.exists():
@@ -161,7 +172,7 @@ class MainWindow(QMainWindow):
         lay.addWidget(self.preset_state)
         bar.addWidget(box)
         self._fill_preset_combo()
-        self.preset_combo.activated.connect(lambda i: self.load_preset(self.preset_combo.itemData(i)))
+        self.preset_combo.activated.connect(lambda i: self.choose_preset(self.preset_combo.itemData(i)))
 
     def _fill_preset_combo(self) -> None:
         self.preset_combo.blockSignals(True)
@@ -212,8 +223,31 @@ class MainWindow(QMainWindow):
             last = DEFAULT_PRESET if DEFAULT_PRESET in self.store.presets else (self.store.names() or [""])[0]
         if last:
             self.load_preset(last)
+        self._restore_workspace()
 
-    def _on_config_changed(self, _path: str) -> None:
+    def _restore_workspace(self) -> None:
+        """The settings and dataset of the last session (saved on quit) come back."""
+        ws = load_workspace(self.settings)
+        if ws is None:
+            return
+        self.binding.replace(ws.config)
+        if ws.preset in self.store.presets or not ws.preset:
+            self.current_preset = ws.preset
+        self._dirty = ws.modified
+        self._fill_preset_combo()
+        self._update_title()
+        folders = len(ws.config.dataset.folders)
+        self.statusBar().showMessage(
+            "Restored your last workspace" + (f" ({folders} image folder{'s' if folders != 1 else ''})" if folders else ""),
+            STATUS_TIMEOUT_MS,
+        )
+
+    def _save_workspace(self) -> None:
+        save_workspace(self.settings, Workspace(self.binding.config.copy(), self.current_preset, self._dirty))
+
+    def _on_config_changed(self, path: str) -> None:
+        if path.startswith("dataset.") and path in DATASET_KEYS:
+            return  # the images are the workspace's, not the preset's: kept when the preset changes
         self._dirty = True
         self._update_title()
 
@@ -224,13 +258,46 @@ class MainWindow(QMainWindow):
         self.preset_state.setText("modified" if self._dirty else "")
 
     # ------------------------------------------------------------------ presets
+    def choose_preset(self, name: str) -> bool:
+        """The user picked a preset: with unsaved setting edits, ask first (save / discard / cancel).
+
+        Returns True when the preset was loaded now; False when it was not, or waits for the answer.
+        """
+        if not name or name == self.current_preset and not self._dirty:
+            return False
+        if not self._dirty:
+            return self.load_preset(name)
+        self._fill_preset_combo()  # shows the current preset until the question is answered
+
+        def answered(answer: str) -> None:
+            self.preset_box = None
+            if answer == "save":
+                self.save_preset()
+                if self._dirty:  # the name dialog was cancelled: nothing is thrown away
+                    return
+            if answer in ("save", "discard"):
+                self.load_preset(name)
+
+        current = self.current_preset or "untitled"
+        self.preset_box = ask_save(
+            self,
+            "Load another preset?",
+            f"You changed settings of “{current}” that are not saved in a preset.",
+            f"Loading “{name}” replaces them. Your images stay in the dataset.",
+            "Discard changes",
+            "preset_change_box",
+            answered,
+        )
+        return False
+
     def load_preset(self, name: str) -> bool:
+        """Load a preset's settings; the dataset (image folders, class images) stays as it is."""
         try:
             cfg = self.store.get(name).config()
         except (KeyError, ConfigError) as e:
             self._error("Cannot load preset", str(e))
             return False
-        self.binding.replace(cfg)
+        self.binding.replace(keep_dataset(cfg, self.binding.config))
         self.current_preset = name
         self._dirty = False
         self.settings.setValue("last_preset", name)
@@ -450,9 +517,41 @@ class MainWindow(QMainWindow):
         )
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if self._dirty and not self._quit_answered:
+            event.ignore()
+            self._ask_quit()
+            return
         guard = getattr(self.training_page, "confirm_close", None)
         if guard is not None and not guard():
             event.ignore()
+            self._quit_answered = False
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
+        self._save_workspace()
         super().closeEvent(event)
+
+    def _ask_quit(self) -> None:
+        """Unsaved setting edits on quit: offer to save them as a preset (non-modal; Cancel keeps the window)."""
+        if self.quit_box is not None and self.quit_box.isVisible():
+            return
+
+        def answered(answer: str) -> None:
+            self.quit_box = None
+            if answer == "save":
+                self.save_preset()
+                if self._dirty:
+                    return
+            if answer in ("save", "discard"):
+                self._quit_answered = True
+                self.close()
+
+        self.quit_box = ask_save(
+            self,
+            "Quit guitrainer?",
+            f"Your settings of “{self.current_preset or 'untitled'}” are not saved in a preset.",
+            "They and your dataset come back when you start guitrainer again; save them as a preset to keep "
+            "them for later too.",
+            "Quit without saving",
+            "quit_box",
+            answered,
+        )
