@@ -150,7 +150,15 @@ class MainWindow(QMainWindow):
             from guitrainer.ui.vram_meter import VramMeter
         except ImportError:  # the estimator lands with its own issue
             return None
-        return VramMeter(self.binding)
+        meter = VramMeter(self.binding)
+        # "Check precisely" failing: the message on the meter, the details in the Training page's Log
+        meter.measurement_failed.connect(
+            lambda message, details: self.training_page.log_panel.append(
+                f"Check precisely failed: {message}\n{details}".rstrip(), logging.ERROR
+            )
+        )
+        self.preset_loaded.connect(meter.set_target)
+        return meter
 
     def _build_toolbar(self) -> None:
         bar = QToolBar("Preset")
