@@ -21,6 +21,7 @@ from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
 from guitrainer.core.start_check import check_start
 from guitrainer.presets import PresetStore
 from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.output_page import OutputPage
 from guitrainer.ui.training_page import TrainingPage, TrainState, find_state
 
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
@@ -527,3 +528,35 @@ def test_real_engine_output_folder_changed_mid_run_takes_save_now_while_paused(q
     with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
         page.stop()
     assert Path(blocker.args[0].lora_path).parent == elsewhere
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, real_engine):
+    cfg = demo_config(tmp_path)
+    cfg.schedule.epochs, cfg.schedule.max_steps = 1, 0
+    cfg.precision.training = "fp32"
+    page = make_page(cfg)
+    output = OutputPage(page.binding)
+    qtbot.addWidget(output)
+    page.run_finished.connect(output.show_last_run)  # as the main window wires them
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        click_train(qtbot, page)
+    first = blocker.args[0]
+    assert first.status == "finished" and first.steps > 0
+    assert first.lora_path in output.last_run_label.text()
+
+    qtbot.mouseClick(page.resume_state_button, Qt.MouseButton.LeftButton)
+    box = page.finished_box
+    assert box is not None and box.isVisible() and page.worker is None  # nothing started
+    label_text = " ".join(w.text() for w in box.findChildren(type(page.status_label)))
+    assert "complete" in label_text and str(first.steps) in label_text
+    spin = box.findChild(type(box.findChild(object, "more_epochs")), "more_epochs")
+    spin.setValue(1)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        qtbot.mouseClick(box.findChild(object, "train_more_button"), Qt.MouseButton.LeftButton)
+    second = blocker.args[0]
+    assert page.binding.get("schedule.epochs") == 2
+    assert second.status == "finished" and second.steps > first.steps  # it trained on, from the saved state
+    assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
+    assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
+    assert "Loading the model" not in page.progress_bar.text()

@@ -190,3 +190,33 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
 def state_folder(config: TrainingConfig) -> Path:
     """Where the engine keeps the resumable state of this config's output."""
     return expand(config.output.folder) / f"{config.output.name}_state"
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """What a run-state folder says about its run: where it stopped and how far it was meant to go."""
+
+    path: str
+    global_step: int
+    total_steps: int
+    epoch: int
+
+    @property
+    def complete(self) -> bool:
+        """Every planned step was trained: resuming would train nothing."""
+        return self.total_steps > 0 and self.global_step >= self.total_steps
+
+    def epochs_for_more(self, more_epochs: int, current_epochs: int) -> int:
+        """The ``schedule.epochs`` that trains ``more_epochs`` beyond this run."""
+        return max(self.epoch, current_epochs) + max(1, more_epochs)
+
+
+def read_saved_run(state_path: str) -> SavedRun | None:
+    """The run-state folder's step counts, or None when it is not a readable state."""
+    import json
+
+    try:
+        info = json.loads((expand(state_path) / STATE_FILE).read_text(encoding="utf-8"))
+        return SavedRun(str(state_path), int(info["global_step"]), int(info.get("total_steps", 0)), int(info.get("epoch", 0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -10,7 +10,6 @@ No torch and no pyqtgraph at import time: the charts are built when the page is 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -21,6 +20,7 @@ from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QFrame,
     QLabel,
     QMessageBox,
@@ -36,7 +36,7 @@ from guitrainer.config import TrainingConfig
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
-from guitrainer.core.start_check import STATE_FILE, check_start, state_folder
+from guitrainer.core.start_check import STATE_FILE, SavedRun, check_start, read_saved_run, state_folder
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
@@ -44,7 +44,13 @@ from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import prior_loss_box
 from guitrainer.ui.sample_gallery import SampleGallery
 from guitrainer.ui.training_controls import ACTIVE, ProgressPanel, RunControls, TrainState
-from guitrainer.ui.training_dialogs import ask_close, error_box, start_confirm_box, start_problems_box
+from guitrainer.ui.training_dialogs import (
+    ask_close,
+    error_box,
+    finished_run_box,
+    start_confirm_box,
+    start_problems_box,
+)
 from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
 
 if TYPE_CHECKING:
@@ -104,6 +110,7 @@ class TrainingPage(Page):
         self.error_box: QMessageBox | None = None
         self.problems_box: QMessageBox | None = None
         self.confirm_box: QMessageBox | None = None
+        self.finished_box: QDialog | None = None  # "the last run is complete: train more epochs?"
         self._charts: TrainingCharts | None = None
         self._metrics: StepMetrics | None = None
         self._progress_dirty = False
@@ -335,7 +342,8 @@ class TrainingPage(Page):
     def _launch(self, cfg: TrainingConfig) -> None:
         resuming = bool(cfg.schedule.resume_from)
         charts = self.charts
-        if resuming and len(charts) and self._resume_step(cfg.schedule.resume_from) == int(charts.series("step")[-1]):
+        saved = read_saved_run(cfg.schedule.resume_from) if resuming else None
+        if saved is not None and len(charts) and saved.global_step == int(charts.series("step")[-1]):
             pass  # the charts show this run up to the saved state: keep them and continue
         else:
             charts.clear()
@@ -360,19 +368,29 @@ class TrainingPage(Page):
         log.info("training started%s", f" from {cfg.schedule.resume_from}" if resuming else "")
         run_in_thread(worker, name="TrainingThread")
 
-    @staticmethod
-    def _resume_step(state_path: str) -> int | None:
-        try:
-            info = json.loads((expand(state_path) / STATE_FILE).read_text(encoding="utf-8"))
-            return int(info["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
     def resume_last(self) -> None:
         """Continue from the last saved state (of this run, or found in the output folder)."""
         path = self.last_state_path or find_state(self.binding.config)
-        if path:
-            self.start(resume_from=path)
+        if not path:
+            return
+        saved = read_saved_run(path)
+        if saved is not None and saved.complete and not self.is_active:
+            self.finished_box = finished_run_box(
+                self, saved.total_steps, saved.epoch, lambda more: self._train_more(saved, more)
+            )
+            return
+        self.start(resume_from=path)
+
+    def _train_more(self, saved: SavedRun, more_epochs: int) -> None:
+        """Resume a complete run with ``more_epochs`` epochs added to its schedule."""
+        s = self.binding.config.schedule
+        if s.max_steps > 0:
+            per_epoch = max(1, saved.total_steps // max(1, saved.epoch))
+            self.binding.set("schedule.max_steps", saved.total_steps + more_epochs * per_epoch)
+        else:
+            self.binding.set("schedule.epochs", saved.epochs_for_more(more_epochs, s.epochs))
+        self._say(f"Training {more_epochs} more epoch{'s' if more_epochs != 1 else ''} from the saved state…")
+        self.start(resume_from=saved.path)
 
     # ------------------------------------------------------------------ controls
     def stop(self) -> None:
@@ -473,6 +491,8 @@ class TrainingPage(Page):
         if saved.kind == "state":
             self.last_state_path = saved.path
         self.log_panel.append(f"saved {saved.kind} at step {saved.step}: {saved.path}")
+        if self.status_label.text().startswith(("Saving", "Samples will")):  # no stale "Saving after this step…"
+            self._say(f"Saved the {saved.kind} at step {saved.step}.")
 
     @Slot(object)
     def _on_finished(self, summary: RunSummary) -> None:
@@ -509,6 +529,8 @@ class TrainingPage(Page):
 
     def _end_run(self) -> None:
         self.worker = None
+        if self._metrics is None:  # no step reported: the bar must not stay on "Loading the model…"
+            self.progress_bar.setFormat("No steps trained")
         self.log_panel.detach()
         if self._charts is not None:
             self._charts.redraw()
