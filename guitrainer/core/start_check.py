@@ -7,7 +7,9 @@ tests check the decisions without a window. ``errors`` block a start, ``confirm`
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import importlib.metadata
 import importlib.util
 import logging
@@ -220,3 +222,17 @@ def read_saved_run(state_path: str) -> SavedRun | None:
         return SavedRun(str(state_path), int(info["global_step"]), int(info.get("total_steps", 0)), int(info.get("epoch", 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def find_state(config: TrainingConfig) -> str | None:
+    """The newest resumable state folder of this config's output: ``<name>_state`` or, when runs of the
+    same name were numbered like their LoRA files, ``<name>_2_state``, ``<name>_3_state``, …"""
+    first = state_folder(config)
+    name = config.output.name
+    found = [first] if (first / STATE_FILE).is_file() else []
+    with contextlib.suppress(OSError):
+        found += [
+            f for f in first.parent.glob(f"{glob.escape(name)}_*_state")
+            if f.name[len(name) + 1 : -len("_state")].isdigit() and (f / STATE_FILE).is_file()
+        ]  # fmt: skip
+    return str(max(found, key=lambda f: (f / STATE_FILE).stat().st_mtime_ns)) if found else None

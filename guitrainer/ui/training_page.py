@@ -36,7 +36,7 @@ from guitrainer.config import TrainingConfig
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
-from guitrainer.core.start_check import STATE_FILE, SavedRun, check_start, read_saved_run, state_folder
+from guitrainer.core.start_check import SavedRun, check_start, find_state, read_saved_run
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
@@ -60,15 +60,6 @@ log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_MS = 200
 LOG_TAIL_LINES = 40  # log lines put under "Show Details…" for a failure reported without details
-
-
-# --------------------------------------------------------------------------- pre-start checks (core.start_check)
-
-
-def find_state(config: TrainingConfig) -> str | None:
-    """The resumable state folder for this config's output, if one exists."""
-    folder = state_folder(config)
-    return str(folder) if (folder / STATE_FILE).is_file() else None
 
 
 # --------------------------------------------------------------------------- the page
