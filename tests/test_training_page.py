@@ -560,3 +560,31 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
     assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
     assert "Loading the model" not in page.progress_bar.text()
+
+
+def test_empty_charts_say_no_data_and_the_scale_chart_says_flat_is_healthy(qtbot):
+    from guitrainer.ui.charts import NO_DATA, TrainingCharts
+
+    charts = TrainingCharts()
+    qtbot.addWidget(charts)
+    charts.resize(900, 500)
+    charts.show()
+    titles = lambda: [p.titleLabel.text for p in (charts.loss_plot, charts.lr_plot, charts.scale_plot, charts.sps_plot)]  # noqa: E731
+    assert all(NO_DATA in t for t in titles())
+    assert "flat line is healthy" in charts.scale_hint.text() and charts.scale_hint.isVisible()
+    charts.add(metrics(1, scale=65536.0))
+    charts.redraw()
+    assert not any(NO_DATA in t for t in titles())
+    charts.clear()
+    assert all(NO_DATA in t for t in titles())
+
+
+def test_samples_tab_says_when_sampling_is_off(qtbot, make_page):
+    page = make_page()
+    page.binding.set("sampling.every_n_steps", 0)
+    assert page.gallery.count() == 0 and page.gallery.empty_text.startswith("Sampling is off")
+    page.binding.set("sampling.prompts", ["a red apple"])
+    page.binding.set("sampling.every_n_steps", 50)
+    assert page.gallery.empty_text == "Samples appear here every 50 steps while training."
+    page.tabs.setCurrentWidget(page.gallery)
+    assert page.gallery.grab().toImage() is not None  # paints the text without error

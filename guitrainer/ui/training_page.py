@@ -42,7 +42,7 @@ from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import prior_loss_box
-from guitrainer.ui.sample_gallery import SampleGallery
+from guitrainer.ui.sample_gallery import SampleGallery, sampling_note
 from guitrainer.ui.training_controls import ACTIVE, ProgressPanel, RunControls, TrainState
 from guitrainer.ui.training_dialogs import (
     ask_close,
@@ -119,7 +119,9 @@ class TrainingPage(Page):
         self._progress_timer.timeout.connect(self._refresh_progress)
         binding.changed.connect(self._on_config_changed)
         binding.replaced.connect(self._refresh_state_path)
+        binding.replaced.connect(self._refresh_sampling_note)
         self._refresh_state_path()
+        self._refresh_sampling_note()
         self._apply_state()
 
     # ------------------------------------------------------------------ layout
@@ -264,8 +266,13 @@ class TrainingPage(Page):
             self._redirect_output(str(self.binding.get(path)))
         if path.startswith("output."):
             self._refresh_state_path()
+        if path.startswith("sampling."):
+            self._refresh_sampling_note()
         if path == "precision.training" and self._charts is not None and not self.is_active:
             self._charts.set_scaler_visible(self.binding.get(path) == "fp16")
+
+    def _refresh_sampling_note(self) -> None:
+        self.gallery.set_empty_text(sampling_note(self.binding.config.sampling))
 
     def _refresh_state_path(self) -> None:
         self.last_state_path = find_state(self.binding.config)
