@@ -588,3 +588,14 @@ def test_samples_tab_says_when_sampling_is_off(qtbot, make_page):
     assert page.gallery.empty_text == "Samples appear here every 50 steps while training."
     page.tabs.setCurrentWidget(page.gallery)
     assert page.gallery.grab().toImage() is not None  # paints the text without error
+
+
+def test_why_train_is_off_shows_beside_the_button(qtbot, make_page):
+    page = make_page(factory=fake_factory(steps=1))
+    assert not page.blocked_label.isVisible() and page.train_button.isEnabled()
+    page.set_blocking_errors("bf16 is not supported on the Tesla T4.\nA second problem.")
+    assert not page.train_button.isEnabled()
+    assert page.blocked_label.isVisible() and "bf16 is not supported on the Tesla T4" in page.blocked_label.text()
+    assert "Model & Precision" in page.blocked_label.text() and "A second problem" in page.blocked_label.toolTip()
+    page.set_blocking_errors("")
+    assert page.train_button.isEnabled() and not page.blocked_label.isVisible()

@@ -83,7 +83,7 @@ class _Preview(QLabel):
         self._scaled = QPixmap()
         self._scaled_for = QSize()
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumSize(220, 220)
+        self.setMinimumSize(160, 110)  # small: the page fits 1366×768 without scrolling
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setStyleSheet("background: palette(base); border: 1px solid palette(mid); border-radius: 6px;")
 
@@ -166,7 +166,7 @@ class CaptionEditor(QWidget):
         self.text.setPlaceholderText("No caption yet. Type tags separated by commas, or a sentence.")
         self.text.setUndoRedoEnabled(False)
         self.text.setTabChangesFocus(True)
-        self.text.setMinimumHeight(80)
+        self.text.setMinimumHeight(60)
         self.text.setMaximumHeight(150)
         self.state = QLabel(self)
         self.state.setObjectName("caption_state")

@@ -34,6 +34,7 @@ from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, 
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -200,7 +201,10 @@ class DatasetPage(CaptionOps, Page):
         self.tabs.addTab(stacked(self, self.summary), "Summary")
         self.tabs.addTab(stacked(self, options_form(self.binding, self)), "Options")
         self.regularization = RegularizationPanel(self.binding, self.loader, self)  # class images (issue 11)
-        self.tabs.addTab(self.regularization, "Regularization")
+        self.tabs.addTab(self.regularization, "Class images")
+        self.tabs.setTabToolTip(self.tabs.count() - 1, "Regularization (class) images: prior preservation")
+        self.tabs.setUsesScrollButtons(True)  # a narrow window scrolls the tabs instead of eliding "Regula…"
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(left)
@@ -208,7 +212,9 @@ class DatasetPage(CaptionOps, Page):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
-        self.splitter.setMinimumHeight(560)
+        self.splitter.setMinimumHeight(300)  # fits 1366×768 without scrolling the page
+        # its (tall) size hint is ignored: it fills the page, which scrolls only below the minimum
+        self.splitter.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.body.addWidget(self.splitter, 1)
 
     def _build_actions(self) -> None:

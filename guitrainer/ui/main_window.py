@@ -10,8 +10,16 @@ import logging
 import warnings
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDesktopServices,
+    QDragEnterEvent,
+    QDropEvent,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -39,6 +47,7 @@ from guitrainer.ui.workspace import (
     DATASET_KEYS,
     Workspace,
     ask_save,
+    first_window_size,
     keep_dataset,
     load_workspace,
     save_workspace,
@@ -90,7 +99,7 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setObjectName("page_nav")
         self.nav.setIconSize(QSize(20, 20))
-        self.nav.setFixedWidth(190)
+        self.nav.setFixedWidth(170)
         self.nav.setSpacing(2)
         self.stack = QStackedWidget()
         self.devices = DeviceService(parent=self)  # the one device probe every page listens to
@@ -218,6 +227,7 @@ class MainWindow(QMainWindow):
         quit_act.triggered.connect(self.close)
         m.addAction(quit_act)
         h = self.menuBar().addMenu("&Help")
+        h.addAction("&Guide (README)", self.open_guide)
         h.addAction("&Environment…", self.show_environment)
         h.addAction("&About guitrainer", self._about)
 
@@ -227,7 +237,7 @@ class MainWindow(QMainWindow):
         if isinstance(geom, QByteArray | bytes) and geom:
             self.restoreGeometry(QByteArray(geom))
         else:
-            self.resize(1180, 780)
+            self.resize(first_window_size(self.screen()))
         last = str(self.settings.value("last_preset", DEFAULT_PRESET) or DEFAULT_PRESET)
         if last not in self.store.presets:
             last = DEFAULT_PRESET if DEFAULT_PRESET in self.store.presets else (self.store.names() or [""])[0]
@@ -512,6 +522,21 @@ class MainWindow(QMainWindow):
         dlg.open()
         return dlg
 
+    def guide_path(self) -> Path | None:
+        """The user guide shipped with the app (the README), if this install has it."""
+        for root in (paths.install_root(), paths.resources_dir().parent):
+            if (root / "README.md").is_file():
+                return root / "README.md"
+        return None
+
+    def open_guide(self) -> bool:
+        """Help ▸ Guide: open the README (how to use the app, presets, headless runs)."""
+        guide = self.guide_path()
+        if guide is None:
+            self._error("No guide here", "This install has no README.md; see the project page of guitrainer.")
+            return False
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide)))
+
     def maybe_first_run(self) -> None:
         """Show the environment check once, on the first start."""
         if not self.settings.value("first_run_done", False, type=bool):
@@ -538,6 +563,7 @@ class MainWindow(QMainWindow):
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
         self._save_workspace()
+        self.devices.wait(10_000)  # a probe still importing torch: let it end before the app does
         super().closeEvent(event)
 
     def _ask_quit(self) -> None:

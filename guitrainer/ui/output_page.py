@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
-from guitrainer.ui.pages import Page
+from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,9 @@ class OutputPage(Page):
         self._verifier = verifier
         self.verify_running = False
         self._last_run_path = ""
-        self.body.addWidget(self._where_box())
-        self.body.addWidget(self._saving_box())
-        self.body.addWidget(self._metadata_box())
-        self.body.addWidget(self._verify_box())
+        self.body.addLayout(
+            two_columns([self._where_box(), self._saving_box()], [self._metadata_box(), self._verify_box()])
+        )
         self.finish()
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)

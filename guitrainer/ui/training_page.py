@@ -177,7 +177,7 @@ class TrainingPage(Page):
         split.setStretchFactor(1, 1)
         split.setSizes([340, 900])
         split.setChildrenCollapsible(False)
-        split.setMinimumHeight(560)
+        split.setMinimumHeight(340)  # fits 1366×768: the settings column scrolls, the page does not
         # Ignore the splitter's (huge) size hint: it fills the page, and scrolls only below its minimum
         split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.body.addWidget(split, 1)

@@ -218,11 +218,12 @@ class VramMeter(QWidget):
         self.busy.hide()
         self.status_label = QLabel(self)
         self.status_label.setObjectName("vram_status")
-        self.status_label.setWordWrap(True)
+        self.status_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens
         self.legend = QLabel(self)
         self.legend.setObjectName("vram_legend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("font-size: 8pt;")
         self._hint_row = QHBoxLayout()
         self._hint_row.setSpacing(4)
 
@@ -233,8 +234,7 @@ class VramMeter(QWidget):
         top.addWidget(self.busy)
         top.addWidget(self.check_button)
         bottom = QHBoxLayout()
-        bottom.addWidget(self.status_label)
-        bottom.addStretch(1)
+        bottom.addWidget(self.status_label, 1)
         bottom.addLayout(self._hint_row)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 4, 6, 4)

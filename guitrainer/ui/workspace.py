@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QSize
+from PySide6.QtGui import QScreen
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay
@@ -65,6 +66,17 @@ def load_workspace(settings: QSettings) -> Workspace | None:
         log.warning("the last workspace (%s) is not restored: %s", path, e)
         return None
     return Workspace(cfg, str(meta.get("preset", "")), bool(meta.get("modified", False)))
+
+
+def first_window_size(screen: QScreen | None) -> QSize:
+    """First start: most of a large screen; 1180×780 when the screen is unknown or small (from 1366×768
+    up the pages fit without scrolling)."""
+    avail = screen.availableGeometry() if screen is not None else None
+    if avail is None or avail.width() < 1280 or avail.height() < 700:
+        return QSize(1180, 780)
+    w = min(avail.width(), max(1280, int(avail.width() * 0.85)))
+    h = min(avail.height(), max(720, int(avail.height() * 0.85)))
+    return QSize(w, h)
 
 
 def keep_dataset(new: TrainingConfig, current: TrainingConfig) -> TrainingConfig:
