@@ -48,6 +48,7 @@ from guitrainer.core.dataset_report import (
     CollectRequest,
     ImportReport,
     SummaryParams,
+    plural,
     strip_text,
     without_included,
 )
@@ -510,7 +511,7 @@ class DatasetPage(CaptionOps, Page):
         n = self.model.remove_items(items)
         self._include([folder])  # the folder is gone: its left-out images need no entry any more
         self._after_items_changed()
-        self.show_status(f"Removed the folder {Path(folder).name} ({n} images) from the dataset; no files were deleted.")
+        self.show_status(f"Removed the folder {Path(folder).name} ({plural(n, 'image')}) from the dataset; no files were deleted.")
         return n
 
     def _on_config_changed(self, path: str) -> None:

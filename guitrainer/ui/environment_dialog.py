@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.core import cache_store
+from guitrainer.core.dataset_report import plural
 from guitrainer.core.vram import format_bytes
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.icons import level_icon
@@ -144,9 +145,9 @@ class EnvironmentDialog(QDialog):
         if isinstance(result, Exception):
             self.cache_label.setText(f"Disk cache: clearing failed ({result}).")
             return
-        failed = f"; {result.failed} files could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
+        failed = f"; {plural(result.failed, 'file')} could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
         self._start_job(cache_store.usage, self._show_cache)
-        self.cleared_text = f"Removed {result.files} files, {format_bytes(result.bytes)}{failed}."  # type: ignore[attr-defined]
+        self.cleared_text = f"Removed {plural(result.files, 'file')}, {format_bytes(result.bytes)}{failed}."  # type: ignore[attr-defined]
         self.summary.setText(self.summary.text() + f"<br>{self.cleared_text}")
 
     def show_items(self, items: list) -> None:
