@@ -157,6 +157,7 @@ class VramMeter(QWidget):
         self._hint_buttons: list[QPushButton] = []
 
         self.bar = _Bar(self)
+        self.bar.setObjectName("vram_bar")
         self.total_label = QLabel(self)
         self.total_label.setObjectName("vram_total")
         self.total_label.setTextFormat(Qt.TextFormat.RichText)

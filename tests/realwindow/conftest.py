@@ -1,0 +1,141 @@
+"""Real-window tests: the app on a real X server (Xvfb) with a window manager (openbox).
+
+The suite runs in a pytest process of its own (``pytest tests/realwindow``; ``make test`` runs it after
+the offscreen suite), because a Qt process has one platform: here ``xcb`` on a private Xvfb display,
+with fresh HOME and XDG folders. Input is real: xdotool moves the X pointer and types (see xinput.py).
+
+Without Xvfb, openbox, xdotool or ImageMagick the suite skips with the reason, except in CI
+(``CI=true``), where a missing tool fails it: CI must run these tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from xinput import ModalAnswerer, XInput, button_with_role, pump, wait_for
+from xserver import XServer, missing_tools
+
+HERE = Path(__file__).resolve().parent
+ARTIFACTS = HERE.parent.parent / "artifacts"
+SCREEN = (1920, 1080)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a session that also runs the offscreen suite, these tests cannot get their own Qt platform: skip."""
+    mine = [it for it in items if HERE in Path(str(it.path)).resolve().parents]
+    if mine and len(mine) < len(items):
+        skip = pytest.mark.skip(
+            reason="real-window tests run in a pytest process of their own (Qt has one platform per process): "
+            "`pytest tests/realwindow`, as `make test` does"
+        )
+        for it in mine:
+            it.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def x_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[XServer]:
+    """Xvfb + openbox for the session; Qt on xcb there; HOME and XDG folders fresh and empty."""
+    missing = missing_tools()
+    if missing:
+        message = "real-window tests need " + ", ".join(missing) + " (apt-get install them, as .ci/run does)"
+        if _in_ci():
+            pytest.fail("CI=true: " + message, pytrace=False)
+        pytest.skip(message)
+    from PySide6.QtWidgets import QApplication
+
+    if QApplication.instance() is not None:
+        pytest.fail("a QApplication exists already: run the real-window tests on their own", pytrace=False)
+    server = XServer(*SCREEN).start()
+    home = tmp_path_factory.mktemp("home")
+    for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"), ("XDG_CACHE_HOME", ".cache")):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+        os.environ[var] = str(home / sub)
+    os.environ["HOME"] = str(home)
+    os.environ["DISPLAY"] = server.display
+    os.environ["QT_QPA_PLATFORM"] = "xcb"
+    os.environ.pop("WAYLAND_DISPLAY", None)
+    os.environ.pop("XAUTHORITY", None)
+    from PySide6.QtCore import QCoreApplication
+
+    from guitrainer import APP_NAME
+
+    QCoreApplication.setOrganizationName(APP_NAME)
+    QCoreApplication.setApplicationName(APP_NAME)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def qapp(x_server: XServer, qapp_args, qapp_cls):  # noqa: ANN001 - pytest-qt's own fixtures
+    """pytest-qt's QApplication, made after the X server is up, with the app's bootstrap (Fusion, locale)."""
+    from guitrainer.app import create_app
+
+    app = qapp_cls.instance() or qapp_cls(qapp_args)
+    create_app()
+    app.setQuitOnLastWindowClosed(False)  # one window closes per test; the session goes on
+    assert app.platformName() == "xcb", app.platformName()
+    yield app
+    pump(50)
+    app.shutdown()  # before the X server goes: Qt would report a broken X connection
+
+
+@pytest.fixture
+def xin(x_server: XServer) -> XInput:
+    return XInput(x_server.env())
+
+
+def close_discarding(window, xin: XInput) -> None:  # noqa: ANN001
+    """Close ``window`` at the end of a test, answering any "unsaved changes" question with its discard button."""
+    from PySide6.QtWidgets import QMessageBox
+    from xinput import click_args
+
+    def answer(box):  # noqa: ANN001, ANN202
+        if isinstance(box, QMessageBox):
+            b = button_with_role(box, QMessageBox.ButtonRole.DestructiveRole, QMessageBox.ButtonRole.NoRole)
+            if b is not None:
+                return click_args(b)
+        return ["key", "Escape"]
+
+    answerer = ModalAnswerer(xin, answer)
+    try:
+        window.close()
+        pump(50)
+    finally:
+        answerer.stop()
+    shutdown = getattr(getattr(window, "dataset_page", None), "shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    window.deleteLater()
+    pump(50)
+
+
+@pytest.fixture
+def main_window(qapp, xin: XInput, tmp_path: Path):  # noqa: ANN001, ANN201
+    """The main window (own settings file and presets folder), maximized on the 1920 x 1080 screen and focused."""
+    from PySide6.QtCore import QSettings
+
+    from guitrainer.presets import PresetStore
+    from guitrainer.ui.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    w.showMaximized()  # what a person does on a 1920 x 1080 screen; screenshots show the window as it opens
+    wait_for(lambda: w.windowHandle() is not None and w.windowHandle().isExposed(), 10, "the window to be exposed")
+    xin.activate(w)
+    yield w
+    if w.isVisible():
+        close_discarding(w, xin)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where the real-window tests leave files for people (screenshots): ``artifacts/`` at the repo root."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
