@@ -174,3 +174,16 @@ def choose_in_combo(xin: XInput, combo, text: str) -> None:  # noqa: ANN001 - a 
     pump(30)
     xin.click(view.viewport(), view.visualRect(index).center())
     wait_for(lambda: not view.isVisible(), 5, "the pop-up list to close")
+
+
+def maximize_by_title_bar(xin: XInput, window: QWidget) -> bool:
+    """Double-click ``window``'s title bar (the window manager maximizes it); False if that did not work."""
+    frame, inner = window.frameGeometry(), window.geometry()
+    title_y = frame.top() + max(4, (inner.top() - frame.top()) // 2)
+    xin.run("mousemove", str(frame.center().x()), str(title_y), "click", "--repeat", "2", "--delay", "60", "1")
+    try:
+        wait_for(window.isMaximized, 5, "the window to maximize")
+    except AssertionError:
+        return False
+    pump(300)
+    return True
