@@ -72,6 +72,45 @@ def x_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[XServer]:
     server.stop()
 
 
+SHOT_SIZES = {"1366x768": (1366, 768), "1920x1080": (1920, 1080)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def screenshot_runs(request: pytest.FixtureRequest, x_server: XServer, tmp_path_factory: pytest.TempPathFactory):
+    """The screenshot runs of this session's test_screenshots items, started first: they run alongside the rest."""
+    from shoot_pages import ShotRun
+
+    wanted = [
+        it.callspec.id
+        for it in request.session.items
+        if it.path.name == "test_screenshots.py" and hasattr(it, "callspec") and not it.get_closest_marker("skip")
+    ]
+    runs = {}
+    for size_id in wanted:
+        out = ARTIFACTS / "screenshots" / size_id
+        runs[size_id] = ShotRun(SHOT_SIZES[size_id], out, tmp_path_factory.mktemp(f"shots_{size_id}")).start()
+    yield runs
+    for run in runs.values():
+        run.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failing real-window test leaves a screenshot of the screen at that moment in artifacts/failures/."""
+    report = yield
+    if report.failed and call.when == "call" and not hasattr(report, "wasxfail"):
+        server = item.funcargs.get("x_server") if hasattr(item, "funcargs") else None
+        display = os.environ.get("DISPLAY", "")
+        if display and (server is not None or "x_server" in getattr(item, "fixturenames", ())):
+            path = ARTIFACTS / "failures" / f"{item.name}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            import subprocess
+
+            subprocess.run(["import", "-window", "root", str(path)], timeout=30, check=False)
+            report.sections.append(("real-window screenshot", str(path)))
+    return report
+
+
 @pytest.fixture(scope="session")
 def qapp(x_server: XServer, qapp_args, qapp_cls):  # noqa: ANN001 - pytest-qt's own fixtures
     """pytest-qt's QApplication, made after the X server is up, with the app's bootstrap (Fusion, locale)."""

@@ -160,6 +160,60 @@ class Shooter:
         (self.out / "layout.json").write_text(json.dumps(self.layout, indent=2), encoding="utf-8")
 
 
+class ShotRun:
+    """This script in its own process on its own X server of ``size``, started now, awaited by :meth:`wait`.
+
+    The real-window conftest starts the runs at the beginning of the session, so they go on while the
+    in-process tests run; test_screenshots.py waits for them and checks what they left.
+    """
+
+    def __init__(self, size: tuple[int, int], out: Path, home: Path) -> None:
+        from xserver import XServer
+
+        self.size, self.out, self.home = size, out, home
+        self.server = XServer(*size)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ShotRun:
+        for old in self.out.glob("*.png"):
+            old.unlink()
+        self.server.start()
+        env = self.server.env()
+        env.pop("GUITRAINER_HOME", None)  # a new user: the app's own default folders, under a fresh HOME
+        home = self.home
+        env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_DATA_HOME=str(home / ".local/share"),
+                   XDG_CACHE_HOME=str(home / ".cache"), QT_QPA_PLATFORM="xcb")  # fmt: skip
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), str(self.out)],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=open(self.home / "stdout.txt", "w"),  # noqa: SIM115 - the child holds it
+            stderr=open(self.home / "stderr.txt", "w"),  # noqa: SIM115
+        )
+        return self
+
+    def wait(self, timeout_s: float = 150.0) -> tuple[int, str]:
+        """The run's exit status and its output (stdout, then stderr); the X server is stopped after."""
+        try:
+            rc = self.proc.wait(timeout_s) if self.proc else -1
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(10)
+        self.stop()
+        text = ""
+        for name in ("stdout.txt", "stderr.txt"):
+            path = self.home / name
+            text += path.read_text(errors="replace") if path.exists() else ""
+        return rc, text
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.server.stop()
+
+
 def main() -> int:
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)

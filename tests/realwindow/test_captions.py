@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLineEdit, QListView, QPlainTextEdit, QTabWidget
 from xinput import choose_in_combo, pump, wait_for
 
-AUTOSAVE_PAUSE_MS = 1100  # twice the autosave delay (500 ms): any autosave has happened
+PAUSE_MS = 600  # a person's pause between words, after the autosave
 
 # name -> (side in px, caption or None); 32 px images are "small" for every preset (flagged)
 IMAGES = {
@@ -115,9 +115,13 @@ def test_typing_a_caption_changes_only_the_chosen_image(main_window, xin, tmp_pa
         xin.key("ctrl+a", "BackSpace")
     if case.first:
         xin.type(case.first)
-    pump(AUTOSAVE_PAUSE_MS)
+    # the pause a person makes: long enough for the autosave, which the file on disk shows
+    original = before[case.target] or ""
+    saved = case.first if case.clear_first else original + case.first
+    wait_for(lambda: (captions_on_disk(folder)[case.target] or "") == saved, 10, f"the autosave of {saved!r}")
+    pump(PAUSE_MS)
     xin.type(case.second)
-    pump(AUTOSAVE_PAUSE_MS)
+    pump(PAUSE_MS)
     xin.key("Tab")  # focus leaves the box: anything typed is saved now
     pump(300)
 
