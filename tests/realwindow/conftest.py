@@ -5,7 +5,7 @@ the offscreen suite), because a Qt process has one platform: here ``xcb`` on a p
 with fresh HOME and XDG folders. Input is real: xdotool moves the X pointer and types (see xinput.py).
 
 Without Xvfb, openbox, xdotool or ImageMagick the suite skips with the reason, except in CI
-(``CI=true``), where a missing tool fails it: CI must run these tests.
+(``CI=true``), where a missing tool stops the run with exit status 1: CI must run these tests.
 """
 
 from __future__ import annotations
@@ -28,26 +28,29 @@ def _in_ci() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a session that also runs the offscreen suite, these tests cannot get their own Qt platform: skip."""
+    """Skip (or, in CI, stop the run) when these tests cannot run: a mixed session, or tools missing."""
     mine = [it for it in items if HERE in Path(str(it.path)).resolve().parents]
-    if mine and len(mine) < len(items):
-        skip = pytest.mark.skip(
-            reason="real-window tests run in a pytest process of their own (Qt has one platform per process): "
+    if not mine:
+        return
+    if len(mine) < len(items):
+        reason = (
+            "real-window tests run in a pytest process of their own (Qt has one platform per process): "
             "`pytest tests/realwindow`, as `make test` does"
         )
-        for it in mine:
-            it.add_marker(skip)
+    else:
+        missing = missing_tools()
+        if not missing:
+            return
+        reason = "real-window tests need " + ", ".join(missing) + " (apt-get install them, as .ci/run does)"
+        if _in_ci():
+            pytest.exit(f"CI=true: {reason}", returncode=pytest.ExitCode.TESTS_FAILED)
+    for it in mine:
+        it.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def x_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[XServer]:
     """Xvfb + openbox for the session; Qt on xcb there; HOME and XDG folders fresh and empty."""
-    missing = missing_tools()
-    if missing:
-        message = "real-window tests need " + ", ".join(missing) + " (apt-get install them, as .ci/run does)"
-        if _in_ci():
-            pytest.fail("CI=true: " + message, pytrace=False)
-        pytest.skip(message)
     from PySide6.QtWidgets import QApplication
 
     if QApplication.instance() is not None:
