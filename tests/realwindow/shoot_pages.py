@@ -119,7 +119,7 @@ class Shooter:
         self.shot("first_start_welcome")
         self.xin.activate(dialog)
         self.xin.key("Escape")
-        wait_for(lambda: not dialog.isVisible(), 5, "the welcome dialog to close on Escape")
+        wait_for(lambda: not dialog.isVisible(), 10, "the welcome dialog to close on Escape")
 
         # 2. The window as the app sizes it, then maximized by a double click on its title bar.
         self.layout["as_opened"] = {"frame": rect(window.frameGeometry()), "inside_screen": screen.contains(window.frameGeometry())}
@@ -129,7 +129,7 @@ class Shooter:
             self.layout["maximized_by"] = "double click on the title bar"
         else:
             window.showMaximized()
-            wait_for(window.isMaximized, 5, "the window to maximize")
+            wait_for(window.isMaximized, 10, "the window to maximize")
             self.layout["maximized_by"] = "showMaximized() (the title-bar double click did nothing)"
         pump(500)
         self.layout["maximized"] = {"frame": rect(window.frameGeometry()), "geometry": rect(window.geometry())}
@@ -143,7 +143,7 @@ class Shooter:
         for row in range(nav.count()):
             item = nav.item(row)
             self.xin.click(nav.viewport(), nav.visualItemRect(item).center())
-            wait_for(lambda item=item: nav.currentItem() is item, 5, f"the {item.text()} page")
+            wait_for(lambda item=item: nav.currentItem() is item, 10, f"the {item.text()} page")
             self.record_page(window, slug(item.text()))
             self.shot(f"page_{slug(item.text())}")
         self.xin.click(nav.viewport(), nav.visualItemRect(nav.item(0)).center())
@@ -155,7 +155,7 @@ class Shooter:
                     self.xin.click(bar, bar.tabRect(i).center())
                 else:  # behind the tab bar's scroll arrows: what a person reaches with the arrows
                     tabs.setCurrentIndex(i)
-                wait_for(lambda i=i: tabs.currentIndex() == i, 5, f"Dataset tab {tabs.tabText(i)}")
+                wait_for(lambda i=i: tabs.currentIndex() == i, 10, f"Dataset tab {tabs.tabText(i)}")
             self.shot(f"dataset_tab_{slug(tabs.tabText(i))}")
         (self.out / "layout.json").write_text(json.dumps(self.layout, indent=2), encoding="utf-8")
 

@@ -108,7 +108,7 @@ def test_typing_a_caption_changes_only_the_chosen_image(main_window, xin, tmp_pa
     rect = grid_rect_of(grid, case.target)
     xin.click(grid.viewport(), rect.center())
     box = page.findChild(QPlainTextEdit, "caption_text")
-    wait_for(lambda: box.isEnabled() and box.toPlainText() == (before[case.target] or ""), 5, "the chosen caption")
+    wait_for(lambda: box.isEnabled() and box.toPlainText() == (before[case.target] or ""), 10, "the chosen caption")
     xin.click(box)
     xin.key("ctrl+End")
     if case.clear_first:

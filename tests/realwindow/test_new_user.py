@@ -102,7 +102,7 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
         assert welcome is not None, "no welcome on the first start"
         wait_for(lambda: welcome.isVisible() and welcome.isActiveWindow(), 10, "the welcome dialog")
         xin.key("Escape")
-        wait_for(lambda: not welcome.isVisible(), 5, "the welcome dialog to close")
+        wait_for(lambda: not welcome.isVisible(), 10, "the welcome dialog to close")
         xin.activate(window)
 
         # The preset first: the tool bar's combo box.
@@ -126,7 +126,7 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
         typed = {}
         for _ in range(2):
             name = grid.currentIndex().data()
-            wait_for(lambda: box.isEnabled(), 5, "the caption box")
+            wait_for(lambda: box.isEnabled(), 10, "the caption box")
             xin.click(box)
             xin.key("ctrl+End")
             text = box.toPlainText()
@@ -135,7 +135,7 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
             typed[name] = text + words
             next_button = next(b for b in window.dataset_page.findChildren(QToolButton) if b.text().startswith("Next"))
             xin.click(next_button)
-            wait_for(lambda name=name: grid.currentIndex().data() != name, 5, "the next image")
+            wait_for(lambda name=name: grid.currentIndex().data() != name, 10, "the next image")
         pump(800)
         for name, text in typed.items():
             assert (photos[0].parent / name).with_suffix(".txt").read_text(encoding="utf-8") == text

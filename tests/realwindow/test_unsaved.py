@@ -32,7 +32,7 @@ def open_page(window, xin, title: str) -> None:  # noqa: ANN001
     nav = window.findChild(QListWidget, "page_nav")
     (item,) = nav.findItems(title, Qt.MatchFlag.MatchExactly)
     xin.click(nav.viewport(), nav.visualItemRect(item).center())
-    wait_for(lambda: nav.currentItem() is item, 3, f"the {title} page")
+    wait_for(lambda: nav.currentItem() is item, 10, f"the {title} page")
 
 
 def edit_rank(window, xin, value: int) -> QSpinBox:  # noqa: ANN001
@@ -43,7 +43,7 @@ def edit_rank(window, xin, value: int) -> QSpinBox:  # noqa: ANN001
     xin.key("ctrl+a")
     xin.type(str(value))
     xin.key("Tab")
-    wait_for(lambda: spin.value() == value, 3, "the typed rank")
+    wait_for(lambda: spin.value() == value, 10, "the typed rank")
     assert "•" in window.windowTitle()  # the window says it has unsaved changes
     return spin
 
@@ -77,7 +77,7 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     answerer = ModalAnswerer(xin, lambda _box: ["key", "Escape"])
     try:
         choose_in_combo(xin, combo, name)
-        wait_for(lambda: answerer.seen, 3, "a question before the preset replaces the edited settings")
+        wait_for(lambda: answerer.seen, 6, "a question before the preset replaces the edited settings")
         pump(300)
     finally:
         answerer.stop()
@@ -86,8 +86,8 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     answerer = ModalAnswerer(xin, discard)
     try:
         choose_in_combo(xin, combo, name)
-        wait_for(lambda: answerer.seen, 3, "the question again")
-        wait_for(lambda: combo.currentText() == name, 5, "the other preset")
+        wait_for(lambda: answerer.seen, 6, "the question again")
+        wait_for(lambda: combo.currentText() == name, 10, "the other preset")
     finally:
         answerer.stop()
     assert spin.value() == rank
@@ -101,7 +101,7 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     answerer = ModalAnswerer(xin, lambda _box: ["key", "Escape"])
     try:
         xin.key("ctrl+q")
-        wait_for(lambda: answerer.seen, 3, "a question before quitting with unsaved changes")
+        wait_for(lambda: answerer.seen, 6, "a question before quitting with unsaved changes")
         pump(300)
     finally:
         answerer.stop()
@@ -110,7 +110,7 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     answerer = ModalAnswerer(xin, discard)
     try:
         xin.key("ctrl+q")
-        wait_for(lambda: not main_window.isVisible(), 5, "the window to close after Discard")
+        wait_for(lambda: not main_window.isVisible(), 10, "the window to close after Discard")
     finally:
         answerer.stop()
     assert len(answerer.seen) == 1
@@ -132,7 +132,7 @@ def test_a_save_discard_cancel_question_is_answered_with_real_input(main_window,
             open_page(main_window, xin, "Output")  # real input while nothing is modal yet
             asked = len(results)
             QTimer.singleShot(0, ask)
-            wait_for(lambda asked=asked: len(results) > asked, 5, "the answer")
+            wait_for(lambda asked=asked: len(results) > asked, 10, "the answer")
         finally:
             answerer.stop()
         assert results[-1] == expected and answerer.seen[0].title == "Unsaved changes"

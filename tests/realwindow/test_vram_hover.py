@@ -40,7 +40,7 @@ def test_size_parser_reads_what_people_write():
 def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
     meter = main_window.findChild(VramMeter)
     bar = meter.findChild(QWidget, "vram_bar")
-    wait_for(lambda: meter.breakdown is not None, 5, "the first VRAM estimate")
+    wait_for(lambda: meter.breakdown is not None, 10, "the first VRAM estimate")
     main_window.raise_()
     # parts at least 4 px wide can be pointed at; the smaller ones need the legend (issue 15 #4)
     segments = [(rect, part) for rect, part in bar.segments() if rect.width() >= 4]

@@ -71,7 +71,7 @@ class XInput:
     def activate(self, window: QWidget) -> None:
         """Give ``window`` the keyboard focus through the window manager, as a click on its title would."""
         self.run("windowactivate", "--sync", str(int(window.winId())))
-        wait_for(window.isActiveWindow, 5, "the window to become active")
+        wait_for(window.isActiveWindow, 10, "the window to become active")
 
     def move(self, widget: QWidget, local: QPoint | None = None) -> QPoint:
         p = global_point(widget, local)
@@ -167,13 +167,13 @@ def choose_in_combo(xin: XInput, combo, text: str) -> None:  # noqa: ANN001 - a 
     assert row >= 0, f"{text!r} is not offered: {[combo.itemText(i) for i in range(combo.count())]}"
     xin.click(combo)
     view = combo.view()
-    wait_for(lambda: view.isVisible() and view.window().windowHandle() is not None, 5, "the pop-up list")
+    wait_for(lambda: view.isVisible() and view.window().windowHandle() is not None, 10, "the pop-up list")
     pump(150)  # the pop-up animates into place
     index = view.model().index(row, combo.modelColumn(), view.rootIndex())
     view.scrollTo(index)
     pump(30)
     xin.click(view.viewport(), view.visualRect(index).center())
-    wait_for(lambda: not view.isVisible(), 5, "the pop-up list to close")
+    wait_for(lambda: not view.isVisible(), 10, "the pop-up list to close")
 
 
 def maximize_by_title_bar(xin: XInput, window: QWidget) -> bool:
