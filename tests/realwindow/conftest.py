@@ -92,9 +92,24 @@ def screenshot_runs(request: pytest.FixtureRequest, x_server: XServer, tmp_path_
     for size_id in wanted:
         out = ARTIFACTS / "screenshots" / size_id
         runs[size_id] = ShotRun(SHOT_SIZES[size_id], out, tmp_path_factory.mktemp(f"shots_{size_id}")).start()
+    _SHOT_FOLDERS.extend(run.out for run in runs.values())
     yield runs
     for run in runs.values():
         run.stop()
+
+
+_SHOT_FOLDERS: list[Path] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
+    """Say where the screenshots are (before pytest's last line, which stays the summary)."""
+    for folder in _SHOT_FOLDERS:
+        pngs = sorted(folder.glob("*.png"))
+        if pngs:
+            terminalreporter.write_line(f"screenshots: {folder} ({len(pngs)} PNGs, layout.json)")
+    failures = ARTIFACTS / "failures"
+    if failures.is_dir() and any(failures.iterdir()):
+        terminalreporter.write_line(f"screens of failed tests: {failures}")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -93,6 +93,21 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     assert spin.value() == rank
 
 
+@pytest.mark.xfail(strict=True, reason="issue 15 #3: fixed on the ui branch (re-choosing the preset empties the dataset)")
+def test_choosing_the_current_preset_again_keeps_the_dataset_unless_told(main_window, xin, tmp_path):
+    """Dropped images stay when the preset already loaded is picked again (if the app asks: Escape)."""
+    add_a_folder(main_window, tmp_path)
+    combo = main_window.findChild(QComboBox, "preset_combo")
+    answerer = ModalAnswerer(xin, lambda _box: ["key", "Escape"])
+    try:
+        choose_in_combo(xin, combo, combo.currentText())
+        pump(500)
+    finally:
+        answerer.stop()
+    assert len(main_window.dataset_page.items) == 3
+    assert len(main_window.binding.config.dataset.folders) == 1
+
+
 @pytest.mark.xfail(strict=True, reason=ASKS)
 def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     add_a_folder(main_window, tmp_path)
