@@ -11,11 +11,12 @@ Without Xvfb, openbox, xdotool or ImageMagick the suite skips with the reason, e
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from xinput import ModalAnswerer, XInput, button_with_role, pump, wait_for
+from xinput import XInput, close_discarding, pump, wait_for
 from xserver import XServer, missing_tools
 
 HERE = Path(__file__).resolve().parent
@@ -116,16 +117,12 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failing real-window test leaves a screenshot of the screen at that moment in artifacts/failures/."""
     report = yield
-    if report.failed and call.when == "call" and not hasattr(report, "wasxfail"):
-        server = item.funcargs.get("x_server") if hasattr(item, "funcargs") else None
-        display = os.environ.get("DISPLAY", "")
-        if display and (server is not None or "x_server" in getattr(item, "fixturenames", ())):
-            path = ARTIFACTS / "failures" / f"{item.name}.png"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            import subprocess
-
-            subprocess.run(["import", "-window", "root", str(path)], timeout=30, check=False)
-            report.sections.append(("real-window screenshot", str(path)))
+    our_display = os.environ.get("QT_QPA_PLATFORM") == "xcb" and os.environ.get("DISPLAY")  # x_server is up
+    if report.failed and call.when == "call" and not hasattr(report, "wasxfail") and our_display:
+        path = ARTIFACTS / "failures" / f"{item.name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["import", "-window", "root", str(path)], timeout=30, check=False)
+        report.sections.append(("real-window screenshot", str(path)))
     return report
 
 
@@ -148,31 +145,6 @@ def xin(x_server: XServer) -> XInput:
     return XInput(x_server.env())
 
 
-def close_discarding(window, xin: XInput) -> None:  # noqa: ANN001
-    """Close ``window`` at the end of a test, answering any "unsaved changes" question with its discard button."""
-    from PySide6.QtWidgets import QMessageBox
-    from xinput import click_args
-
-    def answer(box):  # noqa: ANN001, ANN202
-        if isinstance(box, QMessageBox):
-            b = button_with_role(box, QMessageBox.ButtonRole.DestructiveRole, QMessageBox.ButtonRole.NoRole)
-            if b is not None:
-                return click_args(b)
-        return ["key", "Escape"]
-
-    answerer = ModalAnswerer(xin, answer)
-    try:
-        window.close()
-        pump(50)
-    finally:
-        answerer.stop()
-    shutdown = getattr(getattr(window, "dataset_page", None), "shutdown", None)
-    if shutdown is not None:
-        shutdown()
-    window.deleteLater()
-    pump(50)
-
-
 @pytest.fixture
 def main_window(qapp, xin: XInput, tmp_path: Path):  # noqa: ANN001, ANN201
     """The main window (own settings file and presets folder), maximized on the 1920 x 1080 screen and focused."""
@@ -189,10 +161,3 @@ def main_window(qapp, xin: XInput, tmp_path: Path):  # noqa: ANN001, ANN201
     yield w
     if w.isVisible():
         close_discarding(w, xin)
-
-
-@pytest.fixture
-def artifacts() -> Path:
-    """Where the real-window tests leave files for people (screenshots): ``artifacts/`` at the repo root."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    return ARTIFACTS

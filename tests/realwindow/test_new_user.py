@@ -21,14 +21,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QToolButton,
 )
-from test_unsaved import open_page
 from xinput import (
     ModalAnswerer,
     button_with_role,
     choose_in_combo,
     click_args,
+    close_discarding,
     maximize_by_title_bar,
-    pump,
+    open_page,
     wait_for,
 )
 
@@ -82,29 +82,90 @@ def drag_from_another_app(xin, window, paths: list[Path]) -> str:  # noqa: ANN00
             source.wait(5)
 
 
+def close_the_welcome(window, xin) -> None:  # noqa: ANN001
+    """The first start's welcome dialog, closed with Escape, as app.main shows it (after the device probe starts)."""
+    window.model_page.start_probe()
+    window.maybe_first_run()
+    welcome = window.findChild(QDialog, "environment_dialog")
+    assert welcome is not None, "no welcome on the first start"
+    wait_for(lambda: welcome.isVisible() and welcome.isActiveWindow(), 10, "the welcome dialog")
+    xin.key("Escape")
+    wait_for(lambda: not welcome.isVisible(), 10, "the welcome dialog to close")
+    xin.activate(window)
+
+
+def type_two_captions(window, xin, folder: Path) -> None:  # noqa: ANN001
+    """Click the first thumbnail, type into its caption, Next ▶, type again; check both files on disk."""
+    grid = window.findChild(QListView, "dataset_grid")
+    xin.click(grid.viewport(), grid.visualRect(grid.model().index(0, 0)).center())
+    box = window.findChild(QPlainTextEdit, "caption_text")
+    next_button = next(b for b in window.dataset_page.findChildren(QToolButton) if b.text().startswith("Next"))
+    typed = {}
+    for _ in range(2):
+        name = grid.currentIndex().data()
+        wait_for(lambda: box.isEnabled(), 10, "the caption box")
+        xin.click(box)
+        xin.key("ctrl+End")
+        text = box.toPlainText()
+        words = ", smiling" if text else "mychar, smiling"
+        xin.type(words)
+        typed[name] = text + words
+        xin.click(next_button)
+        wait_for(lambda name=name: grid.currentIndex().data() != name, 10, "the next image")
+    for name, text in typed.items():
+        caption = (folder / name).with_suffix(".txt")
+        wait_for(lambda caption=caption, text=text: caption.exists() and caption.read_text(encoding="utf-8") == text,
+                 10, f"{caption.name} to read {text!r}")  # fmt: skip
+
+
+def train_and_wait(window, xin) -> None:  # noqa: ANN001
+    """Press Train (answering "Start anyway?" with its start button, if asked) and wait for the end of the run."""
+    open_page(window, xin, "Training")
+    badge = window.training_page.findChild(QLabel, "state_badge")
+
+    def start_anyway(box):  # noqa: ANN001, ANN202
+        if isinstance(box, QMessageBox) and box.objectName() == "start_confirm_box":
+            return click_args(button_with_role(box, QMessageBox.ButtonRole.YesRole, QMessageBox.ButtonRole.AcceptRole))
+        return None
+
+    answers = ModalAnswerer(xin, start_anyway)
+    try:
+        xin.click(window.training_page.findChild(QPushButton, "train_button"))
+        wait_for(lambda: badge.text() in ("Done", "Failed"), 120, f"the run to end (badge: {badge.text()!r})")
+    finally:
+        answers.stop()
+    assert badge.text() == "Done", window.training_page.findChild(QLabel, "status_label").text()
+
+
+def verify_on_the_output_page(window, xin, lora: Path) -> None:  # noqa: ANN001
+    """The Output page names the file; its Verify box starts empty after a run (findings), so the person
+    types the path shown under "Files written" and presses Verify."""
+    open_page(window, xin, "Output")
+    assert str(lora) in window.output_page.findChild(QLabel, "file_preview").text()
+    path_edit = window.output_page.findChild(QLineEdit, "verify_path")
+    if Path(path_edit.text()).expanduser() != lora:
+        xin.click(path_edit)
+        xin.key("ctrl+a")
+        xin.type(str(lora), delay_ms=5)
+    result = window.output_page.findChild(QLabel, "verify_result")
+    xin.click(window.output_page.findChild(QPushButton, "verify_button"))
+    wait_for(lambda: "✔" in result.text() or "✘" in result.text(), 60, "the check of the file")
+    assert "✔" in result.text(), result.text()
+
+
 def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, xin, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # output goes to ~/guitrainer/output: here
-    from conftest import close_discarding
-
     from guitrainer.presets import PresetStore
     from guitrainer.ui.main_window import MainWindow
 
     window = MainWindow(store=PresetStore(user_dir=home / "presets"),
-                        settings=QSettings(str(home / "settings.ini"), QSettings.Format.IniFormat))
+                        settings=QSettings(str(home / "settings.ini"), QSettings.Format.IniFormat))  # fmt: skip
     try:
         window.show()
         wait_for(lambda: window.windowHandle() is not None and window.windowHandle().isExposed(), 10, "the window")
-        window.model_page.start_probe()  # as app.main does once the window is up
-        window.maybe_first_run()
-        welcome = window.findChild(QDialog, "environment_dialog")
-        assert welcome is not None, "no welcome on the first start"
-        wait_for(lambda: welcome.isVisible() and welcome.isActiveWindow(), 10, "the welcome dialog")
-        xin.key("Escape")
-        wait_for(lambda: not welcome.isVisible(), 10, "the welcome dialog to close")
-        xin.activate(window)
-
+        close_the_welcome(window, xin)
         # The preset first: the tool bar's combo box.
         choose_in_combo(xin, window.findChild(QComboBox, "preset_combo"), DEFAULT_PRESET)
         assert window.binding.config.model.base == "demo"
@@ -117,57 +178,13 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
         wait_for(lambda: grid.model().rowCount() == 4, 15, "the dragged folder's images")
         assert {it.name for it in window.dataset_page.items} == {p.name for p in photos}
 
-        # Captions: the first image, then Next, typed with the keyboard. At the window's first size the
-        # caption box is cut off and Next is scrolled away (findings): a person maximizes the window.
+        # At the window's first size the caption box is cut off and Next ▶ is scrolled away (findings):
+        # a person maximizes the window first.
         assert maximize_by_title_bar(xin, window)
-        xin.click(grid.viewport(), grid.visualRect(grid.model().index(0, 0)).center())
-        box = window.findChild(QPlainTextEdit, "caption_text")
-        first = grid.model().index(0, 0).data()
-        typed = {}
-        for _ in range(2):
-            name = grid.currentIndex().data()
-            wait_for(lambda: box.isEnabled(), 10, "the caption box")
-            xin.click(box)
-            xin.key("ctrl+End")
-            text = box.toPlainText()
-            words = ", smiling" if text else "mychar, smiling"
-            xin.type(words)
-            typed[name] = text + words
-            next_button = next(b for b in window.dataset_page.findChildren(QToolButton) if b.text().startswith("Next"))
-            xin.click(next_button)
-            wait_for(lambda name=name: grid.currentIndex().data() != name, 10, "the next image")
-        pump(800)
-        for name, text in typed.items():
-            assert (photos[0].parent / name).with_suffix(".txt").read_text(encoding="utf-8") == text
-        assert first in typed
-
-        # Train, answering "Start anyway?" (if asked) with its start button, and watch it finish.
-        open_page(window, xin, "Training")
-        badge = window.training_page.findChild(QLabel, "state_badge")
-        answers = ModalAnswerer(xin, lambda box: click_args(button_with_role(box, QMessageBox.ButtonRole.YesRole,
-                                                                             QMessageBox.ButtonRole.AcceptRole))
-                                if isinstance(box, QMessageBox) and box.objectName() == "start_confirm_box" else None)
-        try:
-            xin.click(window.training_page.findChild(QPushButton, "train_button"))
-            wait_for(lambda: badge.text() in ("Done", "Failed"), 120, f"the run to end (badge: {badge.text()!r})")
-        finally:
-            answers.stop()
-        assert badge.text() == "Done", window.training_page.findChild(QLabel, "status_label").text()
+        type_two_captions(window, xin, photos[0].parent)
+        train_and_wait(window, xin)
         lora = home / "guitrainer" / "output" / "demo_lora.safetensors"
         assert lora.is_file() and lora.stat().st_size > 1000
-
-        # The Output page names the file; its Verify box starts empty after a run (findings), so the
-        # person types the path shown under "Files written" and presses Verify.
-        open_page(window, xin, "Output")
-        assert str(lora) in window.output_page.findChild(QLabel, "file_preview").text()
-        path_edit = window.output_page.findChild(QLineEdit, "verify_path")
-        if Path(path_edit.text()).expanduser() != lora:
-            xin.click(path_edit)
-            xin.key("ctrl+a")
-            xin.type(str(lora), delay_ms=5)
-        result = window.output_page.findChild(QLabel, "verify_result")
-        xin.click(window.output_page.findChild(QPushButton, "verify_button"))
-        wait_for(lambda: "✔" in result.text() or "✘" in result.text(), 60, "the check of the file")
-        assert "✔" in result.text(), result.text()
+        verify_on_the_output_page(window, xin, lora)
     finally:
         close_discarding(window, xin)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QComboBox, QListWidget, QMessageBox, QSpinBox
-from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args, pump, wait_for
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QComboBox, QMessageBox, QSpinBox
+from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args, open_page, pump, wait_for
 
 from guitrainer.core import paths
 
@@ -26,13 +26,6 @@ def other_preset() -> tuple[str, int]:
     """Name and LoRA rank of a shipped preset other than the Demo, read from its file."""
     data = tomllib.loads((paths.shipped_presets_dir() / OTHER_PRESET_FILE).read_text(encoding="utf-8"))
     return data["preset"]["name"], data["network"]["rank"]
-
-
-def open_page(window, xin, title: str) -> None:  # noqa: ANN001
-    nav = window.findChild(QListWidget, "page_nav")
-    (item,) = nav.findItems(title, Qt.MatchFlag.MatchExactly)
-    xin.click(nav.viewport(), nav.visualItemRect(item).center())
-    wait_for(lambda: nav.currentItem() is item, 10, f"the {title} page")
 
 
 def edit_rank(window, xin, value: int) -> QSpinBox:  # noqa: ANN001

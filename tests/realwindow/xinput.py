@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QEventLoop, QObject, QPoint, QRect, QTimer
-from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QMessageBox, QWidget
+from PySide6.QtCore import QEventLoop, QObject, QPoint, QRect, Qt, QTimer
+from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QListWidget, QMessageBox, QWidget
 
 
 def pump(ms: int = 20) -> None:
@@ -187,3 +187,34 @@ def maximize_by_title_bar(xin: XInput, window: QWidget) -> bool:
         return False
     pump(300)
     return True
+
+
+def open_page(window: QWidget, xin: XInput, title: str) -> None:
+    """Click the page called ``title`` in the main window's page list."""
+    nav = window.findChild(QListWidget, "page_nav")
+    (item,) = nav.findItems(title, Qt.MatchFlag.MatchExactly)
+    xin.click(nav.viewport(), nav.visualItemRect(item).center())
+    wait_for(lambda: nav.currentItem() is item, 10, f"the {title} page")
+
+
+def close_discarding(window: QWidget, xin: XInput) -> None:
+    """Close ``window`` at the end of a test, answering any "unsaved changes" question with its discard button."""
+
+    def answer(box):  # noqa: ANN001, ANN202
+        if isinstance(box, QMessageBox):
+            b = button_with_role(box, QMessageBox.ButtonRole.DestructiveRole, QMessageBox.ButtonRole.NoRole)
+            if b is not None:
+                return click_args(b)
+        return ["key", "Escape"]
+
+    answerer = ModalAnswerer(xin, answer)
+    try:
+        window.close()
+        pump(50)
+    finally:
+        answerer.stop()
+    shutdown = getattr(getattr(window, "dataset_page", None), "shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    window.deleteLater()
+    pump(50)
