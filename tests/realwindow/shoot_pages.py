@@ -1,6 +1,7 @@
-"""Screenshots of every page as a new user sees them, on the X display in $DISPLAY.
+"""Screenshots of every page as a new user sees them.
 
-    python tests/realwindow/shoot_pages.py OUT_DIR
+    python tests/realwindow/shoot_pages.py OUT_DIR                  # on the X display in $DISPLAY
+    python tests/realwindow/shoot_pages.py --size 1366x768 OUT_DIR  # on its own Xvfb + openbox of that size
 
 Starts the app the way ``python -m guitrainer`` does (``guitrainer.app.main``: its window size, device
 probe and first-start welcome dialog) with a fresh HOME, then, with real input (xdotool): closes the
@@ -215,7 +216,15 @@ class ShotRun:
 
 
 def main() -> int:
-    out = Path(sys.argv[1]).resolve()
+    args = sys.argv[1:]
+    if args[:1] == ["--size"]:  # its own X server: run this script again there, with a fresh HOME
+        width, height = (int(v) for v in args[1].lower().split("x"))
+        run = ShotRun((width, height), Path(args[2]).resolve(), Path(tempfile.mkdtemp(prefix="shoot_home_")))
+        Path(args[2]).mkdir(parents=True, exist_ok=True)
+        rc, output = run.start().wait()
+        print(output)
+        return rc
+    out = Path(args[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     from guitrainer import app as guitrainer_app
 
