@@ -11,6 +11,7 @@ Without Xvfb, openbox, xdotool or ImageMagick the suite skips with the reason, e
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,7 @@ def x_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[XServer]:
 
     if QApplication.instance() is not None:
         pytest.fail("a QApplication exists already: run the real-window tests on their own", pytrace=False)
+    shutil.rmtree(ARTIFACTS / "failures", ignore_errors=True)  # only this session's failures
     server = XServer(*SCREEN).start()
     home = tmp_path_factory.mktemp("home")
     for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"), ("XDG_CACHE_HOME", ".cache")):

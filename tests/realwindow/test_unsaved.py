@@ -70,7 +70,7 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     answerer = ModalAnswerer(xin, lambda _box: ["key", "Escape"])
     try:
         choose_in_combo(xin, combo, name)
-        wait_for(lambda: answerer.seen, 6, "a question before the preset replaces the edited settings")
+        wait_for(lambda: answerer.seen, 4, "a question before the preset replaces the edited settings")
         pump(300)
     finally:
         answerer.stop()
@@ -79,7 +79,7 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     answerer = ModalAnswerer(xin, discard)
     try:
         choose_in_combo(xin, combo, name)
-        wait_for(lambda: answerer.seen, 6, "the question again")
+        wait_for(lambda: answerer.seen, 4, "the question again")
         wait_for(lambda: combo.currentText() == name, 10, "the other preset")
     finally:
         answerer.stop()
@@ -109,7 +109,7 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     answerer = ModalAnswerer(xin, lambda _box: ["key", "Escape"])
     try:
         xin.key("ctrl+q")
-        wait_for(lambda: answerer.seen, 6, "a question before quitting with unsaved changes")
+        wait_for(lambda: answerer.seen, 4, "a question before quitting with unsaved changes")
         pump(300)
     finally:
         answerer.stop()
