@@ -109,7 +109,7 @@ class Shooter:
         wait_for(lambda: window.findChild(QDialog, "environment_dialog") is not None, 10, "the welcome dialog")
         dialog = window.findChild(QDialog, "environment_dialog")
         wait_for(lambda: dialog.isVisible() and dialog.windowHandle().isExposed(), 10, "the welcome dialog on screen")
-        wait_for(lambda: dialog.table.rowCount() > 0, 30, "the welcome dialog's facts")
+        wait_for(lambda: dialog.table.rowCount() > 0, 90, "the welcome dialog's facts")
         pump(300)
         self.layout["welcome_dialog"] = {
             "frame": rect(dialog.frameGeometry()),

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from PIL import Image
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QEvent, QObject, QSettings
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QDialog,
     QLabel,
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import (
     QListView,
     QMessageBox,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QToolButton,
 )
@@ -29,6 +31,7 @@ from xinput import (
     close_discarding,
     maximize_by_title_bar,
     open_page,
+    pump,
     wait_for,
 )
 
@@ -52,15 +55,32 @@ def make_photos(folder: Path) -> list[Path]:
     return out
 
 
+class DragSeen(QObject):
+    """Counts the drag events Qt delivers in this process (an event filter on the application)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts = {QEvent.Type.DragEnter: 0, QEvent.Type.DragMove: 0, QEvent.Type.Drop: 0}
+
+    def eventFilter(self, _obj: QObject, event: QEvent) -> bool:  # noqa: N802
+        if event.type() in self.counts:
+            self.counts[event.type()] += 1
+        return False
+
+
 def drag_from_another_app(xin, window, paths: list[Path]) -> str:  # noqa: ANN001
-    """Start a second X client showing the files, and drag them with the real pointer onto ``window``."""
+    """Start a second X client showing the files, and drag them with the real pointer onto ``window``.
+
+    The button goes up only once the window has seen the drag move over it (its XDND status reply is
+    then on its way), as it would under a person's slower hand.
+    """
     source = subprocess.Popen(
         [sys.executable, str(HERE / "drag_source.py"), "1400", "150", *map(str, paths)],
         env=xin.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    seen = DragSeen()
+    QApplication.instance().installEventFilter(seen)
     try:
-        line = ""
-        wait_for(lambda: source.poll() is not None or source.stdout.readable(), 20)
         line = source.stdout.readline()  # READY x y w h
         assert line.startswith("READY"), line + source.stderr.read()
         x, y, w, h = map(int, line.split()[1:])
@@ -70,13 +90,20 @@ def drag_from_another_app(xin, window, paths: list[Path]) -> str:  # noqa: ANN00
             "mousemove", str(x + w // 2), str(y + h // 2), "mousedown", "1", "sleep", "0.4",
             "mousemove", str(x + w // 2 - 40), str(y + h // 2 + 10), "sleep", "0.3",
             "mousemove", str((x + tx) // 2), str((y + ty) // 2), "sleep", "0.3",
-            "mousemove", str(tx), str(ty), "sleep", "0.3",
-            "mousemove", str(tx + 5), str(ty + 5), "sleep", "0.5",
-            "mouseup", "1",
+            "mousemove", str(tx), str(ty),
         )  # fmt: skip
-        wait_for(lambda: source.poll() is not None, 10, "the drag to end")
+        moves = QEvent.Type.DragMove
+        wait_for(lambda: seen.counts[moves] > 0, 15, lambda: f"the drag over the window ({seen.counts})")
+        before = seen.counts[moves]
+        xin.run("mousemove", str(tx + 6), str(ty + 6))
+        wait_for(lambda: seen.counts[moves] > before, 15, lambda: f"the drag to move on the window ({seen.counts})")
+        pump(300)
+        xin.run("mouseup", "1")
+        wait_for(lambda: seen.counts[QEvent.Type.Drop] > 0, 15, lambda: f"the drop ({seen.counts})")
+        wait_for(lambda: source.poll() is not None, 15, "the drag source to finish")
         return source.stdout.read()
     finally:
+        QApplication.instance().removeEventFilter(seen)
         if source.poll() is None:
             source.kill()
             source.wait(5)
@@ -118,8 +145,9 @@ def type_two_captions(window, xin, folder: Path) -> None:  # noqa: ANN001
                  10, f"{caption.name} to read {text!r}")  # fmt: skip
 
 
-def train_and_wait(window, xin) -> None:  # noqa: ANN001
-    """Press Train (answering "Start anyway?" with its start button, if asked) and wait for the end of the run."""
+def train_and_wait(window, xin) -> str:  # noqa: ANN001
+    """Press Train (answering "Start anyway?" with its start button, if asked), wait for the end of the run
+    with the progress bar full; returns the status line."""
     open_page(window, xin, "Training")
     badge = window.training_page.findChild(QLabel, "state_badge")
 
@@ -134,7 +162,11 @@ def train_and_wait(window, xin) -> None:  # noqa: ANN001
         wait_for(lambda: badge.text() in ("Done", "Failed"), 120, f"the run to end (badge: {badge.text()!r})")
     finally:
         answers.stop()
-    assert badge.text() == "Done", window.training_page.findChild(QLabel, "status_label").text()
+    status = window.training_page.findChild(QLabel, "status_label").text()
+    assert badge.text() == "Done", status
+    bar = window.training_page.findChild(QProgressBar, "progress_bar")
+    assert bar.maximum() > 1 and bar.value() == bar.maximum(), (bar.value(), bar.maximum())
+    return status
 
 
 def verify_on_the_output_page(window, xin, lora: Path) -> None:  # noqa: ANN001
@@ -175,16 +207,23 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
         dropped = drag_from_another_app(xin, window, [photos[0].parent])
         assert "DROPPED CopyAction" in dropped, dropped
         grid = window.findChild(QListView, "dataset_grid")
-        wait_for(lambda: grid.model().rowCount() == 4, 15, "the dragged folder's images")
+        wait_for(
+            lambda: grid.model().rowCount() == 4,
+            15,
+            lambda: "the dragged folder's images (then: "
+            f"{len(window.dataset_page.items)} items, folders {window.binding.config.dataset.folders}, "
+            f"status {window.dataset_page.last_status!r}, bar {window.statusBar().currentMessage()!r})",
+        )
         assert {it.name for it in window.dataset_page.items} == {p.name for p in photos}
 
         # At the window's first size the caption box is cut off and Next ▶ is scrolled away (findings):
         # a person maximizes the window first.
         assert maximize_by_title_bar(xin, window)
         type_two_captions(window, xin, photos[0].parent)
-        train_and_wait(window, xin)
+        status = train_and_wait(window, xin)
         lora = home / "guitrainer" / "output" / "demo_lora.safetensors"
         assert lora.is_file() and lora.stat().st_size > 1000
+        assert str(lora) in status  # the Training page names the file it wrote
         verify_on_the_output_page(window, xin, lora)
     finally:
         close_discarding(window, xin)

@@ -29,12 +29,14 @@ def pump(ms: int = 20) -> None:
         time.sleep(0.003)
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float = 5.0, what: str = "") -> None:
-    """Process events until ``condition()`` is true; AssertionError naming ``what`` after ``timeout_s``."""
+def wait_for(condition: Callable[[], object], timeout_s: float = 5.0, what: str | Callable[[], str] = "") -> None:
+    """Process events until ``condition()`` is true; AssertionError naming ``what`` (a text, or a function
+    that describes the state at that moment) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what or condition}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {described or condition}")
         pump(15)
 
 
