@@ -31,8 +31,8 @@ test: install
 	  | tee artifacts/test-offscreen.log || offscreen=$$?; \
 	echo "---- real-window suite (Xvfb + openbox, real mouse and keyboard): tests/realwindow"; \
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/realwindow | tee artifacts/test-realwindow.log || realwindow=$$?; \
-	echo "make test: offscreen suite: $$(tail -n1 artifacts/test-offscreen.log | tr -d '=' | xargs)" \
-	  "| real-window suite: $$(tail -n1 artifacts/test-realwindow.log | tr -d '=' | xargs)"; \
+	echo "make test: offscreen suite: $$(tail -n1 artifacts/test-offscreen.log | tr -d '=' | sed 's/^ *//; s/ *$$//')" \
+	  "| real-window suite: $$(tail -n1 artifacts/test-realwindow.log | tr -d '=' | sed 's/^ *//; s/ *$$//')"; \
 	test $$offscreen -eq 0 -a $$realwindow -eq 0
 
 lint: install
