@@ -212,7 +212,7 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
             15,
             lambda: "the dragged folder's images (then: "
             f"{len(window.dataset_page.items)} items, folders {window.binding.config.dataset.folders}, "
-            f"status {window.dataset_page.last_status!r}, bar {window.statusBar().currentMessage()!r})",
+            f"status {getattr(window.dataset_page, 'last_status', '?')!r}, bar {window.statusBar().currentMessage()!r})",
         )
         assert {it.name for it in window.dataset_page.items} == {p.name for p in photos}
 
