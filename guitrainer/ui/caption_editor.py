@@ -38,6 +38,7 @@ from guitrainer.ui.caption_jobs import (  # noqa: F401 - the page imports them f
     Report,
 )
 from guitrainer.ui.thumbnails import ThumbnailLoader
+from guitrainer.ui.training_dialogs import fit_title
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +393,7 @@ class CaptionEditor(QWidget):
         label = encoding_label(self._encoding)
         box = QMessageBox(QMessageBox.Icon.Question, "Save the caption as UTF-8?", "", QMessageBox.StandardButton.NoButton, self)
         box.setObjectName("caption_convert_box")
+        fit_title(box)
         box.setText(f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.")
         box.setInformativeText(
             "Save this caption as UTF-8 (training reads both)? Or keep the file in "
