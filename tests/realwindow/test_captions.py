@@ -67,7 +67,6 @@ CASES = {
     "flagged": Case("Flagged", "", "small_b.png", False, "tiny, dot", ", pale", "tiny, dot, pale"),
     "search": Case("All images", "circle", "cap_a.png", True, "crimson, disc", ", shiny", "crimson, disc, shiny"),
 }
-LEAVES_VIEW = "issue 15 #1: fixed on the ui branch (the edited image leaves the filtered view mid-edit)"
 
 
 def grid_rect_of(grid: QListView, name: str):  # noqa: ANN201
@@ -85,10 +84,10 @@ def grid_rect_of(grid: QListView, name: str):  # noqa: ANN201
     "mode",
     [
         "all",
-        pytest.param("captioned", marks=pytest.mark.xfail(strict=True, reason=LEAVES_VIEW)),
-        pytest.param("uncaptioned", marks=pytest.mark.xfail(strict=True, reason=LEAVES_VIEW)),
+        "captioned",
+        "uncaptioned",
         "flagged",
-        pytest.param("search", marks=pytest.mark.xfail(strict=True, reason=LEAVES_VIEW)),
+        "search",
     ],
 )
 def test_typing_a_caption_changes_only_the_chosen_image(main_window, xin, tmp_path, mode):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-import pytest
 from PIL import Image
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QComboBox, QMessageBox, QSpinBox
@@ -19,7 +18,6 @@ from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args,
 from guitrainer.core import paths
 
 OTHER_PRESET_FILE = "20_sd15_style.toml"
-ASKS = "issue 15 #3: fixed on the ui branch (today nothing asks)"
 
 
 def other_preset() -> tuple[str, int]:
@@ -59,7 +57,6 @@ def add_a_folder(window, tmp_path: Path) -> None:  # noqa: ANN001
     wait_for(lambda: len(window.dataset_page.items) == 3, 15, "the dropped folder's images")
 
 
-@pytest.mark.xfail(strict=True, reason=ASKS)
 def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     name, rank = other_preset()
     assert rank != 12
@@ -86,7 +83,6 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
     assert spin.value() == rank
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 #3: fixed on the ui branch (re-choosing the preset empties the dataset)")
 def test_choosing_the_current_preset_again_keeps_the_dataset_unless_told(main_window, xin, tmp_path):
     """Dropped images stay when the preset already loaded is picked again (if the app asks: Escape)."""
     add_a_folder(main_window, tmp_path)
@@ -101,7 +97,6 @@ def test_choosing_the_current_preset_again_keeps_the_dataset_unless_told(main_wi
     assert len(main_window.binding.config.dataset.folders) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=ASKS)
 def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     add_a_folder(main_window, tmp_path)
     edit_rank(main_window, xin, 12)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QToolTip, QWidget
 from xinput import choose_in_combo, open_page, wait_for
 
@@ -36,7 +35,6 @@ def test_size_parser_reads_what_people_write():
     assert not shows_size("no number here", 10)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 #4: fixed on the ui branch")
 def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
     meter = main_window.findChild(VramMeter)
     bar = meter.findChild(QWidget, "vram_bar")
@@ -58,7 +56,6 @@ def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
     assert len(seen) == len(segments)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 #5: Check precisely fails with Adafactor (fixed on another branch)")
 def test_check_precisely_with_adafactor_reports_a_measurement_in_plain_words(main_window, xin):
     """Adafactor picked in the Training page's combo box, then "Check precisely" clicked: a measured peak,
     and the status line's tooltip holds no Python traceback."""
