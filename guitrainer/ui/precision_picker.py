@@ -56,7 +56,7 @@ class _ChoiceGroup(QGroupBox):
         self.buttons: dict[str, QRadioButton] = {}
         self.notes: dict[str, QLabel] = {}
         self.setProperty(BINDING_PROPERTY + "_group", path)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         box = QVBoxLayout(self)
         box.setSpacing(0)
         for row, choice in enumerate(choices):
@@ -106,7 +106,7 @@ class AdviceRow(QFrame):
         self.advice = advice
         self.setObjectName(f"advice_{advice.level}")
         self.setProperty("advice_code", advice.code)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         rgb = LEVEL_COLORS[advice.level]
         self.setStyleSheet(
             f"QFrame#advice_{advice.level} {{ background: rgba({rgb}, 0.10); border: 1px solid rgba({rgb}, 0.45);"
@@ -205,7 +205,7 @@ class PrecisionPicker(QWidget):
         self.facts_form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
         self.facts_form.setHorizontalSpacing(12)
         dev.addLayout(self.facts_form)
-        self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         right = QVBoxLayout()
         right.setSpacing(8)
         right.addWidget(self.device_box)
