@@ -87,3 +87,23 @@ def test_alarm_thresholds():
 def test_step_metrics_numerics_fields_are_optional():
     m = StepMetrics(step=1, total_steps=2, epoch=1, loss=0.1, lr=1e-4)
     assert m.headroom == () and m.grad_underflow is None and m.nonfinite_module is None and m.numerics_message == ""
+
+
+def test_console_reporter_speaks_only_when_numerics_draw_the_eye():
+    import io
+
+    from guitrainer.core.events import SavedFile
+    from guitrainer.engine.reporting import ConsoleReporter
+
+    out = io.StringIO()
+    rep = ConsoleReporter(quiet=True, stream=out)
+    base = {"total_steps": 100, "epoch": 1, "loss": 0.1, "lr": 1e-4}
+    rep.on_step(StepMetrics(step=1, headroom=(("unet.mid.attn", 900.0),), grad_underflow=0.001, **base))
+    assert out.getvalue() == ""
+    rep.on_step(StepMetrics(step=50, headroom=(("unet.mid.attn", 3.2), ("unet.io", 50.0)), grad_underflow=0.001, **base))
+    assert out.getvalue() == (
+        "warning: numerics at step 50: lowest headroom 3.2x (unet mid attention) LoRA gradient underflow 0.1%\n"
+    )
+    switched = SaveReport("a.safetensors", "fp16", "bf16", (TensorFinding("w", 4, 1e5, over_max=1, nonzero=4),))
+    rep.on_saved(SavedFile("a.safetensors", "lora", save_report=switched))
+    assert out.getvalue().endswith(f"save precision: {switched.headline()}\n")
