@@ -13,7 +13,7 @@ from guitrainer.config import ModelConfig
 from guitrainer.core.numerics import FP16_MAX, block_of, is_sampled, skip_message
 from guitrainer.engine import lora as L
 from guitrainer.engine.models import load_base_model
-from guitrainer.engine.numerics import NumericsMonitor, RngState, fp16_findings, save_report
+from guitrainer.engine.numerics import NumericsMonitor, RngState, StepWatch, fp16_findings, save_report
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 
@@ -55,24 +55,25 @@ class Harness:
         return loss.detach()
 
     def step(self, monitor: NumericsMonitor, step: int):
-        """One training step as the trainer will run it: watched when sampled, diagnosed when skipped."""
-        rng = RngState.capture()
-        sampled = monitor.is_sampled(step)
-        before = self.scaler.get_scale()
-        if sampled:
-            with monitor.watch(step):
-                loss = self.forward_backward()
-            monitor.measure_gradients()
-        else:
+        """One training step as the trainer runs it (:class:`StepWatch`): watched when sampled, diagnosed when skipped."""
+        watch = StepWatch(monitor)
+        with watch.begin(step):
             loss = self.forward_backward()
+        watch.gradients()
+        before = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         skipped = self.scaler.get_scale() < before
         self.optimizer.zero_grad(set_to_none=True)
-        found = monitor.diagnose(step, lambda: self.forward_backward(before), rng, scale=before) if skipped else None
+        result = watch.end(
+            skipped=skipped,
+            replay=lambda: self.forward_backward(before),
+            scale=before,
+            scale_after=self.scaler.get_scale(),
+        )
         self.optimizer.zero_grad(set_to_none=True)
-        snap = monitor.finish(found) if sampled else None
-        return float(loss), skipped, found, snap
+        snap = monitor.last if watch.sampled else None
+        return float(loss), skipped, result, snap
 
 
 @pytest.fixture
@@ -109,9 +110,9 @@ def test_clean_steps_report_every_block_and_no_alarm(harness):
     seen_hooks: list[int] = []
     snaps = []
     for step in range(1, 5):
-        loss, skipped, found, snap = harness.step(mon, step)
+        loss, skipped, result, snap = harness.step(mon, step)
         seen_hooks.append(mon.hooks_installed)
-        assert math.isfinite(loss) and not skipped and found is None
+        assert math.isfinite(loss) and not skipped and result.nonfinite is None and result.message == ""
         if snap is not None:
             snaps.append(snap)
     assert [s.step for s in snaps] == [1, 2, 4]
@@ -153,8 +154,9 @@ def test_injected_overflow_is_named_and_the_step_skipped(harness):
 
     handle = module.register_forward_hook(blow_up)
     mon = harness.monitor(every=50)
-    loss, skipped, found, _ = harness.step(mon, 7)  # not a sampled step: only the diagnosis hooks
+    loss, skipped, result, _ = harness.step(mon, 7)  # not a sampled step: only the diagnosis hooks
     handle.remove()
+    found = result.nonfinite
     assert skipped
     assert found is not None
     assert found.module == f"unet.{TO_V}"
@@ -162,7 +164,9 @@ def test_injected_overflow_is_named_and_the_step_skipped(harness):
     # the fp32 recompute gives the real magnitude: 1e6 x the module's own largest output
     assert found.value == pytest.approx(peaks[0] * 1e6, rel=1e-2)
     assert found.value > FP16_MAX
-    msg = skip_message(7, found)
+    msg = result.message
+    assert msg == skip_message(7, found)
+    assert result.metrics_fields()["nonfinite_module"] == f"unet.{TO_V}"
     assert msg.startswith(f"step 7 skipped: inf first seen in unet.{TO_V} (fp16 activation ")
     assert "> 65,504)" in msg
     assert mon.installed_steps == [7] and mon.hooks_installed == 0
@@ -196,14 +200,15 @@ def test_gradient_overflow_is_found_in_the_backward(harness):
 
     handle = module.register_forward_hook(lambda _m, _a, out: InfGrad.apply(out))
     mon = harness.monitor(every=0)
-    _, skipped, found, _ = harness.step(mon, 3)
+    _, skipped, result, _ = harness.step(mon, 3)
     handle.remove()
+    found = result.nonfinite
     assert skipped and found is not None
     assert found.where == "gradient"
     # conv_out's output gradient is finite (the inf is born in its hook's backward), its input's is not:
     # the first output gradient seen non-finite is that of conv_act, which feeds conv_out
     assert found.module == "unet.conv_act"
-    assert "gradient of its output, loss scale 65,536" in skip_message(3, found)
+    assert "gradient of its output, loss scale 65,536); loss scale lowered to 32,768" in result.message
 
 
 def test_fp16_findings_counted_by_hand():

@@ -327,6 +327,79 @@ class _FirstNonFinite:
         return peak if math.isfinite(peak) else None
 
 
+
+@dataclass(frozen=True)
+class StepNumerics:
+    """What one optimizer step's monitoring found, ready for :class:`~guitrainer.core.events.StepMetrics`."""
+
+    headroom: tuple[tuple[str, float], ...] = ()
+    grad_underflow: float | None = None
+    nonfinite: NonFinite | None = None
+    message: str = ""
+
+    def metrics_fields(self) -> dict[str, Any]:
+        return {
+            "headroom": self.headroom,
+            "grad_underflow": self.grad_underflow,
+            "nonfinite_module": self.nonfinite.module if self.nonfinite is not None else None,
+            "numerics_message": self.message,
+        }
+
+
+class StepWatch:
+    """The training loop's side of the monitor, one step at a time::
+
+        with watch.begin(step):                 # random state kept; hooks only on a sampled step
+            ...forward and backward passes...
+        watch.gradients()                       # before unscale_ (gradients still scaled)
+        ...unscale, clip, scaler.step / update...
+        found = watch.end(skipped=..., nan_loss=..., replay=..., scale=before, scale_after=after)
+
+    ``replay()`` must run the step's forward and backward passes again with the loss multiplied by the
+    step's scale ``before`` (not the lowered one): the diagnosis of a skipped step or a NaN loss.
+    """
+
+    def __init__(self, monitor: NumericsMonitor):
+        self.monitor = monitor
+        self.step = 0
+        self.sampled = False
+        self._rng: RngState | None = None
+
+    def begin(self, step: int) -> contextlib.AbstractContextManager[Any]:
+        self.step = step
+        self._rng = RngState.capture()
+        self.sampled = self.monitor.is_sampled(step)
+        return self.monitor.watch(step) if self.sampled else contextlib.nullcontext()
+
+    def gradients(self, scale: float = 1.0) -> None:
+        if self.sampled:
+            self.monitor.measure_gradients(scale)
+
+    def end(
+        self,
+        *,
+        skipped: bool,
+        nan_loss: bool = False,
+        replay: Callable[[], Any] | None = None,
+        scale: float | None = None,
+        scale_after: float | None = None,
+    ) -> StepNumerics:
+        from guitrainer.core.numerics import skip_message
+
+        found = None
+        message = ""
+        if (skipped or nan_loss) and replay is not None and self._rng is not None:
+            found = self.monitor.diagnose(self.step, replay, self._rng, scale=scale)
+            if skipped:
+                message = skip_message(self.step, found, scale_after)
+            elif found is not None:
+                message = f"step {self.step}: loss is NaN; {found.describe()}"
+        self._rng = None
+        if not self.sampled:
+            return StepNumerics(nonfinite=found, message=message)
+        snap = self.monitor.finish(found)
+        return StepNumerics(snap.headroom, snap.grad_underflow, found, message)
+
 # --------------------------------------------------------------------------- fp16 save check
 
 
