@@ -23,6 +23,7 @@ TO_V = "unet.up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 def test_value_formats():
     assert format_value(71000.0) == "7.1e4"
     assert format_value(3.2e-8) == "3.2e-8"
+    assert format_value(0.5) == "0.5" and format_value(4.0) == "4"
     assert format_value(math.inf) == "inf" and format_value(math.nan) == "nan"
     assert format_limit("fp16") == "65,504"
     assert format_limit("bf16") == "3.4e38"
@@ -71,7 +72,7 @@ def test_save_report_choice_and_headline():
     )
     kept = SaveReport("x.safetensors", "fp16", "fp16", (fine,))
     assert kept.choice == "kept fp16"
-    assert kept.headline() == "Every value fits in fp16 (largest 4.0e0 of 65,504): kept fp16."
+    assert kept.headline() == "Every value fits in fp16 (largest 4 of 65,504): kept fp16."
     assert SaveReport("x", "fp16", "fp16", (over,)).choice == "kept fp16 despite the overflow"
     assert "nothing to check" in SaveReport("x", "bf16", "bf16", checked=False).headline()
 

@@ -74,11 +74,13 @@ def block_title(key: str) -> str:
 
 
 def format_value(x: float) -> str:
-    """7.1e4, 3.2e-08, inf, nan: short enough for a log line, exact enough to compare with a limit."""
+    """7.1e4, 3.2e-8, 0.5, inf, nan: short enough for a log line, exact enough to compare with a limit."""
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
+    if 1e-2 <= abs(x) < 1e4:
+        return f"{x:.3g}"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"{mantissa}e{int(exponent)}"
 
@@ -270,10 +272,9 @@ class SaveReport:
         else:
             text = f"Every value fits in fp16 (largest {format_value(self.peak)} of 65,504): {self.choice}."
         lost = []
-        if self.to_zero:
-            lost.append(f"{self.to_zero:,} become zero")
-        if self.subnormal:
-            lost.append(f"{self.subnormal:,} become subnormal")
+        for count, what in ((self.to_zero, "zero"), (self.subnormal, "subnormal")):
+            if count:
+                lost.append(f"{count:,} {'becomes' if count == 1 else 'become'} {what}")
         if lost:
             text += f" Of {self.values:,} values, " + " and ".join(lost) + "."
         return text
