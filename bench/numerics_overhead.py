@@ -41,8 +41,14 @@ class Turns:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.turn = 0
+        self.turn = -1  # nobody, until both runs are set up
         self.done = [False, False]
+        self.ready = [threading.Event(), threading.Event()]
+
+    def start(self) -> None:
+        with self.cond:
+            self.turn = 0
+            self.cond.notify_all()
 
     def wait(self, who: int) -> None:
         with self.cond:
@@ -62,7 +68,8 @@ class TurnReporter(NullReporter):
 
     def on_status(self, text: str) -> None:
         super().on_status(text)
-        if text.startswith("training "):  # the loop starts next
+        if text.startswith("training "):  # set up; the loop starts next
+            self.turns.ready[self.who].set()
             self.turns.wait(self.who)
 
     def on_step(self, metrics: StepMetrics) -> None:
@@ -96,8 +103,10 @@ def main() -> None:
         runs.append((Trainer(cfg, rep), rep))
     threads = [threading.Thread(target=tr.run, name=f"run{i}") for i, (tr, _) in enumerate(runs)]
     t0 = time.perf_counter()
-    for t in threads:
+    for t, ready in zip(threads, turns.ready):  # set up one after the other (accelerate's state is shared)
         t.start()
+        ready.wait()
+    turns.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
