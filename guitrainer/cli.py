@@ -167,7 +167,7 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
         for line in summary.advice:
             print(f"  - {line}", file=sys.stderr)
         return 1
-    if summary.status == "stopped":
+    if summary.status in ("stopped", "complete"):
         print(summary.message)
     if summary.lora_path:
         print(f"saved {summary.lora_path}")

@@ -475,12 +475,13 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     ref = Trainer(ref_cfg, ref_rep)
     setup = ref._setup
 
-    def setup_then_copy() -> None:
-        setup()
-        pairs = zip(first.params, ref.params)
+    def setup_then_copy():
+        session = setup()
+        pairs = zip(first.session.params, ref.session.params)
         with torch.no_grad():
             for a, b in pairs:
                 b.copy_(a)
+        return session
 
     ref._setup = setup_then_copy
     assert ref.run().status == "finished"

@@ -20,6 +20,7 @@ from guitrainer.core.hardware import (
     fake_device,
     gpu_missing_message,
 )
+from guitrainer.engine import session as session_module
 from guitrainer.engine import trainer as T
 from guitrainer.engine.models import ModelLoadError
 
@@ -103,7 +104,7 @@ def _run(monkeypatch, gpu_index: int, *, in_thread: bool = False):
     cfg.set("precision.training", "fp32")
     cfg.set("precision.gpu_index", gpu_index)
     stop = _StopAtModel()
-    monkeypatch.setattr(T, "load_base_model", stop)
+    monkeypatch.setattr(session_module, "load_base_model", stop)
     trainer = T.Trainer(cfg)
     stop.trainer = trainer
     if not in_thread:

@@ -14,7 +14,6 @@ import functools
 import html
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -47,9 +46,11 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import TrainingConfig
+from guitrainer.core import run_state
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.folder_check import look_at_folders
 from guitrainer.core.paths import expand
+from guitrainer.core.run_state import find_state
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "trainer_state.json"  # what the engine writes into <output>/<name>_state (engine.trainer.STATE_FILE)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROGRESS_INTERVAL_MS = 200
 LOG_TAIL_LINES = 40  # log lines put under "Show Details…" for a failure reported without details
@@ -126,17 +126,6 @@ def _check_folders(out: StartCheck, folders: Sequence[Any], dataset: Any, what: 
     else:
         for lk in empty:
             out.notes.append(f"The {label} “{lk.path}” adds no {what}: {lk.reason()}.")
-
-
-def state_folder(config: TrainingConfig) -> Path:
-    """Where the engine keeps the resumable state of this config's output."""
-    return expand(config.output.folder) / f"{config.output.name}_state"
-
-
-def find_state(config: TrainingConfig) -> str | None:
-    """The resumable state folder for this config's output, if one exists."""
-    folder = state_folder(config)
-    return str(folder) if (folder / STATE_FILE).is_file() else None
 
 
 # Advice that an assumed CPU device cannot back: bitsandbytes was not looked at, and there may be a GPU.
@@ -218,7 +207,7 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
     except OSError as e:
         out.errors.append(f"Cannot write to the output folder “{folder}”: {e.strerror or e}.")
     # resume state
-    if config.schedule.resume_from and not (expand(config.schedule.resume_from) / STATE_FILE).is_file():
+    if config.schedule.resume_from and not run_state.is_state_folder(config.schedule.resume_from):
         out.errors.append(f"“{config.schedule.resume_from}” is not a saved training state.")
     guessed = device is None
     if device is None:
@@ -753,11 +742,7 @@ class TrainingPage(Page):
 
     @staticmethod
     def _resume_step(state_path: str) -> int | None:
-        try:
-            info = json.loads((expand(state_path) / STATE_FILE).read_text(encoding="utf-8"))
-            return int(info["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return run_state.saved_step(state_path)
 
     def resume_last(self) -> None:
         """Continue from the last saved state (of this run, or found in the output folder)."""
