@@ -123,3 +123,24 @@ def test_save_report_sorts_by_number_when_a_header_is_clicked(qtbot):
     column = [int(r[5]) for r in view.rows()]
     assert column in (sorted(column), sorted(column, reverse=True))
     assert column != [0, 30, 0]  # the worst-first order it had before the click
+
+
+def test_the_tab_draws_the_eye_only_while_the_alarm_is_on(qtbot):
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QLabel, QTabWidget
+
+    from guitrainer.ui.numerics_chart import ALARM_COLOR, add_numerics_tab
+
+    tabs = QTabWidget()
+    qtbot.addWidget(tabs)
+    tabs.addTab(QLabel("log"), "Log")
+    chart = add_numerics_tab(tabs, "fp16")
+    i = tabs.indexOf(chart)
+    quiet = tabs.tabBar().tabTextColor(i)
+    chart.add(metrics(1, [("unet.mid.attn", 500.0)], underflow=0.0))
+    assert tabs.tabText(i) == "Numerics" and tabs.tabBar().tabTextColor(i) == quiet
+    chart.add(metrics(50, [("unet.mid.attn", 2.0)], underflow=0.0))
+    assert tabs.tabText(i) == "Numerics !"
+    assert tabs.tabBar().tabTextColor(i) == QColor(ALARM_COLOR)
+    chart.clear()
+    assert tabs.tabText(i) == "Numerics" and tabs.tabBar().tabTextColor(i) == quiet

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from guitrainer.core.numerics import SaveReport
     from guitrainer.core.precision import Advice
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,7 @@ class ExportResult:
     save_precision: str
     fp16: Fp16Report | None = None
     warnings: tuple[str, ...] = ()
+    save_report: SaveReport | None = None  # per tensor: values over 65,504, to zero, subnormal; the choice made
 
 
 def export_lora(
@@ -330,4 +332,7 @@ def export_lora(
     L.save_lora(path, sd, meta, used, check=False)
     for w in warnings:
         log.warning(w)
-    return ExportResult(str(path), used, report, tuple(warnings))
+    from guitrainer.engine.numerics import save_report
+
+    numbers = save_report(sd, path=str(path), requested=save_precision, used=used)
+    return ExportResult(str(path), used, report, tuple(warnings), numbers)

@@ -400,6 +400,22 @@ class StepWatch:
         snap = self.monitor.finish(found)
         return StepNumerics(snap.headroom, snap.grad_underflow, found, message)
 
+def monitor_for(session: Any) -> NumericsMonitor:
+    """The numerics monitor of a run (:class:`~guitrainer.engine.session.Session`): the UNet, the text
+    encoders and, when it computes in the training dtype, the VAE (a VAE kept in fp32 under fp16 has no
+    fp16 limit to measure against). Unwrapped modules: hooks on DDP's inner model fire the same."""
+    m = session.model
+    models: dict[str, nn.Module] = {"unet": m.unet}
+    tes = list(m.text_encoders)
+    for i, te in enumerate(tes):
+        models["te" if len(tes) == 1 else f"te{i + 1}"] = te
+    vae_dtype = next((p.dtype for p in m.vae.parameters()), None) if m.vae is not None else None
+    if vae_dtype == session.dtype:
+        models["vae"] = m.vae
+    params = {f"{k}.{n}": p for k, mod in models.items() for n, p in mod.named_parameters() if p.requires_grad}
+    return NumericsMonitor(models, params, session.precision, every=session.config.precision.numerics_every)
+
+
 # --------------------------------------------------------------------------- fp16 save check
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
 
 from guitrainer.core.events import StepMetrics
 from guitrainer.core.numerics import (
@@ -32,6 +32,7 @@ from guitrainer.ui.charts import REDRAW_INTERVAL_MS, SKIP_COLOR, MetricBuffer
 
 #: the tab's text colour while the chart asks for attention
 ALARM_COLOR = "#e8590c"
+TAB_TITLE = "Numerics"
 LIMIT_COLOR = "#e03131"
 UNDERFLOW_COLOR = "#7048e8"
 #: one hue per kind of block; blocks of a kind differ in lightness (deeper blocks darker)
@@ -247,3 +248,24 @@ class NumericsChart(QWidget):
         self.skip_label.setVisible(bool(self.last_message))
         self.skip_label.setText(self.last_message)
         self.skip_label.setStyleSheet(f"color: {SKIP_COLOR};")
+
+
+def add_numerics_tab(tabs: QTabWidget, precision: str = "fp16", every: int = DEFAULT_EVERY) -> NumericsChart:
+    """Add a "Numerics" tab holding a new :class:`NumericsChart` to ``tabs``; its title turns to the warning
+    colour (and gains a "!") while the chart's alarm is on, and goes back when it clears."""
+    chart = NumericsChart(precision=precision, every=every)
+    chart.setObjectName("numerics_chart")
+    index = tabs.addTab(chart, TAB_TITLE)
+    tabs.setTabToolTip(index, "How close each block runs to its precision's limit, and where an inf/NaN began.")
+    bar = tabs.tabBar()
+    normal = bar.tabTextColor(index)
+
+    def on_alarm(on: bool) -> None:
+        i = tabs.indexOf(chart)
+        if i < 0:
+            return
+        bar.setTabTextColor(i, QColor(ALARM_COLOR) if on else normal)
+        tabs.setTabText(i, f"{TAB_TITLE} !" if on else TAB_TITLE)
+
+    chart.alarm_changed.connect(on_alarm)
+    return chart
