@@ -14,7 +14,7 @@ from guitrainer.core.events import NullReporter
 from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import demo_cfg  # noqa: E402
+from helpers import demo_cfg  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

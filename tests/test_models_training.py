@@ -15,7 +15,8 @@ from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import StopAt, demo_cfg  # noqa: E402
+from helpers import demo_cfg
+from helpers.doubles import StopAt  # noqa: E402
 from tiny_models import build_tiny  # noqa: E402
 
 

@@ -20,7 +20,8 @@ from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import WRITE_ADVICE, Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import StopAt, demo_cfg  # noqa: E402
+from helpers import demo_cfg
+from helpers.doubles import StopAt  # noqa: E402
 
 CLASS_PROMPT = "a photo of a shape"
 TRIGGER = "sks"

@@ -18,7 +18,8 @@ from guitrainer.engine.trainer import Trainer
 from guitrainer.engine.verify import verify_lora
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import HashingReporter, demo_cfg  # noqa: E402
+from helpers import demo_cfg
+from helpers.doubles import HashingReporter  # noqa: E402
 
 RANK, ALPHA = 4, 8.0
 FILE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}

@@ -51,6 +51,7 @@ from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetri
 from guitrainer.core.folder_check import look_at_folders
 from guitrainer.core.paths import expand
 from guitrainer.core.run_state import find_state
+from guitrainer.core.units import format_bytes
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
@@ -150,12 +151,10 @@ def assumed_cpu_device() -> Any:
     """A CPU-only ``DeviceInfo`` built without importing torch, for when the device probe failed.
 
     The precision rules then still see the choice (e.g. fp16 on the CPU); facts that need torch or
-    bitsandbytes stay unknown. None when ``core.hardware`` cannot be imported.
+    bitsandbytes stay unknown.
     """
-    try:
-        from guitrainer.core import hardware
-    except ImportError:
-        return None
+    from guitrainer.core import hardware
+
     why = "the device check did not finish"
     torch_version = _torch_version_without_import()
     return hardware.DeviceInfo(
@@ -218,10 +217,8 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
     if for_gpu is not None:  # the memory check below compares with the GPU this run trains on
         device = for_gpu(config.precision.gpu_index)
     # precision advice
-    try:
-        from guitrainer.core import precision
-    except ImportError:
-        precision = None  # type: ignore[assignment]
+    from guitrainer.core import precision
+
     if precision is not None:
         try:
             for a in precision.advise(device, config):
@@ -237,10 +234,8 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
         except Exception:  # noqa: BLE001 - advice must not block a run by crashing
             log.exception("precision advice failed")
     # memory estimate
-    try:
-        from guitrainer.core import vram
-    except ImportError:
-        vram = None  # type: ignore[assignment]
+    from guitrainer.core import vram
+
     available = getattr(device, "total_memory", None)
     if vram is not None and available and getattr(device, "kind", "cuda") != "cpu":
         try:
@@ -276,12 +271,6 @@ def _fmt_duration(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 # --------------------------------------------------------------------------- the page
@@ -613,7 +602,7 @@ class TrainingPage(Page):
         self._set_state(TrainState.CHECKING)
         self._say("Checking the settings…")
         device = self._known_device()
-        if device is not None or not self._hardware_available():
+        if device is not None:
             self._continue_start(cfg, device)
             return
         worker = _ProbeWorker()
@@ -637,19 +626,9 @@ class TrainingPage(Page):
             self._continue_start(cfg, None, probe_error=message)
 
     @staticmethod
-    def _hardware_available() -> bool:
-        try:
-            from guitrainer.core import hardware  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
-    @staticmethod
     def _known_device() -> Any:
-        try:
-            from guitrainer.core import hardware
-        except ImportError:
-            return None
+        from guitrainer.core import hardware
+
         return hardware.cached()
 
     def _continue_start(self, cfg: TrainingConfig, device: Any, probe_error: str = "") -> None:
@@ -941,7 +920,7 @@ class TrainingPage(Page):
             f"ETA {eta_text}",
             f"{m.images_per_second:.1f} img/s",
             f"{m.seconds_per_step:.2f} s/step",
-            f"peak memory {_fmt_bytes(m.peak_memory_bytes)}" if m.peak_memory_bytes is not None else "peak memory n/a",
+            f"peak memory {format_bytes(m.peak_memory_bytes)}" if m.peak_memory_bytes is not None else "peak memory n/a",
         ]
         if m.skipped_total:
             parts.append(f"{m.skipped_total} skipped")
