@@ -41,7 +41,6 @@ from guitrainer.core.numerics import (
     FP16_TINY,
     NonFinite,
     NumericsSnapshot,
-    SaveReport,
     TensorFinding,
     block_of,
     is_sampled,
@@ -440,12 +439,3 @@ def fp16_findings(state_dict: Mapping[str, torch.Tensor]) -> tuple[TensorFinding
             )
         )
     return tuple(out)
-
-
-def save_report(
-    state_dict: Mapping[str, torch.Tensor], *, path: str, requested: str, used: str, step: int = 0
-) -> SaveReport:
-    """The save-precision report of one written LoRA: the fp16 findings when fp16 was asked for."""
-    if requested != "fp16":
-        return SaveReport(path, requested, used, (), checked=False, step=step)
-    return SaveReport(path, requested, used, fp16_findings(state_dict), checked=True, step=step)
