@@ -10,25 +10,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import configs
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import NullReporter, StepMetrics
 from guitrainer.core.numerics import block_of
 from guitrainer.engine.reporting import ConsoleReporter
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
-    cfg = PresetStore().get(DEFAULT_PRESET).config()
-    cfg.output.folder = str(out)
-    cfg.precision.cache_latents = True
-    cfg.precision.cache_to_disk = False
-    for key, value in settings.items():
-        cfg.set(key.replace("__", "."), value)
-    return cfg
+    """The Demo preset (tests/helpers) with latents cached in memory."""
+    return configs.demo_cfg(out, precision__cache_latents=True, precision__cache_to_disk=False, **settings)
 
 
 class Inject(ConsoleReporter):

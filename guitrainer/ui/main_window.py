@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self.model_page.device_detected.connect(self._on_device_detected)
         # An fp16 overflow found while saving shows up on the Output page with its "save as bf16" fix.
         self.training_page.warning_raised.connect(self.output_page.note_warning)
+        self.training_page.lora_saved.connect(self.output_page.show_save_report)
         # Error-level precision advice disables Train, with the reason in its tooltip.
         self.model_page.errors_changed.connect(
             lambda _has: self.training_page.set_blocking_errors(self.model_page.error_text())

@@ -61,6 +61,7 @@ from guitrainer.ui.workers import BaseWorker, TrainerFactory, TrainingWorker, ru
 
 if TYPE_CHECKING:
     from guitrainer.ui.charts import TrainingCharts
+    from guitrainer.ui.numerics_chart import NumericsChart
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +292,7 @@ class TrainingPage(Page):
     run_finished = Signal(object)  # RunSummary (any status)
     run_failed = Signal(str, str)  # message, traceback: an exception escaped the trainer
     warning_raised = Signal(str)  # a warning from the engine (other pages react, e.g. fp16 overflow on Output)
+    lora_saved = Signal(object)  # SavedFile of each LoRA written (the Output page shows its save report)
 
     def __init__(
         self,
@@ -311,6 +313,7 @@ class TrainingPage(Page):
         self.problems_box: QMessageBox | None = None
         self.confirm_box: QMessageBox | None = None
         self._charts: TrainingCharts | None = None
+        self.numerics_chart: NumericsChart | None = None  # the Numerics tab, built with the charts
         self._metrics: StepMetrics | None = None
         self._progress_dirty = False
         self._rate_origin: tuple[float, int] | None = None  # (time, step) the step rate is measured from
@@ -506,6 +509,10 @@ class TrainingPage(Page):
             self._charts_placeholder.deleteLater()
             lay.addWidget(self._charts)
             self._charts.set_scaler_visible(self.binding.get("precision.training") == "fp16")
+            from guitrainer.ui.numerics_chart import add_numerics_tab
+
+            every = int(self.binding.get("precision.numerics_every"))
+            self.numerics_chart = add_numerics_tab(self.tabs, self.binding.get("precision.training"), every)
         return self._charts
 
     def _ensure_charts(self) -> None:
@@ -582,6 +589,8 @@ class TrainingPage(Page):
             self._refresh_state_path()
         if path == "precision.training" and self._charts is not None and not self.is_active:
             self._charts.set_scaler_visible(self.binding.get(path) == "fp16")
+            if self.numerics_chart is not None:
+                self.numerics_chart.set_precision(self.binding.get(path))
 
     def _refresh_state_path(self) -> None:
         self.last_state_path = find_state(self.binding.config)
@@ -693,7 +702,12 @@ class TrainingPage(Page):
             pass  # the charts show this run up to the saved state: keep them and continue
         else:
             charts.clear()
+            if self.numerics_chart is not None:
+                self.numerics_chart.clear()
         charts.set_scaler_visible(cfg.precision.training == "fp16")
+        if self.numerics_chart is not None:
+            self.numerics_chart.set_precision(cfg.precision.training)
+            self.numerics_chart.every = cfg.precision.numerics_every
         self.run_config = cfg
         self._metrics = None
         self._rate_origin = None
@@ -803,6 +817,8 @@ class TrainingPage(Page):
     def _on_step(self, m: StepMetrics) -> None:
         if self._charts is not None:
             self._charts.add(m)
+        if self.numerics_chart is not None:
+            self.numerics_chart.add(m)
         self._metrics = m
         self._steps_seen += 1
         if self._rate_origin is None:
@@ -832,6 +848,8 @@ class TrainingPage(Page):
         if saved.kind == "state":
             self.last_state_path = saved.path
         self.log_panel.append(f"saved {saved.kind} at step {saved.step}: {saved.path}")
+        if saved.kind == "lora":
+            self.lora_saved.emit(saved)
 
     @Slot(object)
     def _on_finished(self, summary: RunSummary) -> None:
