@@ -23,7 +23,7 @@ TO_V = "unet.up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 def test_value_formats():
     assert format_value(71000.0) == "7.1e4"
     assert format_value(3.2e-8) == "3.2e-8"
-    assert format_value(0.5) == "0.5" and format_value(4.0) == "4"
+    assert format_value(0.5) == "0.5" and format_value(4.0) == "4" and format_value(7900.4) == "7,900"
     assert format_value(math.inf) == "inf" and format_value(math.nan) == "nan"
     assert format_limit("fp16") == "65,504"
     assert format_limit("bf16") == "3.4e38"

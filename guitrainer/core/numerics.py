@@ -74,13 +74,15 @@ def block_title(key: str) -> str:
 
 
 def format_value(x: float) -> str:
-    """7.1e4, 3.2e-8, 0.5, inf, nan: short enough for a log line, exact enough to compare with a limit."""
+    """7.1e4, 7,900, 0.5, 3.2e-8, inf, nan: short enough for a log line, exact enough to compare with a limit."""
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    if 1e-2 <= abs(x) < 1e4:
+    if 1e-2 <= abs(x) < 1e3:
         return f"{x:.3g}"
+    if 1e3 <= abs(x) < 1e4:
+        return f"{x:,.0f}"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"{mantissa}e{int(exponent)}"
 

@@ -16,14 +16,13 @@ Nothing is installed on ordinary steps. Three entry points, each used on few ste
   first module's output is recomputed in fp32 to say by how much it overflowed. The random state after
   the step is put back, so monitoring never changes training.
 
-Hooks are closures, never bound methods: ``copy.deepcopy`` of a module (the fp32 recompute) copies its
-hooks, and a bound method would drag the monitor (and every model) into the copy.
+The fp32 recompute runs the module itself with its weights swapped for fp32 copies for that one call
+(no ``copy.deepcopy``, which would copy every hook and whatever a bound-method hook holds).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping
@@ -48,7 +47,7 @@ from guitrainer.core.numerics import (
 
 #: modules never called themselves (their children are): no hook
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
-#: the fp32 recompute of the first non-finite module is skipped for modules larger than this
+#: the fp32 recompute of the first non-finite module is skipped for modules with more values than this
 _RECOMPUTE_MAX_PARAMS = 50_000_000
 
 
@@ -304,27 +303,35 @@ class _FirstNonFinite:
         return parts[0]
 
     def _recompute(self, module: nn.Module, args: Any, kwargs: Any) -> float | None:
-        """The module's largest |output| in fp32 from the same inputs (None if too big, failing or non-finite)."""
-        if sum(p.numel() for p in module.parameters()) > _RECOMPUTE_MAX_PARAMS:
+        """The module's largest |output| in fp32 from the same inputs (None if too big, failing or non-finite).
+
+        The module itself runs again (its own hooks too, ours idle), its floating weights swapped for fp32
+        copies for the call and the very same tensors put back after: exact, and no copy of the module.
+        """
+        tensors = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+        if sum(t.numel() for t in tensors) > _RECOMPUTE_MAX_PARAMS:
             return None
 
         def up(v: Any) -> Any:
             return v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
 
+        originals = [t.data for t in tensors]
         self.recomputing = True
         try:
-            device = next((p.device.type for p in module.parameters()), "cpu")
+            device = tensors[0].device.type if tensors else "cpu"
             with torch.no_grad(), torch.autocast(device, enabled=False):
-                clone = copy.deepcopy(module).float()
-                out = clone(*[up(a) for a in args], **{k: up(v) for k, v in dict(kwargs or {}).items()})
+                for t in tensors:
+                    t.data = t.data.float()
+                out = module(*[up(a) for a in args], **{k: up(v) for k, v in dict(kwargs or {}).items()})
             peaks = [float(t.abs().amax()) for t in _tensors(out)]
         except Exception:  # noqa: BLE001 -- a module that cannot run alone: the message says no number
             return None
         finally:
+            for t, data in zip(tensors, originals):
+                t.data = data
             self.recomputing = False
         peak = max(peaks, default=math.nan)
         return peak if math.isfinite(peak) else None
-
 
 
 @dataclass(frozen=True)

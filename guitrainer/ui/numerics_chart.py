@@ -86,7 +86,10 @@ class NumericsChart(QWidget):
 
         self.headroom_widget, self.headroom_plot = self._plot("headroom", "Headroom per block: limit ÷ largest |activation| (log)")
         self.headroom_plot.setLogMode(x=False, y=True)
-        self.limit_line = pg.InfiniteLine(pos=0.0, angle=0, pen=pg.mkPen(LIMIT_COLOR, width=2), movable=False)
+        self.limit_line = pg.InfiniteLine(
+            pos=0.0, angle=0, pen=pg.mkPen(LIMIT_COLOR, width=2), movable=False, label="",
+            labelOpts={"position": 0.02, "color": LIMIT_COLOR, "anchors": [(0, 1), (0, 1)]},
+        )
         warn_pen = pg.mkPen(ALARM_COLOR, width=1, style=Qt.PenStyle.DashLine)
         self.warn_line = pg.InfiniteLine(pos=math.log10(HEADROOM_WARN), angle=0, pen=warn_pen, movable=False)
         self.warn_line.setToolTip(f"{HEADROOM_WARN:g}x: the tab turns orange below this line")
@@ -95,11 +98,9 @@ class NumericsChart(QWidget):
         self.skip_markers = self.headroom_plot.plot(
             pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen(SKIP_COLOR, width=2), symbolBrush=SKIP_COLOR
         )
-        legend = self.headroom_plot.addLegend(offset=(-10, 10))
-        legend.setLabelTextColor(self._fg())
-        for kind, color in KIND_COLORS.items():
-            legend.addItem(pg.PlotDataItem(pen=pg.mkPen(color, width=2)), KIND_TITLES[kind])
-        legend.addItem(self.skip_markers, "skipped step")
+        self.legend = QLabel(self._legend_html())
+        self.legend.setObjectName("numerics_legend")
+        outer.addWidget(self.legend)
         outer.addWidget(self.headroom_widget, 3)
 
         self.underflow_widget, self.underflow_plot = self._plot(
@@ -111,7 +112,16 @@ class NumericsChart(QWidget):
         threshold = pg.InfiniteLine(pos=UNDERFLOW_WARN * 100, angle=0, pen=warn_pen, movable=False)
         threshold.setToolTip(f"{UNDERFLOW_WARN:.0%}: the tab turns orange above this line")
         self.underflow_plot.addItem(threshold)
-        outer.addWidget(self.underflow_widget, 2)
+        outer.addWidget(self.underflow_widget, 1)
+
+    @staticmethod
+    def _legend_html() -> str:
+        """One line under the title: the kinds' colours, the skip mark, the two lines."""
+        items = [f'<span style="color:{c}">━</span> {KIND_TITLES[k]}' for k, c in KIND_COLORS.items()]
+        items.append(f'<span style="color:{SKIP_COLOR}">✕</span> skipped step')
+        items.append(f'<span style="color:{LIMIT_COLOR}">━</span> limit (1×)')
+        items.append(f'<span style="color:{ALARM_COLOR}">╌</span> {HEADROOM_WARN:g}×: the tab turns orange below')
+        return " &nbsp; ".join(items)
 
     def _fg(self) -> QColor:
         return self.palette().color(QPalette.ColorRole.WindowText)
@@ -135,7 +145,8 @@ class NumericsChart(QWidget):
         """Name the limit line after the run's compute dtype (fp16: 65,504)."""
         self.precision = precision
         self.limit_line.setToolTip(f"{precision} limit ({format_limit(precision)}): values beyond it become inf")
-        self.headroom_plot.setLabel("left", f"× {precision} limit {format_limit(precision)}")
+        self.headroom_plot.setLabel("left", "headroom ×")
+        self.limit_line.label.setFormat(f"{precision} limit {format_limit(precision)}")
         self.underflow_widget.setVisible(precision == "fp16")
 
     # ------------------------------------------------------------------ data in

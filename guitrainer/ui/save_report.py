@@ -30,6 +30,8 @@ COLUMNS = ("Tensor", "Values", "Largest |v|", "Over 65,504", "Become zero", "Bec
 OK_COLOR = "#2b8a3e"
 WARN_COLOR = "#e8590c"
 BAD_COLOR = "#e03131"
+LOSS_TEXT = "#7a3e00"
+LOSS_BACKGROUND = "#ffe8cc"
 EMPTY_TEXT = "No LoRA saved yet in this session: after each save, the fp16 check's findings appear here."
 
 
@@ -119,11 +121,15 @@ class SaveReportView(QGroupBox):
             self.table.setItem(row, 0, name)
             self.table.setItem(row, 1, _Number(t.values))
             self.table.setItem(row, 2, _Number(t.peak, format_value(t.peak)))
-            for col, count, bad in ((3, t.over_max, BAD_COLOR), (4, t.to_zero, WARN_COLOR), (5, t.subnormal, WARN_COLOR)):
+            for col, count, (fg, bg) in (
+                (3, t.over_max, ("white", BAD_COLOR)),  # infinities: the file would be broken
+                (4, t.to_zero, (LOSS_TEXT, LOSS_BACKGROUND)),  # precision lost, the file still works
+                (5, t.subnormal, (LOSS_TEXT, LOSS_BACKGROUND)),
+            ):
                 cell = _Number(count)
                 if count:
-                    cell.setForeground(Qt.GlobalColor.white)
-                    cell.setBackground(QBrush(QColor(bad)))
+                    cell.setForeground(QBrush(QColor(fg)))
+                    cell.setBackground(QBrush(QColor(bg)))
                 self.table.setItem(row, col, cell)
         # worst first until the user clicks a header: no sort indicator, so enabling sorting keeps this order
         self.table.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.DescendingOrder)
