@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-FP16_MAX = 65504.0
+from guitrainer.core.lora_format import FP16_MAX  # one constant for the whole app
+
 #: fp16's smallest normal number: smaller magnitudes are subnormal (fewer bits) or zero
 FP16_TINY = 2.0**-14
 #: the largest finite value of each compute dtype (torch.finfo(...).max, written out: no torch here)
