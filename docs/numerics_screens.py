@@ -99,9 +99,10 @@ def main() -> None:
     w.show()
     page = w.training_page
     w.nav.setCurrentRow(w.pages.index(page))
-    _ = page.charts  # built on first use, with the Numerics tab
-    chart = page.numerics_chart
-    chart.set_precision("fp16")
+    from guitrainer.ui.numerics_chart import add_numerics_tab
+
+    _ = page.charts  # built on first use
+    chart = add_numerics_tab(page.tabs, "fp16", every=3)  # what attach_numerics does when a run starts
     for m in rep.steps:
         page.charts.add(m)
         chart.add(m)

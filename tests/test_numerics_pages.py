@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 from helpers import configs, fake_device
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 
 from guitrainer.core import hardware
 from guitrainer.core.events import SavedFile
 from guitrainer.core.numerics import SaveReport, TensorFinding
 from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.numerics_tab import attach_numerics
 from guitrainer.ui.training_page import TrainingPage
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
@@ -58,6 +59,8 @@ def page(qtbot, tmp_path, monkeypatch):
         precision__cache_latents=True, precision__cache_to_disk=False,
     )
     p = TrainingPage(ConfigBinding(cfg), trainer_factory=injecting_factory(TO_V, 1e6, at=2))
+    p.saved_files = []
+    p.numerics = attach_numerics(p, p.saved_files.append)  # as the main window does
     qtbot.addWidget(p)
     p.resize(1360, 900)
     p.show()
@@ -70,12 +73,11 @@ def page(qtbot, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_numerics_tab_shows_the_injected_overflow_and_the_saved_report(qtbot, page):
-    saved: list[SavedFile] = []
-    page.lora_saved.connect(saved.append)
+    assert page.numerics() is None  # nothing built before the first run
     with qtbot.waitSignal(page.run_finished, timeout=120_000) as finished:
         qtbot.mouseClick(page.train_button, Qt.MouseButton.LeftButton)
     assert finished.args[0].status == "finished" and finished.args[0].skipped_steps == 1
-    chart = page.numerics_chart
+    chart = page.numerics()
     assert chart is not None
     # the user opens the tab
     bar = page.tabs.tabBar()
@@ -92,19 +94,36 @@ def test_numerics_tab_shows_the_injected_overflow_and_the_saved_report(qtbot, pa
     latest = chart.latest()
     assert {"unet.up.1.attn", "unet.mid.ff", "te.attn"} <= set(latest)
     assert min(latest.values()) > 4.0 and not chart.alarm and page.tabs.tabText(index) == "Numerics"
-    (lora,) = saved
+    (lora,) = [f for f in page.saved_files if f.kind == "lora"]
     assert lora.save_report is not None and lora.save_report.choice == "kept fp16"
     assert Path(lora.save_report.path).is_file()
 
 
-def test_output_page_shows_the_report_of_each_saved_lora(window):
+class _Worker(QObject):
+    """The signals of a TrainingWorker that the Numerics tab and the save report listen to."""
+
+    step_finished = Signal(object)
+    checkpoint_saved = Signal(object)
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+
+def test_output_page_shows_the_report_of_each_saved_lora(window, qtbot):
     report = SaveReport(
         "/out/a.safetensors", "fp16", "bf16", (TensorFinding("lora_unet_x.lora_up.weight", 8, 2e5, over_max=2, nonzero=8),),
         step=12,
     )
     view = window.output_page.save_report_view
     assert view.report is None and view.table.isHidden()
-    window.training_page.lora_saved.emit(SavedFile(report.path, "lora", 12, 1, report))
+    worker = _Worker(configs.config_with(precision__training="fp16"))
+    window.training_page.worker_started.emit(worker)  # a run starts: its worker is connected
+    chart = window.numerics()
+    assert chart is not None and window.training_page.tabs.indexOf(chart) >= 0
+    worker.checkpoint_saved.emit(SavedFile("/out/a_state", "state", 12, 1))  # no report: nothing changes
+    assert view.report is None
+    worker.checkpoint_saved.emit(SavedFile(report.path, "lora", 12, 1, report))
     assert view.report is report
     assert view.choice_label.text() == "switched to bf16"
     assert view.rows()[0][:4] == ("lora_unet_x.lora_up.weight", "8", "2.0e5", "2")

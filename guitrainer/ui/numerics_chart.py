@@ -11,6 +11,7 @@ and the curves are redrawn by a timer at most 10 times a second, as the training
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -149,6 +150,14 @@ class NumericsChart(QWidget):
         self.limit_line.label.setFormat(f"{precision} limit {format_limit(precision)}")
         self.underflow_widget.setVisible(precision == "fp16")
 
+    def start_run(self, precision: Any, *, clear: bool = True) -> None:
+        """A run starts with ``precision`` (its :class:`PrecisionConfig`): forget the last run's points unless
+        ``clear`` is False (a resume that continues them), name the limit, note the sampling interval."""
+        if clear:
+            self.clear()
+        self.every = int(precision.numerics_every)
+        self.set_precision(str(precision.training))
+
     # ------------------------------------------------------------------ data in
     def add(self, m: StepMetrics) -> None:
         """Take one step's numerics (steps without any are passed over: cheap)."""
@@ -280,3 +289,4 @@ def add_numerics_tab(tabs: QTabWidget, precision: str = "fp16", every: int = DEF
 
     chart.alarm_changed.connect(on_alarm)
     return chart
+
