@@ -190,23 +190,30 @@ class NumericsMonitor:
         if self.precision != "fp16":
             return None
         threshold = FP16_TINY / float(scale)
-        small = torch.zeros((), dtype=torch.float64)
-        total = 0
-        for p in self.lora_params.values():
-            g = p.grad
-            if g is None or not bool(g.any()):
-                continue
-            small += torch.count_nonzero(g.detach().abs() < threshold).to("cpu", torch.float64)
-            total += g.numel()
-        self._underflow = float(small) / total if total else None
+        grads = [p.grad.detach() for p in self.lora_params.values() if p.grad is not None]
+        if not grads:
+            self._underflow = None
+            return None
+        # two small tensors to the host, not two syncs per parameter
+        nonzero = torch.stack([torch.count_nonzero(g) for g in grads]).cpu().tolist()
+        small = torch.stack([torch.count_nonzero(g.abs() < threshold) for g in grads]).cpu().tolist()
+        kept = [i for i, n in enumerate(nonzero) if n]
+        total = sum(grads[i].numel() for i in kept)
+        self._underflow = sum(small[i] for i in kept) / total if total else None
         return self._underflow
 
     def finish(self, nonfinite: NonFinite | None = None) -> NumericsSnapshot:
         """The sampled step's per-block headroom (dtype max / largest |activation|), in forward order."""
+        values: list[float] = []
+        by_device: dict[torch.device, list[int]] = {}
+        for k, (_, v) in enumerate(self._peaks):
+            by_device.setdefault(v.device, []).append(k)
         if self._peaks:
-            values = torch.stack([v.float() for _, v in self._peaks]).cpu().tolist()
-        else:
-            values = []
+            values = [0.0] * len(self._peaks)
+            for positions in by_device.values():  # one transfer per device (one device, but for CPU-parked parts)
+                got = torch.stack([self._peaks[k][1].float() for k in positions]).cpu().tolist()
+                for k, v in zip(positions, got):
+                    values[k] = v
         block_peak: dict[str, float] = {}
         for (index, _), v in zip(self._peaks, values):
             block = self._blocks[index]
