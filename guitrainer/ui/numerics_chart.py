@@ -146,7 +146,6 @@ class NumericsChart(QWidget):
         """Name the limit line after the run's compute dtype (fp16: 65,504)."""
         self.precision = precision
         self.limit_line.setToolTip(f"{precision} limit ({format_limit(precision)}): values beyond it become inf")
-        self.headroom_plot.setLabel("left", "headroom ×")
         self.limit_line.label.setFormat(f"{precision} limit {format_limit(precision)}")
         self.underflow_widget.setVisible(precision == "fp16")
 
