@@ -151,8 +151,10 @@ def skip_message(step: int, found: NonFinite | None, scale_after: float | None =
     return text
 
 
-def nan_advice(found: NonFinite | None, precision: str) -> tuple[str, ...]:
-    """What to do after a NaN stop (or a run of skipped steps), naming the module where it was born."""
+def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "auto") -> tuple[str, ...]:
+    """What to do after a NaN stop (or a run of skipped steps), naming the module where it was born.
+
+    ``base_weights``: ``precision.base_weights`` ("fp8": the frozen weights are stored in 8 bits)."""
     name = found.module if found is not None else "the model"
     advice: list[str] = []
     if found is not None and found.model == "vae":
@@ -169,7 +171,13 @@ def nan_advice(found: NonFinite | None, precision: str) -> tuple[str, ...]:
     advice.append("keep gradient clipping on (max grad norm 1.0)")
     if precision != "fp32":
         advice.append("train in fp32 once to tell a precision problem from a data or learning-rate one")
-    advice.append("use a base model stored in fp16, bf16 or fp32, not fp8: fp8 weights add error in every layer")
+    if base_weights == "fp8":
+        advice.append(
+            "store the frozen weights as in training (Frozen weights: Same as training), not in fp8: "
+            f"8-bit weights add error in every layer, {name} included"
+        )
+    else:
+        advice.append("use a base model file saved in fp16, bf16 or fp32, not an fp8 checkpoint")
     return tuple(advice)
 
 

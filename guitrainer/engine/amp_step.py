@@ -295,7 +295,8 @@ class AmpStep:
         if self.watch is not None:
             found = self.watch.end(skipped=False, nan_loss=True, replay=lambda: self.replay(micro, 1.0)).nonfinite
         where = f" {found.describe()}." if found is not None else ""
-        advice = (*nan_advice(found, s.precision), NAN_ADVICE[-1]) if found is not None else NAN_ADVICE
+        base = s.config.precision.base_weights
+        advice = (*nan_advice(found, s.precision, base), NAN_ADVICE[-1]) if found is not None else NAN_ADVICE
         raise TrainingFailed(
             f"loss became NaN at step {self.progress.global_step + 1} ({s.precision}); training stopped.{where} "
             "The last saved LoRA and training state were kept unchanged.",

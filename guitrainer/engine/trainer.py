@@ -257,7 +257,7 @@ class Trainer:
             raise TrainingFailed(
                 f"fp16 overflow: {p.consecutive_skips} steps in a row had inf/NaN gradients and were skipped "
                 f"(step {p.global_step}); training stopped.{where} The last saved LoRA and state were kept unchanged.",
-                nan_advice(found, s.precision),
+                nan_advice(found, s.precision, self.config.precision.base_weights),
             )
 
     def _process_done(self, summary: RunSummary) -> RunSummary:
