@@ -47,6 +47,7 @@ from guitrainer.ui.workspace import (
     DATASET_KEYS,
     Workspace,
     ask_save,
+    first_start_maximized,
     first_window_size,
     keep_dataset,
     load_workspace,
@@ -260,6 +261,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(QByteArray(geom))
         else:
             self.resize(first_window_size(self.screen()))
+            if first_start_maximized(self.screen()):
+                self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
         last = str(self.settings.value("last_preset", DEFAULT_PRESET) or DEFAULT_PRESET)
         if last not in self.store.presets:
             last = DEFAULT_PRESET if DEFAULT_PRESET in self.store.presets else (self.store.names() or [""])[0]
