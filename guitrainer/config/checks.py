@@ -38,6 +38,7 @@ def check_all(cfg: TrainingConfig) -> list[ConfigError]:
         *_betas(cfg.optimizer.betas),
         *_learning_rates(cfg),
         *_sample_size(cfg.sampling.size),
+        *_network_format(cfg.network.type, cfg.output.format),
     ]
 
 
@@ -109,6 +110,14 @@ def _learning_rates(cfg: TrainingConfig) -> list[ConfigError]:
     if cfg.network.train_text_encoder and cfg.optimizer.text_encoder_lr <= 0:
         return [ConfigError("optimizer.text_encoder_lr", "must be above 0 while the text encoder is trained "
                                                          "(0 trains a text-encoder LoRA that does nothing)")]
+    return []
+
+
+def _network_format(network_type: str, fmt: str) -> list[ConfigError]:
+    """LoCon, LoHa, LoKr and DoRA are written in the kohya/LyCORIS layout only (the one ComfyUI and A1111/Forge read)."""
+    if fmt == "diffusers" and network_type != "lora":
+        return [ConfigError("output.format", f"a {network_type} network is saved in kohya's format only; choose "
+                                             "output.format kohya (ComfyUI, A1111/Forge read it) or network.type lora")]
     return []
 
 
