@@ -150,3 +150,52 @@ def test_diffusers_format_refuses_variants_with_the_field_named():
     assert "output.format" in errors
     cfg.network.type = "lora"
     assert "output.format" not in [e.field for e in check_all(cfg)]
+
+
+def test_dora_layers_compute_the_weight_the_clients_merge(bases):
+    """The forward pass of a DoRA Linear and 3x3 Conv equals the plain op with W + effective delta."""
+    import torch.nn.functional as F
+
+    unet, _ = _trained(bases["sd15"], _network("dora"))
+    layers = variants.adapter_layers(unet)
+    linear = next(m for m in layers.values() if isinstance(m.get_base_layer(), torch.nn.Linear))
+    conv = next(m for m in layers.values() if variants.is_conv_kernel(m.get_base_layer()))
+    with torch.no_grad():
+        x = torch.randn(2, 5, linear.get_base_layer().in_features)
+        base = linear.get_base_layer()
+        want = F.linear(x, base.weight + variants.effective_delta(linear), base.bias)
+        assert torch.allclose(linear(x), want, atol=1e-5)
+        c = conv.get_base_layer()
+        x = torch.randn(1, c.in_channels, 8, 8)
+        want = F.conv2d(x, c.weight + variants.effective_delta(conv), c.bias, c.stride, c.padding)
+        assert torch.allclose(conv(x), want, atol=1e-5)
+        assert float(variants.effective_delta(conv).abs().max()) > 1e-2
+
+
+def test_a_plain_lora_file_continues_a_dora_network_as_the_same_weights(bases, tmp_path):
+    from guitrainer.engine import lycoris_keys
+
+    lora_unet, lora_tes = _trained(bases["sd15"], _network("locon"), seed=1)
+    sd = lycoris_keys.variant_state_dict(lora_unet, lora_tes)
+    dora_unet, dora_tes = _trained(bases["sd15"], _network("dora"), seed=2)
+    skipped: list[str] = []
+    count = lycoris_keys.load_variant_file(sd, dora_unet, dora_tes, skipped=skipped)
+    assert count == len(variants.adapter_layers(dora_unet)) + len(variants.adapter_layers(dora_tes[0])) and not skipped
+    for name, layer in variants.adapter_layers(dora_unet).items():
+        want = variants.effective_delta(variants.adapter_layers(lora_unet)[name])
+        assert torch.allclose(variants.effective_delta(layer), want, atol=1e-5), name
+
+
+@pytest.mark.parametrize(("file_kind", "net", "words"), [
+    ("loha", _network("lokr"), "set network.type to loha"),
+    ("lokr", replace(_network("lokr"), rank=8), "network.rank"),
+    ("loha", replace(_network("loha"), conv_rank=3), "conv_rank"),
+])
+def test_continuing_from_another_type_or_rank_is_refused_naming_the_setting(bases, file_kind, net, words):
+    from guitrainer.engine import lycoris_keys
+    from guitrainer.engine.lora import LoraFormatError
+
+    sd = lycoris_keys.variant_state_dict(*_trained(bases["sd15"], _network(file_kind)))
+    unet, tes = _trained(bases["sd15"], net)
+    with pytest.raises(LoraFormatError, match=words):
+        lycoris_keys.load_variant_file(sd, unet, tes)

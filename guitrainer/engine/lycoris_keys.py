@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from guitrainer.engine import variants
-from guitrainer.engine.lora import kohya_module_name, te_prefixes
+from guitrainer.engine.lora import LoraFormatError, kohya_module_name, te_prefixes
 
 ADAPTER = variants.ADAPTER
 #: kohya's ss_network_module per type (locon is kohya's own networks.lora with conv_dim)
@@ -127,3 +127,104 @@ def network_metadata(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -
 def has_variant(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -> bool:
     """True when the models hold anything but plain linear LoRA (then :func:`variant_state_dict` writes the file)."""
     return variants.network_kind([unet, *text_encoders]) != "lora"
+
+
+# --------------------------------------------------------------------------- reading back (continue from a file)
+
+_FACTORS = {
+    "loha": ("hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"),
+    "lokr": ("lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b"),
+}
+
+
+def _file_kind(parts: dict[str, torch.Tensor]) -> str:
+    if "hada_w1_a" in parts:
+        return "loha"
+    if any(p.startswith("lokr_") for p in parts):
+        return "lokr"
+    return "dora" if "dora_scale" in parts else "lora"
+
+
+def _file_scale(kind: str, parts: dict[str, torch.Tensor]) -> float:
+    """The scale the clients apply to a module's product (the same rules the writer targets)."""
+    alpha = float(parts["alpha"]) if "alpha" in parts else None
+    if kind == "loha":
+        return alpha / parts["hada_w1_b"].shape[0] if alpha is not None else 1.0
+    if kind == "lokr":
+        split = parts.get("lokr_w2_b", parts.get("lokr_w1_b"))
+        return alpha / split.shape[0] if alpha is not None and split is not None else 1.0
+    return alpha / parts["lora_down.weight"].shape[0] if alpha is not None else 1.0
+
+
+def _copy(param: torch.Tensor, value: torch.Tensor, module: str, what: str) -> None:
+    if tuple(value.shape) != tuple(param.shape):
+        raise LoraFormatError(
+            f"{module}.{what}: the file's shape {tuple(value.shape)} differs from this network's {tuple(param.shape)}; "
+            "use the file's network.rank, conv_rank and lokr_factor to continue from it"
+        )
+    param.copy_(value.to(param.dtype))
+
+
+def _load_module(layer: nn.Module, module: str, parts: dict[str, torch.Tensor]) -> None:
+    """Set one adapter layer from a file's tensors so the layer's weight is the file's (the scale is re-expressed)."""
+    ours, theirs = variants.layer_kind(layer), _file_kind(parts)
+    compatible = theirs == ours or (ours == "dora" and theirs == "lora")
+    if not compatible:
+        raise LoraFormatError(
+            f"{module} is {theirs} in the file but {ours} here: set network.type to {theirs} to continue from it"
+        )
+    ratio = _file_scale(theirs, parts) / float(layer.scaling[ADAPTER])
+    if ours in _FACTORS:
+        names = [n for n in _FACTORS[ours] if ADAPTER in getattr(layer, n)]
+        if set(names) != {p for p in parts if p in _FACTORS[ours]}:
+            raise LoraFormatError(f"{module}: the file's {theirs} factors differ from this network's; "
+                                  "use the file's network.rank and lokr_factor")
+        for i, name in enumerate(names):  # the first factor carries the scale ratio
+            _copy(getattr(layer, name)[ADAPTER], parts[name].float() * (ratio if i == 0 else 1.0), module, name)
+        return
+    _copy(layer.lora_A[ADAPTER].weight, parts["lora_down.weight"], module, "lora_down.weight")
+    _copy(layer.lora_B[ADAPTER].weight, parts["lora_up.weight"].float() * ratio, module, "lora_up.weight")
+    if ours == "dora":
+        magnitude = getattr(layer, variants.DORA_PARAM)
+        if "dora_scale" in parts:
+            _copy(magnitude, parts["dora_scale"].flatten(), module, "dora_scale")
+        else:  # a plain LoRA: the magnitude that keeps W + dW as it was
+            merged = layer.get_base_layer().weight.float() + variants._lora_weight(layer)
+            magnitude.copy_(variants.column_norm(merged))
+
+
+def load_variant_file(
+    state_dict: dict[str, torch.Tensor],
+    unet: nn.Module,
+    text_encoders: Sequence[nn.Module] = (),
+    *,
+    skipped: list[str] | None = None,
+) -> int:
+    """Copy a kohya/LyCORIS file into already injected LoCon/LoHa/LoKr/DoRA layers; returns the modules set.
+
+    A plain LoRA continues a LoCon or DoRA network (the convolutions start fresh; DoRA's magnitude is set so the
+    weight is the LoRA's). Modules that match no layer are appended to ``skipped``. Raises
+    :class:`LoraFormatError` for another network type or other ranks, naming the setting to change.
+    """
+    from guitrainer.engine.lora import _resolve
+
+    grouped: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state_dict.items():
+        module, _, part = key.partition(".")
+        grouped.setdefault(module, {})[part] = value
+    targets = {kohya_module_name("lora_unet", n): m for n, m in variants.adapter_layers(unet).items()}
+    for prefix, te in zip(te_prefixes(len(text_encoders)), text_encoders):
+        targets.update({kohya_module_name(prefix, n): m for n, m in variants.adapter_layers(te).items()})
+    lpb = getattr(getattr(unet, "config", None), "layers_per_block", None)
+    lpb = lpb if isinstance(lpb, int) else (lpb[0] if lpb else None)
+    count = 0
+    with torch.no_grad():
+        for module, parts in sorted(grouped.items()):
+            name = _resolve(module, targets, len(text_encoders), lpb)
+            if name is None:
+                if skipped is not None:
+                    skipped.append(module)
+                continue
+            _load_module(targets[name], module, parts)
+            count += 1
+    return count

@@ -280,7 +280,12 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     left_out: list[str] = []
     tes = m.text_encoders if train_te else []
     init = config.model.init_lora
-    count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+    if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
+        from guitrainer.engine.lycoris_keys import load_variant_file
+
+        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
+    else:
+        count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
     if not count:
         raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
     if left_out:
