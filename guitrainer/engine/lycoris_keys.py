@@ -228,3 +228,24 @@ def load_variant_file(
             _load_module(targets[name], module, parts)
             count += 1
     return count
+
+
+def layer_suffixes(layer: nn.Module) -> list[str]:
+    """The key suffixes :func:`layer_tensors` writes for one layer, without touching tensors (works on meta)."""
+    kind = variants.layer_kind(layer)
+    if kind == "loha":
+        return [*_FACTORS["loha"], "alpha"]
+    if kind == "lokr":
+        return [n for n in _FACTORS["lokr"] if ADAPTER in getattr(layer, n)] + ["alpha"]
+    return ["lora_down.weight", "lora_up.weight", "alpha"] + (["dora_scale"] if kind == "dora" else [])
+
+
+def key_names(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -> list[str]:
+    """Every key the file of these (injected) models holds, in the writer's order."""
+    out: list[str] = []
+    groups = [("lora_unet", unet), *zip(te_prefixes(len(text_encoders)), text_encoders)]
+    for prefix, model in groups:
+        for path, layer in variants.adapter_layers(model).items():
+            module = kohya_module_name(prefix, path)
+            out += [f"{module}.{s}" for s in layer_suffixes(layer)]
+    return out
