@@ -349,7 +349,12 @@ def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Devi
         parts.append(
             VramPart("vae", f"VAE ({vae_dt})", _blocks(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
-    shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
+    if getattr(net, "type", "lora") != "lora":  # LoCon, LoHa, LoKr, DoRA
+        from guitrainer.core import vram_variants
+
+        shapes = vram_variants.tensor_shapes(spec, net)
+    else:
+        shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
     lora = sum(c * _blocks(4 * r * k) for r, k, c in shapes)
     n_lora = sum(c * r * k for r, k, c in shapes)
     state = sum(_state_one(opt.name, (r, k), c) for r, k, c in shapes)
@@ -359,6 +364,10 @@ def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Devi
         VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
     ]
     act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)
+    if getattr(net, "type", "lora") != "lora":
+        from guitrainer.core import vram_variants
+
+        act += vram_variants.extra_activation_bytes(spec, config)
     act_tip = (
         f"Saved for the backward pass: batch {config.schedule.batch_size}, {config.dataset.resolution} px"
         + (", gradient checkpointing" if p.gradient_checkpointing else "")
