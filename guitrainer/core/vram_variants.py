@@ -32,6 +32,13 @@ TEXT_ENCODER_MLP_TABLES: dict[str, tuple[tuple[tuple[int, int, int], ...], ...]]
 # fmt: on
 
 
+#: DoRA's measured extra activations (bench/vram_variants.py, SD 1.5 rank 16 fp16 512 px, with and without
+#: checkpointing: +122 / +258 MiB over LoCon) solved for these two constants: half of the adapted layers'
+#: inputs stay saved a second time as scaled inputs, and 1.5 fp32 copies of the largest weight are held
+DORA_INPUT_SHARE = 0.5
+DORA_TRANSIENT_WEIGHTS = 1.5
+
+
 def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
     """LyCORIS' split of ``dimension`` into ``m * n`` with ``m <= n``: ``factor`` if it divides, else the most
     balanced pair with ``m <= factor`` (LoKr's Kronecker factors)."""
@@ -92,9 +99,11 @@ def extra_activation_bytes(spec: vram.ModelSpec, config: TrainingConfig) -> int:
     """Activations plain LoRA does not have, saved for the backward pass.
 
     Conv adapters save their ``[batch, rank, H, W]`` middle (LoCon, DoRA); DoRA saves each adapted layer's
-    scaled input (``x * magnitude / norm``, the input's size) and holds the merged weight of the largest layer
-    (fp32, twice) while it takes the norm. With gradient checkpointing only the recomputed block's share stays
-    alive: the same fraction the plain-LoRA fit finds between checkpointing and not.
+    scaled input (``x * magnitude / norm``): :data:`DORA_INPUT_SHARE` of the inputs' size stays alive at the
+    peak, plus :data:`DORA_TRANSIENT_WEIGHTS` fp32 copies of the largest layer's weight while it takes the norm.
+    With gradient checkpointing only the recomputed block's share stays alive: the same fraction the plain-LoRA
+    fit finds between checkpointing and not. LoHa / LoKr rebuild each weight in the forward pass; their
+    activations are not modelled (see bench/RESULTS.md for the error that leaves).
     """
     net, p = config.network, config.precision
     if net.type == "lora":
@@ -104,16 +113,16 @@ def extra_activation_bytes(spec: vram.ModelSpec, config: TrainingConfig) -> int:
     per_sample = 0.0
     if net.type in ("locon", "dora"):
         per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in CONV_TABLES.get(spec.family, ()) if k > 1)
-    transient = 0
+    transient = 0.0
     if net.type == "dora":
         layers = [(i, c, f) for i, _, c, f in spec.unet_lora[net.target_modules]]
         layers += [(cin // 1, c, f) for cin, _, _, c, f in CONV_TABLES.get(spec.family, ())]
-        per_sample += sum(c * f * px * i for i, c, f in layers)
-        transient = 2 * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
+        per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
+        transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
     share = 1.0
     if p.gradient_checkpointing:
         group = "fp32" if p.training == "fp32" else "half"
         plain = vram.ACTIVATION_FIT.get((spec.family, group, False), (1.0, 0.0, 0.0))[0]
         ckpt = vram.ACTIVATION_FIT.get((spec.family, group, True), (1.0, 0.0, 0.0))[0]
         share = ckpt / plain if plain else 1.0
-    return int(config.schedule.batch_size * per_sample * width * share) + transient
+    return int(config.schedule.batch_size * per_sample * width * share + transient)
