@@ -2,7 +2,8 @@
 ``engine.memory.measure_training_step`` as bench/vram_heldout.py).
 
 The first four rows (LoCon / DoRA, SD 1.5, rank 16, fp16, 512 px, batch 1, with and without checkpointing)
-are where ``core/vram_variants.py``'s two DoRA constants were solved; the others are held out.
+are where ``core/vram_variants.py``'s two DoRA constants were solved; the others are held out (the LoHa / LoKr
+term has no fitted constant: it is the adapted weights once more, times the checkpointing share).
 
     python bench/vram_variants.py          # ~6 min on 2 loaded CPU cores
 """
@@ -30,6 +31,8 @@ POINTS = [
     ("dora", 512, 1, "fp32", False, 16, 16, False),
     ("loha", 512, 1, "fp16", True, 16, 16, False),
     ("lokr", 512, 1, "fp16", True, 16, 16, False),
+    ("loha", 512, 1, "fp16", False, 16, 16, False),
+    ("lokr", 640, 2, "bf16", True, 16, 8, True),
 ]
 
 

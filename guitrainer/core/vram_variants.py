@@ -102,8 +102,9 @@ def extra_activation_bytes(spec: vram.ModelSpec, config: TrainingConfig) -> int:
     scaled input (``x * magnitude / norm``): :data:`DORA_INPUT_SHARE` of the inputs' size stays alive at the
     peak, plus :data:`DORA_TRANSIENT_WEIGHTS` fp32 copies of the largest layer's weight while it takes the norm.
     With gradient checkpointing only the recomputed block's share stays alive: the same fraction the plain-LoRA
-    fit finds between checkpointing and not. LoHa / LoKr rebuild each weight in the forward pass; their
-    activations are not modelled (see bench/RESULTS.md for the error that leaves).
+    fit finds between checkpointing and not. LoHa / LoKr rebuild each adapted weight in the forward pass
+    (in the compute dtype) and keep it for the backward pass: the adapted layers' weights once more, with the
+    same checkpointing share.
     """
     net, p = config.network, config.precision
     if net.type == "lora":
@@ -119,10 +120,16 @@ def extra_activation_bytes(spec: vram.ModelSpec, config: TrainingConfig) -> int:
         layers += [(cin // 1, c, f) for cin, _, _, c, f in CONV_TABLES.get(spec.family, ())]
         per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
         transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
+    if net.type in ("loha", "lokr"):
+        rebuilt = sum(i * o * c for i, o, c, _ in spec.unet_lora[net.target_modules])
+        rebuilt += sum(cin * o * k * k * c for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()))
+        per_weight = rebuilt * width
+    else:
+        per_weight = 0
     share = 1.0
     if p.gradient_checkpointing:
         group = "fp32" if p.training == "fp32" else "half"
         plain = vram.ACTIVATION_FIT.get((spec.family, group, False), (1.0, 0.0, 0.0))[0]
         ckpt = vram.ACTIVATION_FIT.get((spec.family, group, True), (1.0, 0.0, 0.0))[0]
         share = ckpt / plain if plain else 1.0
-    return int(config.schedule.batch_size * per_sample * width * share + transient)
+    return int((config.schedule.batch_size * per_sample * width + per_weight) * share + transient)
