@@ -165,6 +165,7 @@ def test_dora_layers_compute_the_weight_the_clients_merge(bases):
         base = linear.get_base_layer()
         want = F.linear(x, base.weight + variants.effective_delta(linear), base.bias)
         assert torch.allclose(linear(x), want, atol=1e-5)
+        assert torch.allclose(linear(x=x), want, atol=1e-5)  # called with a keyword, too
         c = conv.get_base_layer()
         x = torch.randn(1, c.in_channels, 8, 8)
         want = F.conv2d(x, c.weight + variants.effective_delta(conv), c.bias, c.stride, c.padding)

@@ -348,7 +348,7 @@ def load_kohya_lora(
     if odd:
         raise LoraFormatError(
             f"{_name(path)}: {len(odd)} modules are not plain LoRA (lora_down / lora_up / alpha), e.g. {odd[0]}; "
-            "LyCORIS (LoHa, LoKr, DoRA) files cannot be continued from"
+            "to continue from a LyCORIS (LoHa, LoKr, DoRA) file, set network.type to its type"
         )
     if unknown and strict:
         raise LoraFormatError(

@@ -152,12 +152,16 @@ def _dora_input_scale(layer: nn.Module) -> torch.Tensor:
     return getattr(layer, DORA_PARAM) / column_norm(merged).detach()
 
 
-def _dora_pre_hook(layer: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    x = args[0]
+def _dora_pre_hook(layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict]:
+    """Scale the layer's input (positional or ``x=``) per input channel by magnitude / column norm."""
+    x = args[0] if args else kwargs["x"]
     scale = _dora_input_scale(layer)
     if isinstance(layer.get_base_layer(), nn.Conv2d):
         scale = scale.view(1, -1, 1, 1)
-    return (x * scale.to(x.dtype), *args[1:])
+    scaled = x * scale.to(x.dtype)
+    if args:
+        return (scaled, *args[1:]), kwargs
+    return args, {**kwargs, "x": scaled}
 
 
 def add_dora(layer: nn.Module) -> None:
@@ -165,7 +169,7 @@ def add_dora(layer: nn.Module) -> None:
     base = layer.get_base_layer().weight
     magnitude = column_norm(base.detach().float()).to(base.device)
     layer.register_parameter(DORA_PARAM, nn.Parameter(magnitude))
-    layer.register_forward_pre_hook(_dora_pre_hook)
+    layer.register_forward_pre_hook(_dora_pre_hook, with_kwargs=True)
 
 
 # --------------------------------------------------------------------------- what a layer adds
