@@ -70,10 +70,38 @@ def test_dora_says_diffusers_does_not_read_it_as_trained(sd15, tmp_path):
     assert "diffusers' outputs differ from the clients'" in result.message
 
 
-def test_locon_is_read_by_diffusers_and_matches_the_trained_model(sd15, tmp_path):
-    folder, base = sd15
-    trained = _trained(base, "locon")
+@pytest.fixture(scope="module")
+def sdxl(tmp_path_factory) -> tuple[Path, SimpleNamespace]:
+    from diffusers import UNet2DConditionModel
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    folder = build_tiny(tmp_path_factory.mktemp("sdxl"), "sdxl")
+    unet = UNet2DConditionModel.from_pretrained(folder / "unet")
+    tes = [CLIPTextModel.from_pretrained(folder / "text_encoder"),
+           CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder_2")]
+    return folder, SimpleNamespace(unet=unet, text_encoders=tes)
+
+
+def _trained_all(base: SimpleNamespace, kind: str) -> SimpleNamespace:
+    first = _trained(SimpleNamespace(unet=base.unet, text_encoders=base.text_encoders[:1]), kind)
+    tes = list(first.text_encoders)
+    for te in base.text_encoders[1:]:
+        te = copy.deepcopy(te)
+        variants.inject_text_encoder(te, NetworkConfig(type=kind, rank=4, alpha=2.0, conv_rank=2, conv_alpha=3.0))
+        with torch.no_grad():
+            for p in variants.trainable_parameters(te):
+                p.copy_(0.1 * torch.randn(p.shape))
+        tes.append(te)
+    return SimpleNamespace(unet=first.unet, text_encoders=tes)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_locon_is_read_by_diffusers_and_matches_the_trained_model(request, tmp_path, family, precision):
+    folder, base = request.getfixturevalue(family)
+    trained = _trained_all(base, "locon")
     path = tmp_path / "c.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp16")
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision=precision)
     result = verify_lora(path, str(folder), reference=trained)
     assert result.ok and result.message.startswith("diffusers reads this file: every key used"), result.message
+    assert result.max_abs_diff_te is not None and result.lora_effect > 0
