@@ -200,3 +200,18 @@ def test_continuing_from_another_type_or_rank_is_refused_naming_the_setting(base
     unet, tes = _trained(bases["sd15"], net)
     with pytest.raises(LoraFormatError, match=words):
         lycoris_keys.load_variant_file(sd, unet, tes)
+
+
+def test_dropout_kinds_belong_to_their_types():
+    from guitrainer.config import TrainingConfig
+    from guitrainer.config.checks import check_all
+
+    cfg = TrainingConfig()
+    cfg.network.type, cfg.network.dropout = "loha", 0.1
+    assert "network.dropout" in [e.field for e in check_all(cfg)]
+    cfg.network.dropout, cfg.network.rank_dropout = 0.0, 0.1
+    assert not [e for e in check_all(cfg) if e.field.startswith("network.")]
+    cfg.network.type = "locon"
+    assert "network.rank_dropout" in [e.field for e in check_all(cfg)]
+    config = variants._peft_config(replace(_network("lokr"), rank_dropout=0.2, module_dropout=0.3), {})
+    assert (config.rank_dropout, config.module_dropout) == (0.2, 0.3)

@@ -166,6 +166,14 @@ class NetworkConfig:
         4.0, label="Conv alpha", help="Scales the convolutions' adapters by conv alpha / conv rank; kohya's conv_alpha.",
         minimum=0.0, maximum=4096.0, positive=True, advanced=True,
     )
+    rank_dropout: float = setting(
+        0.0, label="Rank dropout", help="LoHa / LoKr: drops rows of the adapter's weight while training (LyCORIS' "
+        "rank_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+    )
+    module_dropout: float = setting(
+        0.0, label="Module dropout", help="LoHa / LoKr: skips a whole adapter for a step with this probability "
+        "(LyCORIS' module_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+    )
     lokr_factor: int = setting(
         -1, label="LoKr factor", help="LoKr splits each weight into a Kronecker product with this factor; -1 picks "
         "the most balanced split (LyCORIS' factor).", minimum=-1, maximum=1024, advanced=True,

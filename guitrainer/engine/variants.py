@@ -60,11 +60,11 @@ def _peft_config(network: Any, paths: dict[str, nn.Module]) -> Any:
     if kind in ("locon", "dora", "lora"):
         return LoraConfig(lora_alpha=float(network.alpha), lora_dropout=float(network.dropout),
                           init_lora_weights="gaussian", **common)
+    drops = dict(rank_dropout=float(network.rank_dropout), module_dropout=float(network.module_dropout))
     if kind == "loha":
-        return LoHaConfig(alpha=float(network.alpha), module_dropout=float(network.dropout), **common)
+        return LoHaConfig(alpha=float(network.alpha), **drops, **common)
     if kind == "lokr":
-        return LoKrConfig(alpha=float(network.alpha), module_dropout=float(network.dropout),
-                          decompose_factor=int(network.lokr_factor), **common)
+        return LoKrConfig(alpha=float(network.alpha), decompose_factor=int(network.lokr_factor), **drops, **common)
     raise ValueError(f"`network.type` must be one of lora, locon, loha, lokr, dora; got {kind!r}")
 
 
