@@ -380,7 +380,12 @@ def estimate(
         parts.append(
             VramPart("vae", f"VAE ({vae_dt})", _blocks(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
-    shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
+    if getattr(net, "type", "lora") != "lora":  # LoCon, LoHa, LoKr, DoRA
+        from guitrainer.core import vram_variants
+
+        shapes = vram_variants.tensor_shapes(spec, net)
+    else:
+        shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
     lora_dt = getattr(p, "lora_weights", "fp32")
     lw = _bytes(lora_dt)
     lora = sum(c * _blocks(lw * r * k) for r, k, c in shapes)
@@ -393,6 +398,10 @@ def estimate(
         VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
     ]
     act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)
+    if getattr(net, "type", "lora") != "lora":
+        from guitrainer.core import vram_variants
+
+        act += vram_variants.extra_activation_bytes(spec, config)
     act_tip = (
         f"Saved for the backward pass: batch {config.schedule.batch_size}, {config.dataset.resolution} px"
         + (", gradient checkpointing" if p.gradient_checkpointing else "")

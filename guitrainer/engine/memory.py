@@ -104,13 +104,18 @@ def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Modul
     """
     from diffusers.training_utils import cast_training_params
 
-    from guitrainer.engine import lora
+    from guitrainer.engine import lora, variants
 
     n = network
     with torch.device("meta"):
-        lora.inject_unet_lora(unet, n.rank, n.alpha, n.dropout, n.target_modules)
-        for te in text_encoders:
-            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
+        if getattr(n, "type", "lora") != "lora":  # LoCon, LoHa, LoKr, DoRA: the trainer's own injection
+            variants.inject_unet(unet, n)
+            for te in text_encoders:
+                variants.inject_text_encoder(te, n)
+        else:
+            lora.inject_unet_lora(unet, n.rank, n.alpha, n.dropout, n.target_modules)
+            for te in text_encoders:
+                lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([unet, *text_encoders], dtype=torch.float32)
 
 
@@ -328,7 +333,7 @@ def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int =
         if m is None:
             continue
         for n, prm in m.named_parameters():
-            if ("lora_" in n) == lora:
+            if any(k in n for k in ("lora_", "hada_", "lokr_")) == lora:
                 total += -(-prm.numel() * prm.element_size() // block) * block
     return total
 

@@ -21,7 +21,7 @@ import torch
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization
 from guitrainer.core.paths import expand
-from guitrainer.engine import data, lora
+from guitrainer.engine import data, lora, variants
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
@@ -251,10 +251,14 @@ def _prepare_model(
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
     n = config.network
-    lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
     train_te = bool(n.train_text_encoder)
-    if train_te:
-        for te in m.text_encoders:
+    if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/variants.py)
+        variants.inject_unet(m.unet, n)
+        for te in m.text_encoders if train_te else []:
+            variants.inject_text_encoder(te, n)
+    else:
+        lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
+        for te in m.text_encoders if train_te else []:
             lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
     if config.precision.base_weights == "fp8":
@@ -301,7 +305,12 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     left_out: list[str] = []
     tes = m.text_encoders if train_te else []
     init = config.model.init_lora
-    count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+    if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
+        from guitrainer.engine.lycoris_keys import load_variant_file
+
+        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
+    else:
+        count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
     if not count:
         raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
     if left_out:
