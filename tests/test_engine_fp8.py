@@ -88,3 +88,12 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
     assert 0.5 <= ratio < 0.56
     saved = auto.frozen_weights - fp8.frozen_weights
     assert auto.peak - fp8.peak == pytest.approx(saved, rel=0.25)
+
+
+def test_an_fp8_run_makes_sample_images(tmp_path):
+    # the pipeline runs the fp8-stored UNet (cast up to bf16) with the fp32 LoRA, as the training step does
+    rep = NullReporter()
+    cfg = demo_cfg(tmp_path, "fp8", schedule__max_steps=1, sampling__every_n_steps=1)
+    summary = Trainer(cfg, rep).run()
+    assert summary.status == "finished" and not summary.warnings, summary.warnings
+    assert len(rep.samples) == 1 and Path(rep.samples[0].path).is_file()

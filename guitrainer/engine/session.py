@@ -262,7 +262,7 @@ def _prepare_model(
             lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
     if config.precision.base_weights == "fp8":
-        store_fp8([m.unet, *m.text_encoders], dtype, feedback)
+        store_fp8([m.unet, *m.text_encoders], dtype, device, feedback)
     if config.model.init_lora and not config.schedule.resume_from:
         _continue_from(config, m, train_te, feedback)
     if config.precision.gradient_checkpointing:
@@ -281,11 +281,16 @@ def _prepare_model(
 FP8_SKIP_PATTERNS = ("pos_embed", "patch_embed", "norm", "embeddings", "^proj_in$", "^proj_out$", "lora_")
 
 
-def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, feedback: Feedback) -> None:
+def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device: torch.device, feedback: Feedback) -> None:
     """``precision.base_weights = "fp8"``: the frozen Linear / Conv weights of ``modules`` are stored in float8
     e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (diffusers' layerwise casting, as
     kohya's ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
     fp8 = getattr(torch, "float8_e4m3fn", None)
+    if device.type == "mps":  # Apple's Metal backend has no float8 tensors
+        raise TrainingFailed(
+            "fp8 storage of the frozen weights does not run on Apple GPUs (MPS has no float8 types)",
+            ('set precision.base_weights = "auto"',),
+        )
     if fp8 is None:
         raise TrainingFailed(
             "fp8 storage of the frozen weights needs a PyTorch with float8 types (2.1 or newer)",
