@@ -53,13 +53,13 @@ import torch.utils.checkpoint
 
 from guitrainer.core import vram
 from guitrainer.engine import amp_step
+from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.memory_modes import (
     CUDA_BLOCK,
     CudaAutocastEmulation,
     FakeScalars,
     ScalerStandIn,
     StorageTracker,
-    cast_layerwise,
 )
 from guitrainer.engine.model_spec import build_on_meta, component_configs
 
@@ -236,8 +236,6 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
         tes = [build_on_meta(family, part, wdtype) for part in ("text_encoder", "text_encoder_2") if part in cfgs]
     inject_engine_lora(unet, tes if train_te else [], net)  # as the trainer: inject, fp32 cast, then checkpointing
     if p.base_weights == "fp8":  # as the trainer: frozen Linear / Conv weights stored in float8
-        from guitrainer.engine.session import FP8_SKIP_PATTERNS
-
         for module in (unet, *tes):
             cast_layerwise(module, torch.float8_e4m3fn, wdtype, FP8_SKIP_PATTERNS)
     if p.gradient_checkpointing:

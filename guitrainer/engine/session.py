@@ -25,6 +25,7 @@ from guitrainer.engine import data, lora, variants
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
+from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.models import LoadedModel, ensure_demo_dataset, ensure_demo_model, load_base_model
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
 
@@ -277,14 +278,10 @@ def _prepare_model(
     return train_te
 
 
-#: layers whose weights stay in the compute dtype under fp8 storage: norms, embeddings and the LoRA itself
-FP8_SKIP_PATTERNS = ("pos_embed", "patch_embed", "norm", "embeddings", "^proj_in$", "^proj_out$", "lora_")
-
-
 def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device: torch.device, feedback: Feedback) -> None:
     """``precision.base_weights = "fp8"``: the frozen Linear / Conv weights of ``modules`` are stored in float8
-    e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (diffusers' layerwise casting, as
-    kohya's ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
+    e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (:mod:`.layer_casting`, as kohya's
+    ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
     fp8 = getattr(torch, "float8_e4m3fn", None)
     if device.type == "mps":  # Apple's Metal backend has no float8 tensors
         raise TrainingFailed(
@@ -296,12 +293,8 @@ def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device
             "fp8 storage of the frozen weights needs a PyTorch with float8 types (2.1 or newer)",
             ("set precision.base_weights = \"auto\"", "or update PyTorch"),
         )
-    from diffusers.hooks import apply_layerwise_casting
-
     for module in modules:
-        apply_layerwise_casting(
-            module, storage_dtype=fp8, compute_dtype=compute_dtype, skip_modules_pattern=FP8_SKIP_PATTERNS
-        )
+        cast_layerwise(module, fp8, compute_dtype, FP8_SKIP_PATTERNS)
     feedback.status("frozen weights stored in fp8 (e4m3), cast up layer by layer")
 
 
