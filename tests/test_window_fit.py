@@ -4,7 +4,7 @@ scrolling page), and tab labels are whole ("Regula…" was elided)."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 
 from guitrainer.presets import PresetStore
 from guitrainer.ui.main_window import MainWindow
@@ -26,6 +26,7 @@ def test_every_page_fits_without_scrolling(qtbot, tmp_path, size):
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
     qtbot.addWidget(w)
+    w.setWindowState(Qt.WindowState.WindowNoState)  # offscreen's 800x600 screen opens it maximized
     w.resize(*size)
     w.show()
     qtbot.waitExposed(w)
@@ -58,6 +59,7 @@ def test_the_model_page_fits_1366_whatever_the_device_says(qtbot, tmp_path, monk
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
     qtbot.addWidget(w)
+    w.setWindowState(Qt.WindowState.WindowNoState)  # offscreen's 800x600 screen opens it maximized
     w.resize(1366, 768)
     w.show()
     qtbot.waitExposed(w)
