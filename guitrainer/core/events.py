@@ -29,6 +29,7 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     class_loss: float | None = None  # prior-preservation loss (regularization images), unweighted
     instance_loss: float | None = None  # loss on the training images alone when class images are used
+    validation_loss: float | None = None  # held-out images at fixed timesteps and noise, on validation steps only
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization as R
@@ -56,7 +55,9 @@ from guitrainer.core.fileio import explain as explain_write_error
 from guitrainer.core.paths import expand
 from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
+from guitrainer.engine import recipes as RC
 from guitrainer.engine import sampling as S
+from guitrainer.engine import validation as V
 from guitrainer.engine.cache import LatentCache, TextCache
 from guitrainer.engine.models import (
     LoadedModel,
@@ -65,7 +66,7 @@ from guitrainer.engine.models import (
     ensure_demo_model,
     load_base_model,
 )
-from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
+from guitrainer.engine.optim import averaged_weights, build_lr_scheduler, build_optimizer, param_groups
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,10 @@ class Trainer:
         self.state_path: str | None = None
         self._intermediates: list[str] = []
         self.class_dataset: D.TrainDataset | None = None
+        self.validation_dataset: D.TrainDataset | None = None  # held-out images for the validation loss
+        self.validation_latents: dict[tuple[int, bool], torch.Tensor] = {}
+        self._held_out: list[D.TrainItem] = []
+        self.recipe = RC.Recipe.from_config(config)
         self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
 
     # ------------------------------------------------------------------ public
@@ -344,6 +349,11 @@ class Trainer:
         self._stop_if_asked("loading the base model", every_process=True)
         self.dataset = self._build_dataset(m)
         self.class_dataset = self._build_class_dataset()
+        self.validation_dataset = self._build_validation_dataset()
+        if self.recipe.zero_terminal_snr:
+            RC.rescale_zero_terminal_snr(m.noise_scheduler)
+            if m.prediction_type != "v_prediction":
+                self._warn("zero terminal SNR is meant for v-prediction models; this model predicts epsilon")
 
         # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's VAE
         # overflows in fp16, and CPUs have no fast fp16 convolutions (a 64 px demo step is 10x slower).
@@ -393,7 +403,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.schedule.gradient_accumulation)
         s = cfg.schedule
         self.total_steps = s.max_steps if s.max_steps > 0 else s.epochs * self.steps_per_epoch
-        self.lr_scheduler = build_lr_scheduler(s, self.optimizer, self.total_steps)
+        self.lr_scheduler = build_lr_scheduler(s, self.optimizer, self.total_steps, warn=self._warn)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
         ddp = acc.num_processes > 1
         self.unet = acc.prepare_model(m.unet) if ddp else m.unet
@@ -435,6 +445,7 @@ class Trainer:
             dcfg.folders = [DatasetFolder(path=str(ensure_demo_dataset()), repeats=1)]
             self._status(f"using the built-in demo dataset in {dcfg.folders[0].path}")
         items = D.collect_items(dcfg, warn=self._warn)
+        items, self._held_out = V.split_items(items, self.config.validation.split, self.config.validation.seed)
         ds = D.TrainDataset(items, dcfg)
         self._status(f"{len(items)} images, {len(ds)} per epoch with repeats")
         return ds
@@ -464,6 +475,51 @@ class Trainer:
         usage = R.class_usage(self._train_counts, self._class_counts)
         self._status(f"{len(items)} class images, prior loss weight {dcfg.prior_loss_weight:g}. " + usage.describe())
         return cds
+
+    def _build_validation_dataset(self) -> D.TrainDataset | None:
+        """The validation images: the share held out of the training images, or ``validation.folder``."""
+        vcfg, dcfg = self.config.validation, self.config.dataset
+        items = self._held_out
+        if vcfg.folder.strip():
+            fcfg = copy.copy(dcfg)
+            fcfg.folders, fcfg.exclude = [DatasetFolder(path=vcfg.folder, repeats=1)], []
+            items = D.collect_items(fcfg, warn=self._warn, what="validation images")
+        if not items:
+            if vcfg.split > 0:
+                self._warn("the validation share holds out no image (one image only?); no validation loss")
+            return None
+        vds_cfg = copy.copy(dcfg)
+        vds_cfg.shuffle_captions, vds_cfg.caption_dropout, vds_cfg.flip_augment = False, 0.0, False
+        vds = D.TrainDataset([dataclasses.replace(i, repeats=1) for i in items], vds_cfg)
+        self._status(f"{len(items)} validation images, scored every {vcfg.every_n_steps} steps")
+        return vds
+
+    def validation_loss(self) -> float | None:
+        """The loss of the validation images at fixed timesteps and noise (None without validation images).
+
+        Two calls with the same weights give the same number (:mod:`guitrainer.engine.validation`); no
+        RNG stream of the training changes. A schedule-free optimizer is scored at its averaged weights.
+        """
+        vds = self.validation_dataset
+        if vds is None or self.model is None:
+            return None
+        r = self.recipe
+        plan = V.make_plan(vds.buckets, self.config.schedule.batch_size, r.min_timestep, r.max_timestep, self.config.validation.seed)
+
+        def batch_loss(indices: Any, timesteps: torch.Tensor) -> torch.Tensor:
+            samples = [vds.item_sample(i, False, vds.fixed_caption(i), with_pixels=not self.validation_latents) for i in indices]
+            batch = D.collate(samples)
+            batch["latents"] = self._latents(batch, self.validation_latents)
+            with self._autocast():
+                return self._forward_loss(batch, timesteps)
+
+        unet = self.model.unet
+        with averaged_weights(self.optimizer):
+            unet.eval()  # no LoRA dropout while scoring
+            try:
+                return V.score(plan, batch_loss, self.device)
+            finally:
+                unet.train()
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         """This process's batches of ``epoch`` (each within one bucket), fixed by (seed, epoch)."""
@@ -507,9 +563,10 @@ class Trainer:
         self._status(f"making {len(prompts)} sample image{'s' if len(prompts) != 1 else ''} at step {step}")
         moved = self._unpark()
         try:
-            samples = S.generate_samples(
-                self.model, s, step=step, out_folder=self._out_dir(), name=self.config.output.name, device=self.device
-            )
+            with averaged_weights(self.optimizer):  # schedule-free: sample the averaged weights
+                samples = S.generate_samples(
+                    self.model, s, step=step, out_folder=self._out_dir(), name=self.config.output.name, device=self.device
+                )
         except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
             log.exception("sampling failed")
             self._warn(f"sample images at step {step} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
@@ -573,6 +630,8 @@ class Trainer:
         jobs = [(self.dataset, self.latents)]
         if self.class_dataset is not None:
             jobs.append((self.class_dataset, self.class_latents))
+        if self.validation_dataset is not None:
+            jobs.append((self.validation_dataset, self.validation_latents))
         todo: list[tuple[D.TrainDataset, dict[tuple[int, bool], torch.Tensor], int, bool, str]] = []
         reused = 0
         for ds, target in jobs:
@@ -614,9 +673,9 @@ class Trainer:
         captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
         if self.config.dataset.caption_dropout > 0:
             captions[""] = None
-        cds = self.class_dataset
-        if cds is not None:
-            captions.update(dict.fromkeys(cds.fixed_caption(i) for i in range(len(cds.items))))
+        for extra in (self.class_dataset, self.validation_dataset):
+            if extra is not None:
+                captions.update(dict.fromkeys(extra.fixed_caption(i) for i in range(len(extra.items))))
         self._status(f"caching text embeddings of {len(captions)} captions")
         for n, c in enumerate(captions):
             self._stop_if_asked(f"caching text embeddings ({n} of {len(captions)} encoded)")
@@ -697,19 +756,22 @@ class Trainer:
             lat = vae.encode(px).latent_dist.sample() * vae.config.scaling_factor
         return lat.to(self.dtype)
 
-    def _forward_loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Noise-prediction MSE of one micro-batch (epsilon, or v with a v-prediction scheduler). Runs under autocast."""
+    def _forward_loss(self, batch: dict[str, Any], timesteps: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss of one micro-batch (epsilon, or v with a v-prediction scheduler). Runs under autocast.
+
+        Plain MSE on uniform timesteps by default; ``loss`` and ``noise`` settings (min-SNR-γ, Huber,
+        noise offset, ...) as :mod:`guitrainer.engine.recipes` computes them. ``timesteps`` fixed: validation.
+        """
         assert self.model is not None
         sched = self.model.noise_scheduler
         latents = batch["latents"]
-        noise = torch.randn_like(latents)
-        t = torch.randint(0, sched.config.num_train_timesteps, (latents.shape[0],), device=latents.device).long()
-        noisy = sched.add_noise(latents, noise, t)
+        noise, t, noisy = RC.noise_and_timesteps(self.recipe, sched, latents, timesteps)
         hidden, pooled = self._encode_text(batch["captions"])
         added = self._added_cond(pooled, batch, hidden.dtype)
         pred = self.unet(noisy, t, hidden, added_cond_kwargs=added).sample
-        target = sched.get_velocity(latents, noise, t) if self.model.prediction_type == "v_prediction" else noise
-        return F.mse_loss(pred.float(), target.float(), reduction="mean")
+        v_pred = self.model.prediction_type == "v_prediction"
+        target = sched.get_velocity(latents, noise, t) if v_pred else noise
+        return RC.diffusion_loss(self.recipe, pred, target, t, sched, v_pred)
 
     def evaluation_loss(self, seed: int = 0, adapters: bool = True, repeats: int = 4) -> float:
         """Mean loss over every image ``repeats`` times with noise and timesteps fixed by ``seed``.
@@ -721,7 +783,7 @@ class Trainer:
         unet = self.model.unet
         devices = [self.device] if self.device.type == "cuda" else []
         losses: list[float] = []
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), averaged_weights(self.optimizer):
             torch.manual_seed(seed)
             unet.eval()  # no LoRA dropout while measuring
             if not adapters:
@@ -899,7 +961,9 @@ class Trainer:
             p.consecutive_skips = p.consecutive_skips + 1 if skipped else 0
             # every image through the UNet this step: training images and class images, on all processes
             images = sum(len(inst) + len(cls) for inst, cls in micro) * self.accelerator.num_processes
-            self._report(result, dt, images)
+            v_every = cfg.validation.every_n_steps
+            validation = self.validation_loss() if self.validation_dataset and p.global_step % v_every == 0 else None
+            self._report(result, dt, images, validation)
             every = cfg.sampling.every_n_steps
             if every and p.global_step % every == 0:
                 self._sample()
@@ -939,7 +1003,7 @@ class Trainer:
             self._log_process(f"{summary.status} at step {summary.steps}; LoRA weights {weights}")
         return summary
 
-    def _report(self, r: StepResult, dt: float, images: int) -> None:
+    def _report(self, r: StepResult, dt: float, images: int, validation_loss: float | None = None) -> None:
         """One StepMetrics: ``loss`` is the total; ``instance_loss``, ``class_loss`` with class images only."""
         if not self._main:
             return
@@ -961,6 +1025,7 @@ class Trainer:
                 peak_memory_bytes=peak,
                 class_loss=r.class_loss,
                 instance_loss=r.instance_loss,
+                validation_loss=validation_loss,
             )
         )
 
@@ -1044,16 +1109,17 @@ class Trainer:
         tes = self.model.text_encoders if self.train_te else []
         o = self.config.output
         try:
-            result = export_lora(
-                path,
-                self.model.unet,
-                tes,
-                fmt=o.format,
-                save_precision=self.config.precision.save,
-                alpha=self.config.network.alpha,
-                metadata=self._metadata(),
-                on_fp16_overflow="bf16",
-            )
+            with averaged_weights(self.optimizer):  # schedule-free: the averaged weights are the LoRA
+                result = export_lora(
+                    path,
+                    self.model.unet,
+                    tes,
+                    fmt=o.format,
+                    save_precision=self.config.precision.save,
+                    alpha=self.config.network.alpha,
+                    metadata=self._metadata(),
+                    on_fp16_overflow="bf16",
+                )
         except OSError as e:
             err = explain_write_error(path, e)
             self.save_error = err.strerror or str(err)

@@ -1,0 +1,103 @@
+"""Validation loss: held-out images scored at fixed timesteps with fixed noise, so the curve is comparable.
+
+The training loss of one step depends on which images, timesteps and noise that step drew, so its curve
+is mostly noise. A validation score removes all three: the same images (a share of the training images
+held out, or a folder of others), the same timesteps (sd-scripts' choice: 4 evenly spaced inside the
+training range, ``linspace(lo, hi, 6)[1:-1]``) and the same noise (drawn from a generator seeded by the
+validation seed, inside :func:`torch.random.fork_rng` so the training RNG streams never notice). Two
+scores of the same weights are therefore equal, and a falling score means the weights got better on
+images they were not trained on.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+#: timesteps scored per image, evenly spaced inside the training range (sd-scripts' NUM_VALIDATION_TIMESTEPS)
+NUM_TIMESTEPS = 4
+
+T = TypeVar("T")
+
+
+def split_items(items: Sequence[T], share: float, seed: int) -> tuple[list[T], list[T]]:
+    """``(training items, validation items)``: ``share`` of the items held out, chosen by ``seed``.
+
+    As sd-scripts' ``split_train_val``: shuffled with the seed, the first ``ceil(n x (1 - share))`` train.
+    Both parts keep at least one item when there are two or more; the order within each part is the
+    original order. ``share = 0`` holds nothing out.
+    """
+    n = len(items)
+    if share <= 0 or n < 2:
+        return list(items), []
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_train = min(n - 1, max(1, math.ceil(n * (1.0 - share))))
+    train, held = sorted(order[:n_train]), sorted(order[n_train:])
+    return [items[i] for i in train], [items[i] for i in held]
+
+
+def fixed_timesteps(min_timestep: int, max_timestep: int, count: int = NUM_TIMESTEPS) -> list[int]:
+    """``count`` timesteps evenly spaced strictly inside ``[min_timestep, max_timestep]`` (sd-scripts' choice)."""
+    lo, hi = int(min_timestep), int(max_timestep)
+    step = (hi - lo) / (count + 1)
+    out = [int(lo + step * (k + 1)) for k in range(count)]
+    return [min(max(t, lo), max(hi - 1, lo)) for t in out]
+
+
+def bucket_batches(buckets: Sequence[Any], batch_size: int) -> list[list[int]]:
+    """Item indices grouped by bucket (in first-seen order), then cut into batches of ``batch_size``."""
+    groups: dict[Any, list[int]] = {}
+    for i, b in enumerate(buckets):
+        groups.setdefault(tuple(b), []).append(i)
+    return [g[k : k + batch_size] for g in groups.values() for k in range(0, len(g), batch_size)]
+
+
+@dataclass(frozen=True)
+class ValidationPlan:
+    """What one validation score runs: batches of item indices, the timesteps, the seed."""
+
+    batches: tuple[tuple[int, ...], ...]
+    timesteps: tuple[int, ...]
+    seed: int
+
+    @property
+    def passes(self) -> int:
+        """Forward passes per score (each batch at each timestep)."""
+        return len(self.batches) * len(self.timesteps)
+
+
+def make_plan(buckets: Sequence[Any], batch_size: int, min_timestep: int, max_timestep: int, seed: int) -> ValidationPlan:
+    return ValidationPlan(
+        tuple(tuple(b) for b in bucket_batches(buckets, batch_size)),
+        tuple(fixed_timesteps(min_timestep, max_timestep)),
+        int(seed),
+    )
+
+
+def score(
+    plan: ValidationPlan,
+    batch_loss: Callable[[Sequence[int], torch.Tensor], torch.Tensor],
+    device: torch.device,
+) -> float:
+    """The mean of ``batch_loss(batch, timesteps)`` over the plan, weighted by batch size.
+
+    ``batch_loss`` builds the batch of the given item indices and returns its mean loss at the given
+    (one per image) timesteps. Every draw inside (noise, VAE sampling) comes from torch's RNG, reseeded
+    with the plan's seed here and restored afterwards; gradients are off.
+    """
+    devices = [device] if device.type == "cuda" else []
+    total, count = 0.0, 0
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(plan.seed)
+        for batch in plan.batches:
+            for t in plan.timesteps:
+                ts = torch.full((len(batch),), t, dtype=torch.long, device=device)
+                total += float(batch_loss(batch, ts)) * len(batch)
+                count += len(batch)
+    return total / max(1, count)
