@@ -251,3 +251,66 @@ def test_recipe_from_config_reads_the_sections():
     r = R.Recipe.from_config(cfg)
     assert (r.min_snr_gamma, r.loss_type, r.noise_offset, r.multires_noise_iterations) == (5.0, "huber", 0.05, 6)
     assert R.Recipe.from_config(object()) == R.Recipe()
+
+
+# --------------------------------------------------------------------------- metadata
+
+#: the keys sd-scripts' train_network.py writes for these settings (its metadata dict, read there)
+SD_SCRIPTS_KEYS = {
+    "ss_min_snr_gamma", "ss_debiased_estimation", "ss_loss_type", "ss_huber_schedule", "ss_huber_c", "ss_huber_scale",
+    "ss_noise_offset", "ss_noise_offset_random_strength", "ss_adaptive_noise_scale", "ss_multires_noise_iterations",
+    "ss_multires_noise_discount", "ss_ip_noise_gamma", "ss_ip_noise_gamma_random_strength", "ss_zero_terminal_snr",
+    "ss_lr_warmup_steps", "ss_validation_split", "ss_validation_seed", "ss_validate_every_n_steps",
+}
+
+
+def test_metadata_uses_sd_scripts_names_and_value_forms():
+    from guitrainer.config import TrainingConfig
+
+    off = R.recipe_metadata(TrainingConfig())
+    assert set(off) == SD_SCRIPTS_KEYS
+    # off is None, as sd-scripts writes an unset argument; its defaults otherwise
+    assert off["ss_min_snr_gamma"] == "None" and off["ss_noise_offset"] == "None" and off["ss_ip_noise_gamma"] == "None"
+    assert off["ss_multires_noise_iterations"] == "None" and off["ss_multires_noise_discount"] == "0.3"
+    assert (off["ss_loss_type"], off["ss_huber_schedule"], off["ss_huber_c"]) == ("l2", "snr", "0.1")
+    assert off["ss_debiased_estimation"] == "False" and off["ss_lr_warmup_steps"] == "0"
+    cfg = TrainingConfig.from_dict(
+        {
+            "loss": {"min_snr_gamma": 5, "loss_type": "huber", "debiased_estimation": True},
+            "noise": {"noise_offset": 0.05, "multires_noise_iterations": 6, "zero_terminal_snr": True},
+            "schedule": {"warmup_ratio": 0.05},
+            "validation": {"split": 0.1, "every_n_steps": 25},
+        }
+    )
+    on = R.recipe_metadata(cfg)
+    assert on["ss_min_snr_gamma"] == "5.0" and on["ss_loss_type"] == "huber" and on["ss_debiased_estimation"] == "True"
+    assert on["ss_noise_offset"] == "0.05" and on["ss_multires_noise_iterations"] == "6"
+    assert on["ss_zero_terminal_snr"] == "True" and on["ss_lr_warmup_steps"] == "0.05"
+    assert (on["ss_validation_split"], on["ss_validate_every_n_steps"], on["ss_validation_seed"]) == ("0.1", "25", "0")
+
+
+@pytest.mark.slow
+def test_demo_run_with_every_recipe_trains_and_writes_the_metadata(tmp_path):
+    from test_engine import demo_cfg
+
+    from guitrainer.core.events import NullReporter
+    from guitrainer.engine.lora import read_lora
+    from guitrainer.engine.trainer import Trainer
+
+    torch.set_num_threads(1)
+    plain, rep = NullReporter(), NullReporter()
+    Trainer(demo_cfg(tmp_path / "plain", schedule__max_steps=4), plain).run()
+    settings = {
+        "loss__min_snr_gamma": 5.0, "loss__loss_type": "huber", "loss__min_timestep": 100, "loss__max_timestep": 900,
+        "noise__noise_offset": 0.05, "noise__multires_noise_iterations": 6, "noise__multires_noise_discount": 0.8,
+        "noise__ip_noise_gamma": 0.1, "schedule__max_steps": 4,
+    }
+    summary = Trainer(demo_cfg(tmp_path / "recipes", **settings), rep).run()
+    assert summary.status == "finished", summary.message
+    losses = [m.loss for m in rep.steps]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
+    assert losses != [m.loss for m in plain.steps]  # the recipe changed the loss
+    _, meta = read_lora(summary.lora_path)
+    assert meta["ss_min_snr_gamma"] == "5.0" and meta["ss_loss_type"] == "huber"
+    assert meta["ss_noise_offset"] == "0.05" and meta["ss_multires_noise_iterations"] == "6"
+    assert meta["ss_multires_noise_discount"] == "0.8" and meta["ss_ip_noise_gamma"] == "0.1"

@@ -262,3 +262,45 @@ def rescale_zero_terminal_snr(scheduler: Any) -> None:
     scheduler.betas = betas
     scheduler.alphas = alphas
     scheduler.alphas_cumprod = torch.cumprod(alphas, dim=0)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def recipe_metadata(config: Any) -> dict[str, str]:
+    """The recipe's kohya ``ss_*`` metadata, under the names sd-scripts' ``train_network.py`` writes.
+
+    Values are written as sd-scripts writes them (``str()`` of its argument): a setting that is off there
+    is ``None`` (``"None"``), floats as Python prints them (``"5.0"``), flags as ``"True"`` / ``"False"``.
+    Settings sd-scripts has no metadata key for (the timestep range, the schedule's cycles and power)
+    are not written.
+    """
+    r = Recipe.from_config(config)
+    s = config.schedule
+    v = getattr(config, "validation", None)
+
+    def opt(value: float) -> str:
+        return str(float(value)) if value else "None"
+
+    meta = {
+        "ss_min_snr_gamma": opt(r.min_snr_gamma),
+        "ss_debiased_estimation": str(bool(r.debiased_estimation)),
+        "ss_loss_type": r.loss_type,
+        "ss_huber_schedule": r.huber_schedule,
+        "ss_huber_c": str(float(r.huber_c)),
+        "ss_huber_scale": str(float(r.huber_scale)),
+        "ss_noise_offset": opt(r.noise_offset),
+        "ss_noise_offset_random_strength": str(bool(r.noise_offset_random_strength)),
+        "ss_adaptive_noise_scale": opt(r.adaptive_noise_scale),
+        "ss_multires_noise_iterations": str(int(r.multires_noise_iterations)) if r.multires_noise_iterations else "None",
+        "ss_multires_noise_discount": str(float(r.multires_noise_discount)),
+        "ss_ip_noise_gamma": opt(r.ip_noise_gamma),
+        "ss_ip_noise_gamma_random_strength": str(bool(r.ip_noise_gamma_random_strength)),
+        "ss_zero_terminal_snr": str(bool(r.zero_terminal_snr)),
+        "ss_lr_warmup_steps": str(float(s.warmup_ratio)) if getattr(s, "warmup_ratio", 0) else str(int(s.warmup_steps)),
+    }
+    validating = v is not None and (v.split > 0 or str(v.folder).strip())
+    meta["ss_validation_split"] = str(float(v.split)) if v is not None else "0.0"
+    meta["ss_validation_seed"] = str(int(v.seed)) if validating else "None"
+    meta["ss_validate_every_n_steps"] = str(int(v.every_n_steps)) if validating else "None"
+    return meta
