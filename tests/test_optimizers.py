@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_engine import StopAt, demo_cfg
+from helpers import demo_cfg
+from helpers.doubles import StopAt
 
 from guitrainer.core.events import Control, NullReporter
 from guitrainer.engine import optim as O

@@ -291,7 +291,7 @@ def test_metadata_uses_sd_scripts_names_and_value_forms():
 
 @pytest.mark.slow
 def test_demo_run_with_every_recipe_trains_and_writes_the_metadata(tmp_path):
-    from test_engine import demo_cfg
+    from helpers import demo_cfg
 
     from guitrainer.core.events import NullReporter
     from guitrainer.engine.lora import read_lora

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from test_engine import demo_cfg
+from helpers import demo_cfg
 
 from guitrainer.core.events import NullReporter
 from guitrainer.engine import validation as V
@@ -58,9 +58,10 @@ def test_validation_loss_in_a_run_is_reported_and_repeatable(tmp_path):
     cfg = demo_cfg(tmp_path, schedule__max_steps=6, validation__split=0.25, validation__every_n_steps=3)
     trainer = Trainer(cfg, rep)
     assert trainer.run().status == "finished"
-    assert len(trainer.dataset.items) == 6 and len(trainer.validation_dataset.items) == 2  # 8 demo images
-    held = {i.image.name for i in trainer.validation_dataset.items}
-    assert not held & {i.image.name for i in trainer.dataset.items}
+    s = trainer.session
+    assert len(s.dataset.items) == 6 and len(s.validation_dataset.items) == 2  # 8 demo images
+    held = {i.image.name for i in s.validation_dataset.items}
+    assert not held & {i.image.name for i in s.dataset.items}
     reported = [(m.step, m.validation_loss) for m in rep.steps if m.validation_loss is not None]
     assert [s for s, _ in reported] == [3, 6]
     # the same weights score the same, however often (and the score at step 6 was of these weights)
@@ -80,6 +81,6 @@ def test_a_validation_folder_does_not_change_training(tmp_path):
     cfg = demo_cfg(tmp_path / "b", schedule__max_steps=4, validation__folder=str(folder), validation__every_n_steps=2)
     trainer = Trainer(cfg, with_val)
     trainer.run()
-    assert len(trainer.validation_dataset.items) == 2
+    assert len(trainer.session.validation_dataset.items) == 2
     assert [m.loss for m in plain.steps] == [m.loss for m in with_val.steps]  # scoring draws nothing from training
     assert [m.validation_loss is not None for m in with_val.steps] == [False, True, False, True]

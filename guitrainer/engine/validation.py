@@ -11,6 +11,8 @@ images they were not trained on.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+
+from guitrainer.config import DatasetFolder
+from guitrainer.engine import data
 
 #: timesteps scored per image, evenly spaced inside the training range (sd-scripts' NUM_VALIDATION_TIMESTEPS)
 NUM_TIMESTEPS = 4
@@ -101,3 +106,59 @@ def score(
                 total += float(batch_loss(batch, ts)) * len(batch)
                 count += len(batch)
     return total / max(1, count)
+
+
+# --------------------------------------------------------------------------- a run's validation
+
+
+def build_dataset(config: Any, held_out: Sequence[data.TrainItem], feedback: Any) -> data.TrainDataset | None:
+    """The validation images: ``held_out`` (the share of the training images), or ``validation.folder``.
+
+    Scored as they are: no caption shuffling or dropout, no flips, each image once.
+    """
+    vcfg, dcfg = config.validation, config.dataset
+    items = list(held_out)
+    if str(vcfg.folder).strip():
+        fcfg = copy.copy(dcfg)
+        fcfg.folders, fcfg.exclude = [DatasetFolder(path=vcfg.folder, repeats=1)], []
+        items = data.collect_items(fcfg, warn=feedback.warn, what="validation images")
+    if not items:
+        if vcfg.split > 0:
+            feedback.warn("the validation share holds out no image (one image only?); no validation loss")
+        return None
+    vds_cfg = copy.copy(dcfg)
+    vds_cfg.shuffle_captions, vds_cfg.caption_dropout, vds_cfg.flip_augment = False, 0.0, False
+    feedback.status(f"{len(items)} validation images, scored every {vcfg.every_n_steps} steps")
+    return data.TrainDataset([dataclasses.replace(i, repeats=1) for i in items], vds_cfg)
+
+
+def validation_loss(session: Any, caches: Any, step: Any) -> float | None:
+    """The run's validation loss now (None without validation images): :func:`score` of its validation set.
+
+    ``step`` is the run's :class:`~guitrainer.engine.amp_step.AmpStep` (its forward loss and autocast). Two
+    calls with the same weights give the same number and no RNG stream of the training changes. A
+    schedule-free optimizer is scored at its averaged weights; LoRA dropout is off while scoring.
+    """
+    from guitrainer.engine.optim import averaged_weights
+
+    vds = getattr(session, "validation_dataset", None)
+    if vds is None:
+        return None
+    r, cfg = session.recipe, session.config
+    plan = make_plan(vds.buckets, cfg.schedule.batch_size, r.min_timestep, r.max_timestep, cfg.validation.seed)
+    cached = caches.validation_latents
+
+    def batch_loss(indices: Sequence[int], timesteps: torch.Tensor) -> torch.Tensor:
+        samples = [vds.item_sample(i, False, vds.fixed_caption(i), with_pixels=not cached) for i in indices]
+        batch = data.collate(samples)
+        batch["latents"] = caches.latents_of(batch, cached)
+        with step.autocast():
+            return step.forward_loss(batch, timesteps)
+
+    unet = session.model.unet
+    with averaged_weights(session.optimizer):
+        unet.eval()
+        try:
+            return score(plan, batch_loss, session.device)
+        finally:
+            unet.train()
