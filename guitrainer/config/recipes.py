@@ -213,3 +213,23 @@ def _norm(p: str) -> str:
         return str(Path(p).expanduser().resolve())
     except (OSError, ValueError, RuntimeError):  # a NUL byte in the text, no home folder, a symlink loop
         return p
+
+
+def learning_rates_for_optimizer(cfg: TrainingConfig) -> tuple[dict[str, float], str]:
+    """What the settings form changes when the optimizer changes: ``({path: value}, why)``; ``({}, "")`` for nothing.
+
+    An LR-free optimizer (Prodigy, DAdaptAdam) with an AdamW-sized learning rate (under 0.1) gets 1.0, its
+    default; leaving one with a learning rate of 0.1 or more gets AdamW's defaults back.
+    """
+    from guitrainer.config.sections import OptimizerConfig  # sections builds on this module
+
+    opt, defaults = cfg.optimizer, OptimizerConfig()
+    if opt.name in LR_FREE_OPTIMIZERS:
+        if opt.lr < 0.1 or opt.text_encoder_lr < 0.1:
+            why = f"{opt.name} finds its own step size: the learning rate is a multiplier of it, set to 1.0"
+            return {"optimizer.lr": 1.0, "optimizer.text_encoder_lr": 1.0}, why
+        return {}, ""
+    if opt.lr >= 0.1:
+        why = f"{opt.name} needs a real learning rate: set back to {defaults.lr:g} (text encoder {defaults.text_encoder_lr:g})"
+        return {"optimizer.lr": defaults.lr, "optimizer.text_encoder_lr": defaults.text_encoder_lr}, why
+    return {}, ""
