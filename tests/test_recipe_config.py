@@ -75,3 +75,31 @@ def test_lr_free_optimizer_without_a_learning_rate_gets_one():
     assert over.optimizer.lr == 3e-4
     # other optimizers keep AdamW's default
     assert TrainingConfig.from_dict({"optimizer": {"name": "CAME"}}).optimizer.lr == 1e-4
+
+
+def test_a_shipped_preset_uses_prodigy_and_min_snr_with_the_reason_written():
+    from guitrainer.core import vram
+    from guitrainer.core.paths import shipped_presets_dir
+    from guitrainer.presets import PresetStore
+
+    cfg = PresetStore().get("SD 1.5 style — 8 GB").config()
+    assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.loss.min_snr_gamma) == ("Prodigy", 1.0, 5.0)
+    assert vram.estimate(cfg).total < 8 * 2**30  # still an 8 GB preset with Prodigy's 16 B/param state
+    text = (shipped_presets_dir() / "20_sd15_style.toml").read_text(encoding="utf-8")
+    comments = " ".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    assert "Prodigy" in comments and "min-SNR" in comments
+
+
+def test_the_readme_recipe_example_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", readme, re.S)
+    example = next(b for b in blocks if "[loss]" in b)
+    path = tmp_path / "recipes.toml"
+    path.write_text(example, encoding="utf-8")
+    cfg = C.load_toml(path)
+    assert (cfg.loss.min_snr_gamma, cfg.loss.loss_type, cfg.noise.multires_noise_iterations) == (5.0, "huber", 6)
+    assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.schedule.lr_scheduler_num_cycles) == ("Prodigy", 1.0, 3)
+    assert cfg.validation.split == 0.1
