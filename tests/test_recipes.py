@@ -314,3 +314,15 @@ def test_demo_run_with_every_recipe_trains_and_writes_the_metadata(tmp_path):
     assert meta["ss_min_snr_gamma"] == "5.0" and meta["ss_loss_type"] == "huber"
     assert meta["ss_noise_offset"] == "0.05" and meta["ss_multires_noise_iterations"] == "6"
     assert meta["ss_multires_noise_discount"] == "0.8" and meta["ss_ip_noise_gamma"] == "0.1"
+
+
+def test_zero_terminal_snr_samplers_rescale_and_step_from_the_last_timestep():
+    from diffusers import DDIMScheduler
+
+    sched = sd_scheduler()
+    assert R.sampler_options(sched) == {}
+    R.rescale_zero_terminal_snr(sched)
+    ddim = DDIMScheduler.from_config(sched.config, **R.sampler_options(sched))
+    assert ddim.alphas_cumprod[-1].item() < 1e-6  # diffusers keeps a tiny epsilon; the plain schedule has 0.0047
+    ddim.set_timesteps(4)
+    assert ddim.timesteps.tolist() == [999, 749, 499, 249]  # trailing: the first step is pure noise

@@ -256,12 +256,26 @@ def zero_terminal_snr_betas(betas: torch.Tensor) -> torch.Tensor:
 
 
 def rescale_zero_terminal_snr(scheduler: Any) -> None:
-    """Rescale a DDPM-style scheduler's ``betas`` / ``alphas`` / ``alphas_cumprod`` in place for zero terminal SNR."""
+    """Rescale a DDPM-style scheduler's ``betas`` / ``alphas`` / ``alphas_cumprod`` in place for zero terminal SNR.
+
+    The scheduler is marked (``zero_terminal_snr = True``), so samplers made from it rescale too and step from
+    the last timestep (:data:`SAMPLER_OPTIONS`, as the paper samples).
+    """
     betas = zero_terminal_snr_betas(scheduler.betas)
     alphas = 1.0 - betas
     scheduler.betas = betas
     scheduler.alphas = alphas
     scheduler.alphas_cumprod = torch.cumprod(alphas, dim=0)
+    scheduler.zero_terminal_snr = True
+
+
+#: diffusers sampler options for a model trained with zero terminal SNR (Lin et al. 2023, §3.3: trailing steps)
+SAMPLER_OPTIONS = {"rescale_betas_zero_snr": True, "timestep_spacing": "trailing"}
+
+
+def sampler_options(scheduler: Any) -> dict[str, Any]:
+    """Extra ``from_config`` options for a sampler made from ``scheduler`` (empty unless zero terminal SNR)."""
+    return dict(SAMPLER_OPTIONS) if getattr(scheduler, "zero_terminal_snr", False) else {}
 
 
 # --------------------------------------------------------------------------- metadata

@@ -71,7 +71,9 @@ def build_pipeline(
     kinds = {"ddim": DDIMScheduler, "dpm++": DPMSolverMultistepScheduler}
     if scheduler not in kinds:
         raise ValueError(f"scheduler must be one of {sorted(kinds)}, got {scheduler!r}")
-    sched = kinds[scheduler].from_config(model.noise_scheduler.config)
+    from guitrainer.engine.recipes import sampler_options
+
+    sched = kinds[scheduler].from_config(model.noise_scheduler.config, **sampler_options(model.noise_scheduler))
     if len(model.text_encoders) > 1:
         pipe = StableDiffusionXLPipeline(
             vae=model.vae,
