@@ -58,7 +58,7 @@ class Saver:
             folder.update(t.strip() for t in it.caption.split(",") if t.strip())
         spe = max(1, s.steps_per_epoch)
         epochs = cfg.schedule.epochs if cfg.schedule.max_steps <= 0 else math.ceil(s.total_steps / spe)
-        return build_metadata(
+        meta = build_metadata(
             cfg,
             s.model.family,
             num_images=len(s.dataset),
@@ -71,6 +71,9 @@ class Saver:
             tag_frequency={k: dict(v) for k, v in tags.items()},
             optimizer_name=s.optimizer_name,
         )
+        vds = s.validation_dataset
+        meta["ss_num_validation_images"] = str(len(vds.items) if vds is not None else 0)  # sd-scripts' key
+        return meta
 
     def write_lora(self, path: Path) -> str | None:
         """Export the LoRA to ``path`` in the configured format and save precision; returns what was written.
