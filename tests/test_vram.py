@@ -31,7 +31,7 @@ def test_reference_counts() -> None:
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_tables_equal_recomputed(family: str) -> None:
-    from guitrainer.engine.memory import compute_model_spec
+    from guitrainer.engine.model_spec import compute_model_spec
 
     assert compute_model_spec(family) == vram.MODEL_SPECS[family]
 

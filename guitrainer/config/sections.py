@@ -319,6 +319,11 @@ class OutputConfig:
     keep_last: int = setting(
         0, label="Keep last", help="Keep only the newest K intermediate saves; 0 keeps all.", minimum=0, maximum=10000, advanced=True
     )
+    tensorboard: bool = setting(
+        False,
+        label="TensorBoard logs",
+        help="Also write TensorBoard event files to a logs/ folder beside the LoRA (kohya's layout): tensorboard --logdir <output folder>/logs.",
+    )
     overwrite: bool = setting(
         False, label="Overwrite", help="Replace an existing file of the same name instead of numbering the new one.", advanced=True
     )

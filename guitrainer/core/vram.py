@@ -1,7 +1,7 @@
 """Live VRAM estimate of a LoRA training run: a sum of named parts, in microseconds, without torch.
 
 The parameter tables below were computed once from the bundled configs (``resources/models``) by
-:func:`guitrainer.engine.memory.compute_model_spec`; ``tests/test_vram.py`` recomputes them. The activation
+:func:`guitrainer.engine.model_spec.compute_model_spec`; ``tests/test_vram.py`` recomputes them. The activation
 constants were fitted by ``bench/vram_calibrate.py`` against measured training steps (``bench/vram_grid.csv``).
 """
 
@@ -18,6 +18,9 @@ from guitrainer.core.units import GiB, MiB, format_bytes
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
     from guitrainer.config import TrainingConfig
+
+# which layers each ``network.target_modules`` choice trains: one table, the engine's too
+from guitrainer.core.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +39,6 @@ CUDA_BLOCK = 512  # the caching allocator rounds allocations up to this
 BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes keeps fp32 state for tensors with fewer elements
 BNB_BLOCKSIZE = 256  # blockwise quantisation: one fp32 absmax per block
 TEXT_TOKENS = 77
-
-#: which UNet / text-encoder layers each ``network.target_modules`` choice trains (peft name suffixes)
-UNET_LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    "attention": ("to_q", "to_k", "to_v", "to_out.0"),
-    "attention_ff": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"),
-    "attention_ff_proj": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2", "proj_in", "proj_out"),
-}
-#: the trainer's text-encoder LoRA (``engine.lora.inject_text_encoder_lora``) covers the attention projections
-#: whatever the UNet's target set (measured: ``tests/test_memory_engine_lora.py``)
-TEXT_ENCODER_LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    target: ("q_proj", "k_proj", "v_proj", "out_proj") for target in UNET_LORA_TARGETS
-}
 
 LoraTable = tuple[tuple[int, int, int, float], ...]  # (in, out, count, tokens per latent pixel; 0 = text tokens)
 

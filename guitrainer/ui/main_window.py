@@ -74,6 +74,7 @@ class MainWindow(QMainWindow):
         from guitrainer.ui.device_service import DeviceService
         from guitrainer.ui.model_page import ModelPage
         from guitrainer.ui.output_page import OutputPage
+        from guitrainer.ui.runs_page import RunsPage
         from guitrainer.ui.training_page import TrainingPage
 
         self.nav = QListWidget()
@@ -87,14 +88,16 @@ class MainWindow(QMainWindow):
         self.model_page = ModelPage(self.binding, device_service=self.devices)
         self.training_page = TrainingPage(self.binding, device_service=self.devices)
         self.output_page = OutputPage(self.binding)
+        self.runs_page = RunsPage(self.binding)
         style = self.style()
         icons = [
             QStyle.StandardPixmap.SP_DirIcon,
             QStyle.StandardPixmap.SP_ComputerIcon,
             QStyle.StandardPixmap.SP_MediaPlay,
             QStyle.StandardPixmap.SP_DialogSaveButton,
+            QStyle.StandardPixmap.SP_FileDialogDetailedView,
         ]
-        self.pages = [self.dataset_page, self.model_page, self.training_page, self.output_page]
+        self.pages = [self.dataset_page, self.model_page, self.training_page, self.output_page, self.runs_page]
         for page, icon in zip(self.pages, icons, strict=True):
             self.stack.addWidget(page)
             QListWidgetItem(style.standardIcon(icon), page.title, self.nav)
@@ -110,6 +113,7 @@ class MainWindow(QMainWindow):
         self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
         # The dataset page's own status line (import report, tag edits) shows in the window's status bar too.
         self.dataset_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
+        self._wire_runs_page()
         self.nav.setCurrentRow(0)
 
         right = QWidget()
@@ -128,6 +132,23 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.nav)
         cl.addWidget(right, 1)
         self.setCentralWidget(central)
+
+    def _wire_runs_page(self) -> None:
+        """Runs page: resume a stored run on the Training page; its list follows the runs that end;
+        at start, runs a dead process left running are marked interrupted and offered for resuming."""
+        self.runs_page.resume_requested.connect(self.resume_run)
+        self.runs_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
+        self.training_page.run_finished.connect(lambda _s: self.runs_page.refresh())
+        self.training_page.run_failed.connect(lambda _m, _d: self.runs_page.refresh())
+        QTimer.singleShot(0, self.runs_page.check_interrupted)
+
+    def resume_run(self, config: TrainingConfig, state_path: str) -> None:
+        """Make a stored run's settings current and continue it from ``state_path`` on the Training page."""
+        self.binding.replace(config)
+        self.current_preset = ""
+        self._fill_preset_combo()
+        self.nav.setCurrentRow(self.pages.index(self.training_page))
+        self.training_page.start(resume_from=state_path)
 
     def _on_device_detected(self, device: object) -> None:
         """The probe finished: the VRAM meter measures against the selected device."""

@@ -135,6 +135,7 @@ class OutputPage(Page):
         self._advice: Any = None
         self._row(form, "output.save_every_n_epochs")
         self._row(form, "output.keep_last")
+        self.tensorboard_switch = self._row(form, "output.tensorboard")
         return box
 
     def _metadata_box(self) -> QGroupBox:
