@@ -156,3 +156,10 @@ def test_new_optimizer_trains_and_resumes_bit_exactly(tmp_path, name):
     b, _ = read_lora(second.lora_path)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert Path(first.state_path, "optimizer.pt").is_file()
+
+
+def test_building_lr_free_optimizers_prints_nothing(capsys):
+    p = torch.nn.Parameter(torch.ones(2))
+    for name in O.LR_FREE:
+        O.build_optimizer(_opt_cfg(name, 1.0), [{"params": [p]}])
+    assert capsys.readouterr().out == ""  # the packages' "Using decoupled weight decay" stays out of the CLI

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -93,11 +94,13 @@ def _build_recipe_optimizer(
 
         # the package's defaults, as sd-scripts uses them (bias correction slows the step-size search:
         # on the demo model its d stays at d0 for 30 steps, without it d grows 20 000-fold)
-        return Prodigy(groups, lr=lr, betas=betas, weight_decay=wd, decouple=True)
+        with _quiet():  # it prints "Using decoupled weight decay" on stdout
+            return Prodigy(groups, lr=lr, betas=betas, weight_decay=wd, decouple=True)
     if name == "DAdaptAdam":
         from dadaptation import DAdaptAdam
 
-        return DAdaptAdam(groups, lr=lr, betas=betas, weight_decay=wd, decouple=True)  # decoupled: AdamW's decay
+        with _quiet():
+            return DAdaptAdam(groups, lr=lr, betas=betas, weight_decay=wd, decouple=True)  # decoupled: AdamW's decay
     if name == "AdamWScheduleFree":
         from schedulefree import AdamWScheduleFree
 
@@ -109,6 +112,16 @@ def _build_recipe_optimizer(
 
         return CAME(groups, lr=lr, betas=(*betas, 0.9999), weight_decay=wd)  # the paper's third beta
     return None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Keep a package's ``print`` off stdout (the CLI's output is ours); what it said goes to the debug log."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield
+    if buffer.getvalue().strip():
+        log.debug("optimizer: %s", buffer.getvalue().strip())
 
 
 def is_schedule_free(optimizer: torch.optim.Optimizer) -> bool:
