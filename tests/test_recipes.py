@@ -326,3 +326,14 @@ def test_zero_terminal_snr_samplers_rescale_and_step_from_the_last_timestep():
     assert ddim.alphas_cumprod[-1].item() < 1e-6  # diffusers keeps a tiny epsilon; the plain schedule has 0.0047
     ddim.set_timesteps(4)
     assert ddim.timesteps.tolist() == [999, 749, 499, 249]  # trailing: the first step is pure noise
+
+
+def test_an_empty_timestep_range_at_the_end_stays_inside_the_schedule():
+    from guitrainer.engine.validation import fixed_timesteps
+
+    assert R.timestep_range(R.Recipe(min_timestep=1000, max_timestep=1000), 1000) == (999, 999)
+    assert R.timestep_range(R.Recipe(min_timestep=500, max_timestep=500), 1000) == (500, 500)
+    assert R.timestep_range(R.Recipe(min_timestep=100, max_timestep=900), 1000) == (100, 900)
+    _, t, _ = R.noise_and_timesteps(R.Recipe(min_timestep=1000, max_timestep=1000), sd_scheduler(), torch.zeros(3, 1, 2, 2))
+    assert t.tolist() == [999, 999, 999]
+    assert fixed_timesteps(999, 999) == [999] * 4  # validation at the one timestep trained

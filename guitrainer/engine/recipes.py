@@ -118,6 +118,14 @@ def debiased_weights(snr: torch.Tensor, v_prediction: bool) -> torch.Tensor:
     return 1.0 / torch.sqrt(capped)
 
 
+def timestep_range(recipe: Recipe, steps: int) -> tuple[int, int]:
+    """The recipe's ``[min, max)`` inside the scheduler's ``steps`` timesteps; an empty range stays empty
+    (one timestep: ``min(max, steps - 1)``, so ``min = max = 1000`` trains on the last one, 999)."""
+    hi = min(int(recipe.max_timestep), steps)
+    lo = min(int(recipe.min_timestep), hi)
+    return (lo, hi) if lo < hi else (min(lo, steps - 1), min(lo, steps - 1))
+
+
 def sample_timesteps(batch: int, min_timestep: int, max_timestep: int, device: torch.device | str) -> torch.Tensor:
     """``batch`` timesteps uniform in ``[min_timestep, max_timestep)``; all ``max_timestep`` if that is empty."""
     if min_timestep < max_timestep:
@@ -237,8 +245,9 @@ def noise_and_timesteps(
     """
     noise = make_noise(recipe, latents)
     if timesteps is None:
-        hi = min(int(recipe.max_timestep), int(scheduler.config.num_train_timesteps))
-        timesteps = sample_timesteps(latents.shape[0], int(recipe.min_timestep), hi, latents.device)
+        steps = int(scheduler.config.num_train_timesteps)
+        lo, hi = timestep_range(recipe, steps)
+        timesteps = sample_timesteps(latents.shape[0], lo, hi, latents.device)
     return noise, timesteps, noisy_latents(recipe, scheduler, latents, noise, timesteps)
 
 

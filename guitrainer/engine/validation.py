@@ -144,8 +144,11 @@ def validation_loss(session: Any, caches: Any, step: Any) -> float | None:
     vds = getattr(session, "validation_dataset", None)
     if vds is None:
         return None
-    r, cfg = session.recipe, session.config
-    plan = make_plan(vds.buckets, cfg.schedule.batch_size, r.min_timestep, r.max_timestep, cfg.validation.seed)
+    from guitrainer.engine.recipes import timestep_range
+
+    cfg = session.config
+    lo, hi = timestep_range(session.recipe, int(session.model.noise_scheduler.config.num_train_timesteps))
+    plan = make_plan(vds.buckets, cfg.schedule.batch_size, lo, hi, cfg.validation.seed)
     cached = caches.validation_latents
 
     def batch_loss(indices: Sequence[int], timesteps: torch.Tensor) -> torch.Tensor:
