@@ -35,14 +35,16 @@ PRECISION_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
     "mps_old": {F32: GOOD, F16: ("error", F32), B: ("error", F32)},
 }
 EIGHT_BIT = ("AdamW8bit", "Lion8bit")
+#: pure-PyTorch optimizers from their own packages (issue 20): no device or bitsandbytes constraint
+PURE_TORCH = dict.fromkeys(("Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME"))
 CUDA_OPT = dict.fromkeys(OPTIMIZERS)  # every optimizer fine on a CUDA card with CUDA bitsandbytes
 OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
     **{d: CUDA_OPT for d in ("gtx1080", "gtx1660", "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "rtx5090",
                              "rtx5090_no_sm120")},
     **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
-           "PagedAdamW8bit": ("warning", "AdamW")} for d in ("cpu", "cpu_bf16")},
+           "PagedAdamW8bit": ("warning", "AdamW"), **PURE_TORCH} for d in ("cpu", "cpu_bf16")},
     **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("error", "AdamW")),
-           "PagedAdamW8bit": ("error", "AdamW")} for d in ("mps", "mps_old")},
+           "PagedAdamW8bit": ("error", "AdamW"), **PURE_TORCH} for d in ("mps", "mps_old")},
 }
 
 
