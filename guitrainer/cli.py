@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
+from guitrainer.core.run_state import repair_interrupted
 from guitrainer.presets import PresetStore
 
 if TYPE_CHECKING:
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return max(inputs, _print_advice(cfg))
     if _print_inputs(cfg, captions=True, comment=False):
         return 2
+    for line in repair_interrupted(cfg.output.folder):
+        print(f"note: {line}", file=sys.stderr)
     return _train(cfg, quiet=args.quiet, once=once, record=not args.no_record)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
-from guitrainer.core.precision import CHOICE_LABELS
+from guitrainer.core.advice import CHOICE_LABELS
 
 Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
@@ -253,6 +253,23 @@ class PrecisionConfig:
         "fp16",
         label="Save precision",
         help="Precision of the saved LoRA file. fp16 is what most tools expect and half the size of fp32.",
+    )
+    base_weights: Literal["auto", "fp8"] = setting(
+        "auto",
+        label="Frozen weights",
+        help="How the frozen UNet and text encoders are stored. Same as training: in the training precision. "
+        "fp8: 8-bit (e4m3) storage widened one layer at a time, about half the weight memory of fp16 with a small "
+        "loss of quality; needs a PyTorch with float8 types, not on Apple GPUs.",
+        choice_labels=CHOICE_LABELS["precision.base_weights"],
+        advanced=True,
+    )
+    lora_weights: Literal["fp32", "bf16"] = setting(
+        "fp32",
+        label="LoRA weights",
+        help="Precision of the trainable LoRA weights, their gradients and AdamW's state. bf16 halves that memory "
+        "for very large ranks, but updates smaller than bf16 can hold are rounded away; fp32 is the safe default.",
+        choice_labels=CHOICE_LABELS["precision.lora_weights"],
+        advanced=True,
     )
     gradient_checkpointing: bool = setting(
         False, label="Gradient checkpointing", help="Recompute activations in the backward pass: much less memory, ~20% slower."

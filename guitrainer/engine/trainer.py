@@ -181,6 +181,7 @@ class Trainer:
         if info is not None:
             folder = expand(cfg.schedule.resume_from)
             self.saver.intermediates = resume.load_state(folder, s, self.progress, info)
+            self.saver.adopt_unlisted(folder)
             fb.status(f"resumed from {folder} at step {self.progress.global_step} (epoch {self.progress.epoch + 1})")
             if s.processes.count > 1:  # the state holds the main process's RNG: each process draws its own
                 set_seed(cfg.schedule.seed + self.progress.global_step, device_specific=True)

@@ -19,7 +19,7 @@ from guitrainer.core.hardware import DeviceInfo
 from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.model_picker import ModelPicker
-from guitrainer.ui.pages import Page
+from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.precision_picker import PrecisionPicker
 
 log = logging.getLogger(__name__)
@@ -82,17 +82,15 @@ class ModelPage(Page):
         lab.setBuddy(init_lora)
         extra.addRow(lab, init_lora)
         mb.addLayout(extra)
-        self.body.addWidget(model_box)
 
         precision_box = QGroupBox("Precision", self)
         pb = QVBoxLayout(precision_box)
         cached = self.devices.device()
         self.precision_picker = PrecisionPicker(binding, cached, precision_box)
         pb.addWidget(self.precision_picker)
-        self.body.addWidget(precision_box)
 
         self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
-        self.body.addWidget(self.memory_form)
+        self.body.addLayout(two_columns([model_box, self.memory_form], [precision_box]))
         self.finish()
 
         self.precision_picker.errors_changed.connect(self._update_errors)

@@ -357,10 +357,21 @@ class PrecisionPicker(QWidget):
                 self.training_group.set_note(choice.value, "not supported here", f"rgb({LEVEL_COLORS['error']})")
             elif choice.value == best:
                 self.training_group.set_note(choice.value, "recommended here", "rgb(30, 140, 70)")
-            elif level == "warning":
-                self.training_group.set_note(choice.value, "see the note", f"rgb({LEVEL_COLORS['warning']})")
+            elif level == "warning":  # the caveat itself, not a pointer to a note shown only once chosen
+                why = self._choice_warning(choice.value)
+                self.training_group.set_note(choice.value, _short(why) or "has a caveat here", f"rgb({LEVEL_COLORS['warning']})")
+                self.training_group.notes[choice.value].setToolTip(why)
             else:
                 self.training_group.set_note(choice.value, "")
+
+    def _choice_warning(self, value: str) -> str:
+        """The precision rules' warning for training in ``value`` on this device (the first one)."""
+        cfg = self.binding.config.copy()
+        cfg.set("precision.training", value)
+        for a in precision.advise(self._device, cfg):
+            if a.level == "warning" and a.topic in ("precision.training", "device"):
+                return a.message
+        return ""
 
     def _rebuild_rows(self) -> None:
         for row in self.advice_rows():
@@ -369,3 +380,9 @@ class PrecisionPicker(QWidget):
         for advice in self._advice:
             self.advice_layout.addWidget(AdviceRow(advice, self.apply, self.advice_box))
         self.advice_box.setVisible(bool(self._advice))
+
+
+def _short(message: str, limit: int = 60) -> str:
+    """The first clause of an advice message, for the note beside a choice (the tooltip has it all)."""
+    first = message.split(". ")[0].split(": ")[0].strip().rstrip(".")
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"

@@ -10,7 +10,23 @@ import html
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def fit_title(box: QMessageBox) -> QMessageBox:
+    """Make a message box at least as wide as its title, so window managers do not cut the title off."""
+    need = box.fontMetrics().horizontalAdvance(box.windowTitle()) + 160  # buttons and frame of the title bar
+    box.setStyleSheet(f"QLabel#qt_msgbox_label {{ min-width: {max(0, need - 80)}px; }}")
+    return box
 
 
 def bullets(lines: Sequence[str]) -> str:
@@ -23,6 +39,7 @@ def start_problems_box(parent: QWidget, errors: Sequence[str]) -> QMessageBox:
         QMessageBox.Icon.Warning, "Cannot start training", "Training cannot start yet:", QMessageBox.StandardButton.Ok, parent
     )
     box.setObjectName("start_problems_box")
+    fit_title(box)
     box.setInformativeText(bullets(errors))
     box.open()
     return box
@@ -38,6 +55,7 @@ def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable
         parent,
     )
     box.setObjectName("start_confirm_box")
+    fit_title(box)
     box.setInformativeText(bullets(points) + "Start training anyway?")
     box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -50,6 +68,7 @@ def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], 
     """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
     box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, parent)
     box.setObjectName("training_error_box")
+    fit_title(box)
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     if advice:
         box.setInformativeText("<b>What to try:</b>" + bullets(list(advice)))
@@ -65,6 +84,7 @@ def ask_close(parent: QWidget) -> str:
     box.setObjectName("close_box")
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle("Training is running")
+    fit_title(box)
     box.setText("Training is still running.")
     box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
     stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)
@@ -78,3 +98,37 @@ def ask_close(parent: QWidget) -> str:
     if clicked is keep:
         return "keep"
     return "cancel"
+
+
+def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callable[[int], None]) -> QDialog:
+    """"The last run is complete" and a choice of more epochs (opened); ``answered(more_epochs)`` on yes."""
+    dlg = QDialog(parent)
+    dlg.setObjectName("finished_run_box")
+    dlg.setWindowTitle("The last run is complete")
+    lay = QVBoxLayout(dlg)
+    text = QLabel(
+        f"The last run is complete: it trained all its {steps} steps ({epochs} epoch{'s' if epochs != 1 else ''}). "
+        "Resuming it would train nothing more.<br><br>Train more epochs, starting from where it ended?",
+        dlg,
+    )
+    text.setWordWrap(True)
+    lay.addWidget(text)
+    row = QHBoxLayout()
+    row.addWidget(QLabel("Train", dlg))
+    spin = QSpinBox(dlg)
+    spin.setObjectName("more_epochs")
+    spin.setRange(1, 1000)
+    spin.setValue(max(1, epochs // 2))
+    spin.setSuffix(" more epochs")
+    row.addWidget(spin)
+    row.addStretch(1)
+    lay.addLayout(row)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel, dlg)
+    train = buttons.addButton("Train more", QDialogButtonBox.ButtonRole.AcceptRole)
+    train.setObjectName("train_more_button")
+    buttons.accepted.connect(dlg.accept)
+    buttons.rejected.connect(dlg.reject)
+    lay.addWidget(buttons)
+    dlg.accepted.connect(lambda: answered(spin.value()))
+    dlg.open()
+    return dlg

@@ -11,6 +11,7 @@ No torch at import time: the engine is imported inside the worker thread when a 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -172,6 +173,15 @@ class _Janitor(QObject):
             thread.wait(5000)  # `finished` is emitted just before the OS thread ends
         _LIVE.discard(entry)
         self.deleteLater()
+
+
+@atexit.register
+def _wait_for_live_threads(timeout_ms: int = 10_000) -> None:
+    """At exit, give threads still running (a device probe importing torch, say) time to end: a QThread
+    destroyed while it runs aborts the process."""
+    for thread, _worker in list(_LIVE):
+        with contextlib.suppress(RuntimeError):  # already deleted
+            thread.wait(timeout_ms)
 
 
 def live_threads() -> int:
