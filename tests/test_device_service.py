@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from helpers import fake_device
 from PySide6.QtCore import QSettings
 
 from guitrainer.core import hardware
@@ -18,7 +19,7 @@ def test_the_window_probes_once_for_every_page(qtbot, tmp_path, monkeypatch):
 
     def probe(*_a, **_k):
         calls.append(threading.current_thread().name)
-        return hardware.fake_device("rtx3060")
+        return fake_device("rtx3060")
 
     monkeypatch.setattr(hardware, "cached", lambda: None)
     monkeypatch.setattr(hardware, "probe", probe)

@@ -300,6 +300,17 @@ class PrecisionConfig:
         maximum=1023,
         advanced=True,
     )
+    numerics_every: int = setting(
+        50,
+        label="Numerics check every",
+        help="Measure how close each block of the model runs to its precision's limit (fp16: 65,504) and how "
+        "much of the LoRA gradients underflows, on the first step and every N steps (the Training page's "
+        "Numerics tab). A skipped step or a NaN loss is always traced to the module where it began. 0: only that.",
+        minimum=0,
+        maximum=1_000_000,
+        unit="steps",
+        advanced=True,
+    )
 
 
 @dataclass

@@ -8,7 +8,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from guitrainer.core.numerics import SaveReport
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,11 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     class_loss: float | None = None  # prior-preservation loss (regularization images), unweighted
     instance_loss: float | None = None  # loss on the training images alone when class images are used
+    # numerics monitor (core/numerics.py), filled on sampled steps and skipped steps only:
+    headroom: tuple[tuple[str, float], ...] = ()  # (block, dtype max / largest |activation|), forward order
+    grad_underflow: float | None = None  # share of LoRA gradient values zero or subnormal in fp16 after scaling
+    nonfinite_module: str | None = None  # where the inf/NaN of a skipped step (or NaN loss) was first seen
+    numerics_message: str = ""  # "step 812 skipped: inf first seen in ... (fp16 activation 7.1e4 > 65,504)"
     validation_loss: float | None = None  # held-out images at fixed timesteps and noise, on validation steps only
 
 
@@ -38,6 +46,7 @@ class SavedFile:
     kind: str  # "lora", "state", "sample", "checkpoint"
     step: int = 0
     epoch: int = 0
+    save_report: SaveReport | None = None  # a LoRA: the save-precision check and the choice it made
 
 
 @dataclass(frozen=True)

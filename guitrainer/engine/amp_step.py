@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from guitrainer.core import regularization
+from guitrainer.core.numerics import nan_advice
 from guitrainer.engine import data
 from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine.errors import NAN_ADVICE, TrainingFailed
+from guitrainer.engine.numerics import StepNumerics, StepWatch
 from guitrainer.engine.optim import averaged_weights
 
 #: (instance batch: dataset positions, class draws: class item indices) -- one micro-batch
@@ -43,6 +45,7 @@ class StepResult(NamedTuple):
     class_loss: float | None
     grad_norm: float | None
     skipped: bool
+    numerics: StepNumerics | None = None  # the numerics monitor's findings (sampled and skipped steps)
 
 
 # --------------------------------------------------------------------------- the step's parts
@@ -131,13 +134,16 @@ class AmpStep:
 
     ``session`` is the run's :class:`~guitrainer.engine.session.Session`, ``caches`` its
     :class:`~guitrainer.engine.cache.RunCaches`, ``progress`` its :class:`~guitrainer.engine.resume.Progress`
-    (read for the class half's seed and the step number in messages).
+    (read for the class half's seed and the step number in messages). ``watch``: the numerics monitor's
+    per-step side (:class:`~guitrainer.engine.numerics.StepWatch`; None: no monitoring).
     """
 
-    def __init__(self, session: Any, caches: Any, progress: Any) -> None:
+    def __init__(self, session: Any, caches: Any, progress: Any, watch: StepWatch | None = None) -> None:
         self.session = session
         self.caches = caches
         self.progress = progress
+        self.watch = watch
+        self._replay_scale: float | None = None  # set while a skipped step is replayed for its diagnosis
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         s = self.session
@@ -167,7 +173,16 @@ class AmpStep:
         return recipe_math.diffusion_loss(s.recipe, pred, target, t, sched, v_pred)
 
     def backward(self, loss: torch.Tensor) -> None:
+        if self._replay_scale is not None:  # a diagnosis replay: the scale the step had, not the lowered one
+            (loss * self._replay_scale).backward()
+            return
         backward(loss, self.session.scaler)
+
+    def no_sync_unless(self, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP: all-reduce only on the step's last backward pass, and never in a diagnosis replay (each
+        process looks at its own gradients)."""
+        s = self.session
+        return s.processes.no_sync_unless(sync and self._replay_scale is None, s.unet)
 
     def class_seed(self, micro_index: int) -> int:
         """The class half's RNG seed: fixed by (seed, epoch, step, micro-batch, process), so a resumed run
@@ -212,16 +227,15 @@ class AmpStep:
                 ]
                 batch = data.collate(samples)
                 batch["latents"] = self.caches.latents_of(batch, class_latents)
-                with s.processes.no_sync_unless(sync and k == len(groups) - 1, s.unet):
+                with self.no_sync_unless(sync and k == len(groups) - 1):
                     with self.autocast():
                         loss = self.forward_loss(batch)
                     total += share * loss.detach().float()
                     self.backward(loss * (weight * share / micro_count))
         return total
 
-    def run(self, micro: list[Pair]) -> StepResult:
-        """Forward/backward over the micro-batches (instance half, then any class half), then one (possibly
-        skipped) update."""
+    def passes(self, micro: list[Pair]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The forward and backward passes of one optimizer step: (instance losses, class losses)."""
         s = self.session
         inst_losses: list[torch.Tensor] = []
         class_losses: list[torch.Tensor] = []
@@ -229,7 +243,7 @@ class AmpStep:
             last = j == len(micro) - 1
             batch = data.collate([s.dataset.sample(i, with_pixels=not self.caches.latents) for i in b])
             batch["latents"] = self.caches.latents_of(batch)  # frozen VAE, outside autocast: its own dtype
-            with s.processes.no_sync_unless(last and not cls, s.unet):
+            with self.no_sync_unless(last and not cls):
                 with self.autocast():
                     loss = self.forward_loss(batch)
                 inst_losses.append(loss.detach())
@@ -237,6 +251,23 @@ class AmpStep:
             del loss, batch  # the instance half's activations are gone before the class half runs
             if cls:
                 class_losses.append(self.class_half(cls, j, len(micro), sync=last))
+        return inst_losses, class_losses
+
+    def replay(self, micro: list[Pair], scale: float) -> None:
+        """The step's passes again with the loss multiplied by ``scale`` (the numerics monitor's diagnosis)."""
+        self._replay_scale = float(scale)
+        try:
+            self.passes(micro)
+        finally:
+            self._replay_scale = None
+
+    def run(self, micro: list[Pair]) -> StepResult:
+        """Forward/backward over the micro-batches (instance half, then any class half), then one (possibly
+        skipped) update. With a ``watch``, a sampled step is measured and a skipped step (or a NaN loss)
+        is replayed to find the module where the inf/NaN began."""
+        s, watch = self.session, self.watch
+        with watch.begin(self.progress.global_step + 1) if watch is not None else contextlib.nullcontext():
+            inst_losses, class_losses = self.passes(micro)
         halves = [torch.stack(inst_losses).float().mean()]
         if class_losses:
             halves.append(torch.stack(class_losses).mean())
@@ -246,18 +277,42 @@ class AmpStep:
         class_value = float(losses[1].item()) if class_losses else None
         loss_value = regularization.combined_loss(instance_value, class_value, s.config.dataset.prior_loss_weight)
         if not math.isfinite(loss_value) and s.scaler is None:
-            raise TrainingFailed(
-                f"loss became NaN at step {self.progress.global_step + 1} ({s.precision}); training stopped. "
-                "The last saved LoRA and training state were kept unchanged.",
-                NAN_ADVICE,
-            )
+            self._nan_stop(micro)
+        scale = float(s.scaler.get_scale()) if s.scaler is not None else 1.0
+        if watch is not None:
+            watch.gradients()  # still scaled: what fp16 held
         norm, skipped = finish_step(s.optimizer, s.params, s.scaler, s.config.schedule.max_grad_norm)
         if not skipped:  # like accelerate: a skipped update does not advance the schedule
             s.lr_scheduler.step()
+        numerics = None
+        if watch is not None:
+            numerics = watch.end(
+                skipped=skipped,
+                replay=lambda: self.replay(micro, scale),
+                scale=scale if s.scaler is not None else None,
+                scale_after=float(s.scaler.get_scale()) if s.scaler is not None else None,
+            )
+            if skipped:
+                s.optimizer.zero_grad(set_to_none=True)  # the replay's gradients
         norm_value = float(norm.item())
         finite_norm = norm_value if math.isfinite(norm_value) else None
         instance = instance_value if class_losses else None  # reported beside the total with class images
-        return StepResult(loss_value, instance, class_value, finite_norm, skipped)
+        return StepResult(loss_value, instance, class_value, finite_norm, skipped, numerics)
+
+    def _nan_stop(self, micro: list[Pair]) -> None:
+        """A NaN loss without a GradScaler ends the run, naming the module where the NaN began when found."""
+        s = self.session
+        found = None
+        if self.watch is not None:
+            found = self.watch.end(skipped=False, nan_loss=True, replay=lambda: self.replay(micro, 1.0)).nonfinite
+        where = f" {found.describe()}." if found is not None else ""
+        base = s.config.precision.base_weights
+        advice = (*nan_advice(found, s.precision, base), NAN_ADVICE[-1]) if found is not None else NAN_ADVICE
+        raise TrainingFailed(
+            f"loss became NaN at step {self.progress.global_step + 1} ({s.precision}); training stopped.{where} "
+            "The last saved LoRA and training state were kept unchanged.",
+            advice,
+        )
 
     def evaluation_loss(self, seed: int = 0, adapters: bool = True, repeats: int = 4) -> float:
         """Mean loss over every image ``repeats`` times with noise and timesteps fixed by ``seed``.

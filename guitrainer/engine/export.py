@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from guitrainer.core import run_state
 from guitrainer.core.fileio import atomic_write_with, numbered_path
 from guitrainer.core.lora_format import DIFFUSERS_WEIGHT_NAME, FP16_MAX
+from guitrainer.core.numerics import SaveReport, TensorFinding
 from guitrainer.core.paths import expand
 
 if TYPE_CHECKING:
@@ -110,22 +110,15 @@ class Fp16OverflowError(ValueError):
 def check_fp16(state_dict: Mapping[str, torch.Tensor], *, underflow_fraction: float = UNDERFLOW_FRACTION) -> Fp16Report:
     """Find the tensors fp16 cannot hold: values beyond ±65504, or more than ``underflow_fraction`` of a
     tensor's non-zero values flushed to zero. Run it BEFORE writing; nothing is cast in place."""
-    import torch
+    from guitrainer.engine.numerics import fp16_findings
 
-    overflow: dict[str, float] = {}
-    underflow: dict[str, float] = {}
-    for name, t in state_dict.items():
-        if not t.is_floating_point() or t.numel() == 0:
-            continue
-        v = t.detach().float()
-        peak = float(v.abs().max())
-        if not math.isfinite(peak) or peak > FP16_MAX:
-            overflow[name] = peak
-        nonzero = int(torch.count_nonzero(v))
-        if nonzero:
-            lost = int(torch.count_nonzero((v != 0) & (v.to(torch.float16) == 0)))
-            if lost / nonzero > underflow_fraction:
-                underflow[name] = lost / nonzero
+    return _fp16_report(fp16_findings(state_dict), underflow_fraction)
+
+
+def _fp16_report(findings: Sequence[TensorFinding], underflow_fraction: float = UNDERFLOW_FRACTION) -> Fp16Report:
+    """The overflow / underflow summary of the per-tensor counts of :func:`guitrainer.engine.numerics.fp16_findings`."""
+    overflow = {t.name: t.peak for t in findings if t.over_max}
+    underflow = {t.name: t.zero_share for t in findings if t.zero_share > underflow_fraction}
     return Fp16Report(overflow, underflow)
 
 
@@ -335,6 +328,7 @@ class ExportResult:
     save_precision: str
     fp16: Fp16Report | None = None
     warnings: tuple[str, ...] = ()
+    save_report: SaveReport | None = None  # per tensor: values over 65,504, to zero, subnormal; the choice made
 
 
 def export_lora(
@@ -372,8 +366,12 @@ def export_lora(
     report: Fp16Report | None = None
     warnings: list[str] = []
     used = save_precision
+    findings: tuple[TensorFinding, ...] = ()
     if save_precision == "fp16":
-        report = check_fp16(sd)
+        from guitrainer.engine.numerics import fp16_findings
+
+        findings = fp16_findings(sd)  # one pass: the decision below and the Output page's numbers
+        report = _fp16_report(findings)
         if report.overflow:
             if on_fp16_overflow == "raise":
                 raise Fp16OverflowError(report)
@@ -388,4 +386,5 @@ def export_lora(
     save_lora(path, sd, meta, used, check=False)
     for w in warnings:
         log.warning(w)
-    return ExportResult(str(path), used, report, tuple(warnings))
+    numbers = SaveReport(str(path), save_precision, used, findings, checked=save_precision == "fp16")
+    return ExportResult(str(path), used, report, tuple(warnings), numbers)

@@ -28,6 +28,7 @@ class ConsoleReporter:
 
     def on_step(self, metrics: StepMetrics) -> None:
         self.last = metrics
+        self._numerics(metrics)
         if self.quiet:
             return
         if self._bar is None:
@@ -46,6 +47,23 @@ class ConsoleReporter:
         bar.set_postfix(post, refresh=False)
         bar.refresh()
 
+    def _numerics(self, m: StepMetrics) -> None:
+        """A sampled step that draws the eye (headroom under 4x, underflow over 5 %): one line, even when quiet.
+        Skipped steps are named by the engine's status line (``step N skipped: inf first seen in ...``)."""
+        if not m.headroom and m.grad_underflow is None:
+            return
+        from guitrainer.core.numerics import alarm, block_title
+
+        low = min(m.headroom, key=lambda bh: bh[1], default=None)
+        if not alarm(low[1] if low else None, m.grad_underflow):
+            return
+        parts = [f"numerics at step {m.step}:"]
+        if low is not None:
+            parts.append(f"lowest headroom {low[1]:,.1f}x ({block_title(low[0])})")
+        if m.grad_underflow is not None:
+            parts.append(f"LoRA gradient underflow {m.grad_underflow:.1%}")
+        self._write("warning: " + " ".join(parts))
+
     def on_status(self, text: str) -> None:
         if not self.quiet:
             self._write(text)
@@ -56,6 +74,9 @@ class ConsoleReporter:
     def on_saved(self, saved: SavedFile) -> None:
         if not self.quiet:
             self._write(f"saved {saved.kind}: {saved.path}")
+        report = saved.save_report
+        if report is not None and report.checked and (report.harmed or report.used != report.requested):
+            self._write(f"save precision: {report.headline()}")
 
     def on_sample(self, sample: SampleImage) -> None:
         if not self.quiet:

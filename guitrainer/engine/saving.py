@@ -7,6 +7,7 @@ next save tries again); a failed final save moves the LoRA to the rescue folder 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -21,6 +22,7 @@ from guitrainer.core import run_state
 from guitrainer.core.events import SavedFile
 from guitrainer.core.fileio import WriteError
 from guitrainer.core.fileio import explain as explain_write_error
+from guitrainer.core.numerics import SaveReport
 from guitrainer.core.paths import expand
 from guitrainer.engine import resume
 from guitrainer.engine.optim import averaged_weights
@@ -42,6 +44,7 @@ class Saver:
         self.lora_path: str | None = None
         self.state_path: str | None = None
         self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
+        self.save_report: SaveReport | None = None  # the save-precision report of the last LoRA written
         self._state_target: Path | None = None
 
     # ------------------------------------------------------------------ the LoRA
@@ -111,6 +114,8 @@ class Saver:
             )
             return None
         self.save_error = None
+        report = result.save_report
+        self.save_report = dataclasses.replace(report, step=self.progress.global_step) if report is not None else None
         for w in result.warnings:
             self.feedback.warn(w)
         return str(saved_item(path, o.format))
@@ -123,7 +128,7 @@ class Saver:
 
     def _announce(self, path: str) -> None:
         p = self.progress
-        self.feedback.reporter.on_saved(SavedFile(path, "lora", p.global_step, p.epoch))
+        self.feedback.reporter.on_saved(SavedFile(path, "lora", p.global_step, p.epoch, self.save_report))
 
     def save_final(self) -> str | None:
         if not self.session.main:

@@ -29,6 +29,7 @@ import torch
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Control, Reporter, RunSummary, StepMetrics
 from guitrainer.core.fileio import WriteError
+from guitrainer.core.numerics import NonFinite, nan_advice
 from guitrainer.core.paths import expand
 from guitrainer.engine import data, lora, resume, validation
 from guitrainer.engine.amp_step import AmpStep, Pair, StepResult
@@ -49,6 +50,7 @@ from guitrainer.engine.errors import (
 )
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.models import ModelLoadError
+from guitrainer.engine.numerics import StepWatch, monitor_for
 from guitrainer.engine.resume import Progress
 from guitrainer.engine.saving import Saver
 from guitrainer.engine.session import Placement, Session, build_session, place
@@ -78,6 +80,8 @@ class Trainer:
         self.caches: RunCaches | None = None
         self.step: AmpStep | None = None
         self.saver: Saver | None = None
+        self.numerics: StepWatch | None = None  # the numerics monitor (engine/numerics.py), set up with the run
+        self._last_nonfinite: NonFinite | None = None  # where the last skipped step's inf/NaN began
 
     # ------------------------------------------------------------------ what a finished run shows
     @property
@@ -172,7 +176,8 @@ class Trainer:
         self.placement = place(cfg, fb)
         s = self.session = build_session(cfg, fb, self.placement)
         self.caches = RunCaches(s, fb)
-        self.step = AmpStep(s, self.caches, self.progress)
+        self.numerics = StepWatch(monitor_for(s))
+        self.step = AmpStep(s, self.caches, self.progress, self.numerics)
         self.saver = Saver(s, fb, self.progress)
         info = None
         if cfg.schedule.resume_from:
@@ -239,14 +244,20 @@ class Trainer:
         # every image through the UNet this step: training images and class images, on all processes
         images = sum(len(inst) + len(cls) for inst, cls in micro) * s.processes.count
         self._report(result, dt, images, self._validation_due())
+        if result.numerics is not None and result.numerics.message:  # "step N skipped: inf first seen in ..."
+            self.feedback.status(result.numerics.message)
+        if result.skipped:
+            self._last_nonfinite = result.numerics.nonfinite if result.numerics is not None else None
         every = self.config.sampling.every_n_steps
         if every and p.global_step % every == 0:
             self._sample()
         if p.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+            found = self._last_nonfinite
+            where = f" The last one: {found.describe()}." if found is not None else ""
             raise TrainingFailed(
                 f"fp16 overflow: {p.consecutive_skips} steps in a row had inf/NaN gradients and were skipped "
-                f"(step {p.global_step}); training stopped. The last saved LoRA and state were kept unchanged.",
-                ("switch to bf16 AMP if your GPU supports it", "lower the learning rate", "use fp32"),
+                f"(step {p.global_step}); training stopped.{where} The last saved LoRA and state were kept unchanged.",
+                nan_advice(found, s.precision, self.config.precision.base_weights),
             )
 
     def _process_done(self, summary: RunSummary) -> RunSummary:
@@ -293,6 +304,7 @@ class Trainer:
                 peak_memory_bytes=peak,
                 class_loss=r.class_loss,
                 instance_loss=r.instance_loss,
+                **(r.numerics.metrics_fields() if r.numerics is not None else {}),
                 validation_loss=validation_loss,
             )
         )

@@ -393,7 +393,6 @@ class CaptionEditor(QWidget):
         label = encoding_label(self._encoding)
         box = QMessageBox(QMessageBox.Icon.Question, "Save the caption as UTF-8?", "", QMessageBox.StandardButton.NoButton, self)
         box.setObjectName("caption_convert_box")
-        fit_title(box)
         box.setText(f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.")
         box.setInformativeText(
             "Save this caption as UTF-8 (training reads both)? Or keep the file in "
@@ -416,6 +415,7 @@ class CaptionEditor(QWidget):
 
         box.finished.connect(lambda _r: answered())
         self.convert_box = box
+        fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
         box.open()
 
     def _fail(self, message: str) -> bool:

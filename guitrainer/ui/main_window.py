@@ -93,6 +93,7 @@ class MainWindow(QMainWindow):
         from guitrainer.ui.dataset_page import DatasetPage
         from guitrainer.ui.device_service import DeviceService
         from guitrainer.ui.model_page import ModelPage
+        from guitrainer.ui.numerics_tab import attach_numerics
         from guitrainer.ui.output_page import OutputPage
         from guitrainer.ui.runs_page import RunsPage
         from guitrainer.ui.training_page import TrainingPage
@@ -126,6 +127,8 @@ class MainWindow(QMainWindow):
         self.model_page.device_detected.connect(self._on_device_detected)
         # An fp16 overflow found while saving shows up on the Output page with its "save as bf16" fix.
         self.training_page.warning_raised.connect(self.output_page.note_warning)
+        # the Numerics tab (built with the first run) and each saved LoRA's save report on the Output page
+        self.numerics = attach_numerics(self.training_page, self.output_page.show_save_report)  # () -> the chart
         # The Output page names the file the last run actually wrote (name_3.safetensors, say).
         self.training_page.run_finished.connect(self.output_page.show_last_run)
         # Error-level precision advice disables Train, with the reason in its tooltip.

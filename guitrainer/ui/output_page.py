@@ -25,10 +25,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.core.events import SavedFile
+from guitrainer.core.numerics import SaveReport
 from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
 from guitrainer.ui.pages import Page, two_columns
+from guitrainer.ui.save_report import SaveReportView
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,8 @@ class OutputPage(Page):
         self.body.addLayout(
             two_columns([self._where_box(), self._saving_box()], [self._metadata_box(), self._verify_box()])
         )
+        self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
+        self.body.addWidget(self.save_report_view)
         self.finish()
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
@@ -234,6 +239,17 @@ class OutputPage(Page):
         self.advice_label.setText(self._advice.message)
         self.advice_button.setText(self._advice.suggestion_text.capitalize() or "Save as bf16")
         self._advice_row.setVisible(True)
+
+    def show_save_report(self, report: SaveReport | SavedFile | None) -> None:
+        """Show the save-precision report of a LoRA just written (a SavedFile carrying one, or the report)."""
+        if isinstance(report, SavedFile):
+            report = report.save_report
+        if report is not None:
+            self.save_report_view.show_report(report)
+
+    def ensure_report_visible(self) -> None:
+        """Scroll the page to the save report (screenshots, and after a save the user asked about)."""
+        self.ensureWidgetVisible(self.save_report_view)  # a Page is a scroll area
 
     def note_warning(self, text: str) -> None:
         """Feed the run's warnings here: the fp16 save warning (tagged by the engine) is shown on this page."""

@@ -13,9 +13,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QMessageBox,
+    QSizePolicy,
+    QSpacerItem,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -23,9 +26,16 @@ from PySide6.QtWidgets import (
 
 
 def fit_title(box: QMessageBox) -> QMessageBox:
-    """Make a message box at least as wide as its title, so window managers do not cut the title off."""
+    """Make a message box at least as wide as its title, so window managers do not cut the title off.
+
+    A spacer row in the box's own grid widens it (Qt's documented way); a style-sheet minimum width on the
+    message label instead made Qt lay the text out for one width and show it at another, cutting lines off.
+    """
     need = box.fontMetrics().horizontalAdvance(box.windowTitle()) + 160  # buttons and frame of the title bar
-    box.setStyleSheet(f"QLabel#qt_msgbox_label {{ min-width: {max(0, need - 80)}px; }}")
+    grid = box.layout()
+    if isinstance(grid, QGridLayout):
+        spacer = QSpacerItem(need, 0, QSizePolicy.Policy.Minimum, QSizePolicy.Policy.Expanding)
+        grid.addItem(spacer, grid.rowCount(), 0, 1, grid.columnCount())
     return box
 
 
@@ -39,8 +49,8 @@ def start_problems_box(parent: QWidget, errors: Sequence[str]) -> QMessageBox:
         QMessageBox.Icon.Warning, "Cannot start training", "Training cannot start yet:", QMessageBox.StandardButton.Ok, parent
     )
     box.setObjectName("start_problems_box")
-    fit_title(box)
     box.setInformativeText(bullets(errors))
+    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
     box.open()
     return box
 
@@ -55,11 +65,11 @@ def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable
         parent,
     )
     box.setObjectName("start_confirm_box")
-    fit_title(box)
     box.setInformativeText(bullets(points) + "Start training anyway?")
     box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     box.finished.connect(lambda result: answered(result == QMessageBox.StandardButton.Yes))
+    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
     box.open()
     return box
 
@@ -68,12 +78,12 @@ def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], 
     """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
     box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, parent)
     box.setObjectName("training_error_box")
-    fit_title(box)
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     if advice:
         box.setInformativeText("<b>What to try:</b>" + bullets(list(advice)))
     if details:
         box.setDetailedText(details)
+    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
     box.open()
     return box
 
@@ -84,13 +94,13 @@ def ask_close(parent: QWidget) -> str:
     box.setObjectName("close_box")
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle("Training is running")
-    fit_title(box)
     box.setText("Training is still running.")
     box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
     stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)
     keep = box.addButton("Keep training", QMessageBox.ButtonRole.RejectRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(keep)
+    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
     box.exec()
     clicked = box.clickedButton()
     if clicked is stop:

@@ -82,6 +82,7 @@ class TrainingPage(Page):
     run_finished = Signal(object)  # RunSummary (any status)
     run_failed = Signal(str, str)  # message, traceback: an exception escaped the trainer
     warning_raised = Signal(str)  # a warning from the engine (other pages react, e.g. fp16 overflow on Output)
+    worker_started = Signal(object)  # each run's TrainingWorker, connected and about to start (Numerics tab)
 
     def __init__(
         self,
@@ -372,6 +373,7 @@ class TrainingPage(Page):
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
         self.worker = worker
+        self.worker_started.emit(worker)
         self._set_state(TrainState.RUNNING)
         self._say("Resuming from the saved state…" if resuming else "Starting…")
         log.info("training started%s", f" from {cfg.schedule.resume_from}" if resuming else "")

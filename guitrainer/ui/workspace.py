@@ -96,7 +96,6 @@ def ask_save(
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
     box.setObjectName(name)
     box.setInformativeText(info)
-    fit_title(box)
     save = box.addButton("Save as preset…", QMessageBox.ButtonRole.AcceptRole)
     discard = box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
@@ -107,5 +106,6 @@ def ask_save(
         answered("save" if clicked is save else "discard" if clicked is discard else "cancel")
 
     box.finished.connect(finished)
+    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
     box.open()
     return box

@@ -170,10 +170,10 @@ def train_and_wait(window, xin) -> str:  # noqa: ANN001
 
 
 def verify_on_the_output_page(window, xin, lora: Path) -> None:  # noqa: ANN001
-    """The Output page names the file; its Verify box starts empty after a run (findings), so the person
-    types the path shown under "Files written" and presses Verify."""
+    """The Output page names the file the run wrote ("Last run wrote: …"); the person checks the path in the
+    Verify box (typing the one shown when it differs) and presses Verify."""
     open_page(window, xin, "Output")
-    assert str(lora) in window.output_page.findChild(QLabel, "file_preview").text()
+    assert str(lora) in window.output_page.findChild(QLabel, "last_run_file").text()
     path_edit = window.output_page.findChild(QLineEdit, "verify_path")
     if Path(path_edit.text()).expanduser() != lora:
         xin.click(path_edit)

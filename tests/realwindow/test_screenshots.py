@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 PAGES = ["dataset", "model_precision", "training", "output"]
-DATASET_TABS = ["caption", "tags", "auto_caption", "summary", "options", "regularization"]
+DATASET_TABS = ["caption", "tags", "auto_caption", "summary", "options", "class_images"]
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)], ids=["1366x768", "1920x1080"])
