@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,6 +240,11 @@ def _train(cfg: TrainingConfig, *, quiet: bool, once: _Once | None = None, recor
     except KeyboardInterrupt:
         print("aborted: nothing more was saved", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - a bug here or in a library: a plain message first, then the details
+        print(f"error: training stopped on an unexpected error: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+        print("  This is a bug (in guitrainer or a library it uses); the details below help a bug report:", file=sys.stderr)
+        traceback.print_exc()
+        return 1
     finally:
         reporter.close()
     if summary.status == "failed":

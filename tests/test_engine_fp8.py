@@ -88,3 +88,30 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
     assert 0.5 <= ratio < 0.56
     saved = auto.frozen_weights - fp8.frozen_weights
     assert auto.peak - fp8.peak == pytest.approx(saved, rel=0.25)
+
+
+def test_an_fp8_run_makes_sample_images(tmp_path):
+    # the pipeline runs the fp8-stored UNet (cast up to bf16) with the fp32 LoRA, as the training step does
+    rep = NullReporter()
+    cfg = demo_cfg(tmp_path, "fp8", schedule__max_steps=1, sampling__every_n_steps=1)
+    summary = Trainer(cfg, rep).run()
+    assert summary.status == "finished" and not summary.warnings, summary.warnings
+    assert len(rep.samples) == 1 and Path(rep.samples[0].path).is_file()
+
+
+@pytest.mark.parametrize("training", ["fp16", "fp32"])
+def test_fp8_storage_trains_under_every_training_precision(tmp_path, training):
+    """The backward through a frozen fp8 layer needs the cast copy the forward used: diffusers' in-place
+    layerwise casting left autograd a float8 weight and fp16 training failed at step 1 ("expected scalar type
+    Half but found Float8_e4m3fn"). Losses match the same run with weights kept in the training precision."""
+    torch.set_num_threads(1)
+    losses = {}
+    for base in ("auto", "fp8"):
+        rep = NullReporter()
+        cfg = demo_cfg(tmp_path / base, base, precision__training=training, schedule__max_steps=3)
+        summary = Trainer(cfg, rep).run()
+        assert summary.status == "finished", summary.message
+        losses[base] = [m.loss for m in rep.steps]
+    assert len(losses["fp8"]) == 3
+    for a, b in zip(losses["auto"], losses["fp8"]):
+        assert abs(a - b) / a < 0.10, losses

@@ -204,3 +204,23 @@ def test_a_lora_written_just_before_a_kill_is_still_pruned_by_keep_last(tmp_path
     assert Trainer(more).run().status == "finished"
     assert not orphan.exists()  # pruned with the other intermediates
     assert (out / "demo_lora-000002.safetensors").is_file()  # the newest one kept
+
+
+def test_a_full_disk_at_an_intermediate_lora_only_warns_and_the_run_goes_on(tmp_path, monkeypatch):
+    import safetensors.torch as st
+    from safetensors import SafetensorError
+
+    out = tmp_path / "out"
+    real = st.save_file
+
+    def save_file(tensors, filename, metadata=None):
+        if "demo_lora-000001" in Path(filename).name:
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(st, "save_file", save_file)
+    summary = Trainer(demo_cfg(out, schedule__max_steps=0, schedule__epochs=2, output__save_every_n_epochs=1)).run()
+    assert summary.status == "finished", summary.message
+    assert any("was not saved" in w and "disk is full" in w for w in summary.warnings)
+    assert not (out / "demo_lora-000001.safetensors").exists()
+    assert read_lora(summary.lora_path)[0] and _under(summary.lora_path, out)  # the final LoRA is where asked

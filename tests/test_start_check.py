@@ -223,3 +223,22 @@ def test_find_state_follows_the_lora_numbering(tmp_path):
     assert saved is not None and saved.global_step == 11 and saved.complete
     assert saved.epochs_for_more(3, 1) == 4
     assert read_saved_run(str(out / f"{cfg.output.name}_old_state")) is None
+
+
+def test_a_state_trained_with_another_rank_is_refused_before_the_model_loads(tmp_path):
+    """A resume whose LoRA shape differs from the state failed only after the model had loaded; now the start
+    check says so first, in the words the page uses (the setting's label), with the way out."""
+    from guitrainer.core.run_state import STATE_FILE
+
+    cfg = config(tmp_path)
+    saved = cfg.copy()
+    saved.set("network.rank", 2)
+    state = Path(cfg.output.folder) / "run_state"
+    state.mkdir(parents=True)
+    (state / STATE_FILE).write_text(json.dumps({"global_step": 3, "config": saved.to_dict()}), encoding="utf-8")
+    cfg.set("network.rank", 8)
+    cfg.set("schedule.resume_from", str(state))
+    errors = check_start(cfg).errors
+    assert any("Rank (dim) = 2" in e and "it is 8 now" in e for e in errors), errors
+    cfg.set("network.rank", 2)
+    assert not any("Rank (dim)" in e for e in check_start(cfg).errors)

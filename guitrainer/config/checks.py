@@ -38,6 +38,8 @@ def check_all(cfg: TrainingConfig) -> list[ConfigError]:
         *_betas(cfg.optimizer.betas),
         *_learning_rates(cfg),
         *_sample_size(cfg.sampling.size),
+        *_network_format(cfg.network.type, cfg.output.format),
+        *_dropout_kinds(cfg.network),
     ]
 
 
@@ -109,6 +111,26 @@ def _learning_rates(cfg: TrainingConfig) -> list[ConfigError]:
     if cfg.network.train_text_encoder and cfg.optimizer.text_encoder_lr <= 0:
         return [ConfigError("optimizer.text_encoder_lr", "must be above 0 while the text encoder is trained "
                                                          "(0 trains a text-encoder LoRA that does nothing)")]
+    return []
+
+
+def _network_format(network_type: str, fmt: str) -> list[ConfigError]:
+    """LoCon, LoHa, LoKr and DoRA are written in the kohya/LyCORIS layout only (the one ComfyUI and A1111/Forge read)."""
+    if fmt == "diffusers" and network_type != "lora":
+        return [ConfigError("output.format", f"a {network_type} network is saved in kohya's format only; choose "
+                                             "output.format kohya (ComfyUI, A1111/Forge read it) or network.type lora")]
+    return []
+
+
+def _dropout_kinds(network: object) -> list[ConfigError]:
+    """Each network type has its own dropouts: input dropout (LoRA, LoCon, DoRA) or rank / module dropout (LoHa, LoKr)."""
+    kind = network.type  # type: ignore[attr-defined]
+    if kind in ("loha", "lokr") and network.dropout > 0:  # type: ignore[attr-defined]
+        return [ConfigError("network.dropout", f"{kind} has no input dropout; set it to 0 and use "
+                                               "network.rank_dropout or network.module_dropout")]
+    if kind not in ("loha", "lokr") and (network.rank_dropout > 0 or network.module_dropout > 0):  # type: ignore[attr-defined]
+        field = "network.rank_dropout" if network.rank_dropout > 0 else "network.module_dropout"  # type: ignore[attr-defined]
+        return [ConfigError(field, f"applies to LoHa and LoKr only; {kind} uses network.dropout")]
     return []
 
 

@@ -152,6 +152,35 @@ class NetworkConfig:
     train_text_encoder: bool = setting(
         False, label="Train text encoder", help="Also train a LoRA on the text encoder(s). Uses more memory."
     )
+    type: Literal["lora", "locon", "loha", "lokr", "dora"] = setting(
+        "lora",
+        label="Network type",
+        help="LoRA: attention layers only. LoCon: also the ResNet and down/upsampling convolutions and the text "
+        "encoder's MLP (kohya's conv_dim). LoHa / LoKr: LyCORIS' Hadamard / Kronecker products on the same layers. "
+        "DoRA: LoCon with a learned magnitude per input channel (LyCORIS' dora_wd). ComfyUI and A1111/Forge read "
+        "all five; diffusers reads LoRA and LoCon.",
+        choice_labels={"lora": "LoRA", "locon": "LoCon", "loha": "LoHa", "lokr": "LoKr", "dora": "DoRA"},
+    )
+    conv_rank: int = setting(
+        8, label="Conv rank", help="Rank of the 3x3 convolutions' adapters (LoCon, LoHa, LoKr, DoRA); kohya's conv_dim.",
+        minimum=1, maximum=1024, advanced=True,
+    )
+    conv_alpha: float = setting(
+        4.0, label="Conv alpha", help="Scales the convolutions' adapters by conv alpha / conv rank; kohya's conv_alpha.",
+        minimum=0.0, maximum=4096.0, positive=True, advanced=True,
+    )
+    rank_dropout: float = setting(
+        0.0, label="Rank dropout", help="LoHa / LoKr: drops rows of the adapter's weight while training (LyCORIS' "
+        "rank_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+    )
+    module_dropout: float = setting(
+        0.0, label="Module dropout", help="LoHa / LoKr: skips a whole adapter for a step with this probability "
+        "(LyCORIS' module_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+    )
+    lokr_factor: int = setting(
+        -1, label="LoKr factor", help="LoKr splits each weight into a Kronecker product with this factor; -1 picks "
+        "the most balanced split (LyCORIS' factor).", minimum=-1, maximum=1024, advanced=True,
+    )
 
 
 @dataclass

@@ -21,3 +21,23 @@ TEXT_ENCODER_LORA_TARGETS: dict[str, tuple[str, ...]] = {target: TEXT_ENCODER_TA
 DIFFUSERS_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 #: fp16's largest finite value
 FP16_MAX = 65504.0
+
+#: the network types (``network.type``); every one but plain LoRA also trains :data:`CONV_UNET_TARGETS`
+NETWORK_TYPES: tuple[str, ...] = ("lora", "locon", "loha", "lokr", "dora")
+#: kohya's conv_dim variant adds the UNet's ResnetBlock2D, Downsample2D and Upsample2D layers (peft name suffixes)
+CONV_UNET_TARGETS: tuple[str, ...] = (
+    "conv1", "conv2", "conv_shortcut", "time_emb_proj", "downsamplers.0.conv", "upsamplers.0.conv",
+)
+#: kohya trains the CLIP MLP too (CLIPMLP in its text-encoder module list)
+TEXT_ENCODER_MLP_TARGETS: tuple[str, ...] = ("fc1", "fc2")
+
+
+def unet_targets(network_type: str, target_modules: str) -> tuple[str, ...]:
+    """The UNet layers a ``network.type`` trains for a ``network.target_modules`` choice."""
+    base = UNET_LORA_TARGETS[target_modules]
+    return base if network_type == "lora" else base + CONV_UNET_TARGETS
+
+
+def text_encoder_targets(network_type: str) -> tuple[str, ...]:
+    """The CLIP layers a ``network.type`` trains: attention only for plain LoRA (as before), plus the MLP otherwise."""
+    return TEXT_ENCODER_TARGETS if network_type == "lora" else TEXT_ENCODER_TARGETS + TEXT_ENCODER_MLP_TARGETS

@@ -19,6 +19,7 @@ No torch here: the GUI reads states without loading torch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -124,6 +125,33 @@ def saved_step(folder: str | Path) -> int | None:
         return int(read_info(folder)["global_step"])
     except StateError:
         return None
+
+
+#: settings a saved state must share with the run that resumes it (the LoRA's shape and its number format)
+RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
+
+
+def setting_label(config: Any, path: str) -> str:
+    """The label the app shows for a setting ("Rank (dim)"), from the config's field metadata; else the path."""
+    section, _, name = path.partition(".")
+    part = getattr(config, section, None)
+    if dataclasses.is_dataclass(part):
+        for f in dataclasses.fields(part):
+            if f.name == name:
+                return str(f.metadata.get("label") or path)
+    return path
+
+
+def resume_mismatches(info: dict[str, Any], config: Any) -> list[tuple[str, Any, Any]]:
+    """``(path, saved, now)`` for each :data:`RESUME_MUST_MATCH` setting that differs between the state's stored
+    settings and ``config`` (a TrainingConfig: its own class rebuilds the stored one, so core imports no config).
+
+    Raises whatever ``from_dict`` raises on damaged stored settings; a state without them matches.
+    """
+    if "config" not in info:
+        return []
+    saved = type(config).from_dict(info["config"])
+    return [(key, saved.get(key), config.get(key)) for key in RESUME_MUST_MATCH if saved.get(key) != config.get(key)]
 
 
 @dataclass(frozen=True)

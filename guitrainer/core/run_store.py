@@ -124,6 +124,11 @@ _UPDATABLE = frozenset(
         "model", "precision", "save_precision", "pid", "pid_started", "host", "source",
     }
 )  # fmt: skip
+#: what :meth:`RunStore.continue_run` and a resumed launch change in a run's row
+_ON_RESUME = (
+    "status", "ended_at", "updated_at", "heartbeat_at", "pid", "pid_started", "host", "message",
+    "config_json", "dataset_json", "timings_json", "device",
+)  # fmt: skip
 _LIST_COLUMNS = (
     "id, name, created_at, updated_at, ended_at, status, source, model, precision, total_steps, steps, "
     "final_loss, output_folder, lora_path, state_path, state_step, message, pid, host, heartbeat_at"
@@ -354,6 +359,17 @@ class RunStore:
             )
             if config is not None:
                 c.execute("UPDATE runs SET config_json = ? WHERE id = ?", (json.dumps(config, sort_keys=True), run_id))
+
+    def snapshot_run(self, run_id: int) -> dict[str, Any]:
+        """The columns a resume attempt changes (:data:`_ON_RESUME`), to put back when it trained nothing."""
+        row = self.conn.execute(f"SELECT {', '.join(_ON_RESUME)} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return dict(zip(_ON_RESUME, row)) if row else {}
+
+    def restore_run(self, run_id: int, snapshot: dict[str, Any]) -> None:
+        """Put back what :meth:`snapshot_run` saw (a failed resume must not rewrite a run that ended well)."""
+        if snapshot:
+            with self._tx() as c:
+                c.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in snapshot)} WHERE id = ?", (*snapshot.values(), run_id))
 
     def update_run(self, run_id: int, **values: Any) -> None:
         """Set some columns of a run (dicts are stored as JSON); also touches its heartbeat."""

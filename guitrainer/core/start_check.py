@@ -121,6 +121,8 @@ def _check_output(out: StartCheck, config: TrainingConfig) -> None:
         out.errors.append(f"Cannot write to the output folder “{folder}”: {e.strerror or e}.")
     if config.schedule.resume_from and not run_state.is_state_folder(config.schedule.resume_from):
         out.errors.append(f"“{config.schedule.resume_from}” is not a saved training state.")
+    elif config.schedule.resume_from:
+        _check_resume_matches(out, config)
 
 
 def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, guessed: bool) -> None:
@@ -183,3 +185,17 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     _check_device(out, config, device, guessed)
     return out
 
+
+def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
+    """Settings the saved state must share, checked before the model loads (the engine checks them again)."""
+    try:
+        mismatches = run_state.resume_mismatches(run_state.read_info(config.schedule.resume_from), config)
+    except Exception as e:  # noqa: BLE001 - a damaged state: the engine refuses it with the details
+        out.errors.append(f"The saved state “{config.schedule.resume_from}” cannot be read: {e}")
+        return
+    for key, was, now in mismatches:
+        label = run_state.setting_label(config, key)
+        out.errors.append(
+            f"The saved state was trained with {label} = {was!r}; it is {now!r} now. "
+            f"Set {label} back to {was!r} to resume, or start a new run."
+        )

@@ -395,19 +395,13 @@ def estimate(
         parts.append(
             VramPart("vae", f"VAE ({vae_dt})", _blocks(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
-    shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
-    lora_dt = getattr(p, "lora_weights", "fp32")
-    lw = _bytes(lora_dt)
-    lora = sum(c * _blocks(lw * r * k) for r, k, c in shapes)
-    n_lora = sum(c * r * k for r, k, c in shapes)
-    state = sum(_state_one(opt.name, (r, k), c, lw) for r, k, c in shapes)
-    parts += [
-        VramPart("lora_weights", f"LoRA weights ({lora_dt})", lora,
-                 f"{n_lora / 1e6:.2f} M trainable parameters, {lora_dt} master copy."),
-        VramPart("lora_grads", f"LoRA gradients ({lora_dt})", lora, f"One {lora_dt} gradient per trainable parameter."),
-        VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
-    ]
+    lora_parts, lora = _lora_parts(spec, config)
+    parts += lora_parts
     act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)
+    if getattr(net, "type", "lora") != "lora":
+        from guitrainer.core import vram_variants
+
+        act += vram_variants.extra_activation_bytes(spec, config)
     act_tip = (
         f"Saved for the backward pass: batch {config.schedule.batch_size}, {config.dataset.resolution} px"
         + (", gradient checkpointing" if p.gradient_checkpointing else "")
@@ -425,6 +419,28 @@ def estimate(
     parts.append(VramPart("slack", "Allocator slack", slack, "Memory the caching allocator reserves but cannot use.", False))
     total_memory = getattr(device, "total_memory", None) if device is not None else None
     return VramBreakdown(tuple(parts), spec.family, int(total_memory) if total_memory else None, tuple(notes))
+
+
+def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:
+    """The trainable network's weights, gradients and optimizer state; also the weights' bytes alone."""
+    p, net, opt = config.precision, config.network, config.optimizer
+    if getattr(net, "type", "lora") != "lora":  # LoCon, LoHa, LoKr, DoRA
+        from guitrainer.core import vram_variants
+
+        shapes = vram_variants.tensor_shapes(spec, net)
+    else:
+        shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
+    lora_dt = getattr(p, "lora_weights", "fp32")
+    lw = _bytes(lora_dt)
+    lora = sum(c * _blocks(lw * r * k) for r, k, c in shapes)
+    n_lora = sum(c * r * k for r, k, c in shapes)
+    state = sum(_state_one(opt.name, (r, k), c, lw) for r, k, c in shapes)
+    return [
+        VramPart("lora_weights", f"LoRA weights ({lora_dt})", lora,
+                 f"{n_lora / 1e6:.2f} M trainable parameters, {lora_dt} master copy."),
+        VramPart("lora_grads", f"LoRA gradients ({lora_dt})", lora, f"One {lora_dt} gradient per trainable parameter."),
+        VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
+    ], lora
 
 
 _OPT_TIPS = {

@@ -349,10 +349,15 @@ def export_lora(
     "raise" raises :class:`Fp16OverflowError` and writes nothing. A failed write raises
     :class:`~guitrainer.core.fileio.WriteError` and leaves any previous file intact.
     """
-    from guitrainer.engine import lora
+    from guitrainer.engine import lora, lycoris_keys
 
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    if fmt == "diffusers":
+    if lycoris_keys.has_variant(unet, text_encoders):  # LoCon, LoHa, LoKr, DoRA: kohya/LyCORIS keys only
+        if fmt != "kohya":
+            raise ValueError("LoCon, LoHa, LoKr and DoRA networks are saved in kohya's format only (`output.format`)")
+        sd = lycoris_keys.variant_state_dict(unet, text_encoders)
+        meta.update(lycoris_keys.network_metadata(unet, text_encoders))
+    elif fmt == "diffusers":
         sd = lora.diffusers_state_dict(unet, text_encoders)
         adapter = lora.diffusers_adapter_metadata(unet, text_encoders, alpha)
         meta["format"] = "pt"

@@ -51,8 +51,8 @@ def inject_text_encoder_lora(text_encoder: nn.Module, rank: int, alpha: float, d
 
 
 def lora_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The LoRA parameters of ``model`` (everything peft named ``lora_``), in a stable order."""
-    return [p for n, p in model.named_parameters() if "lora_" in n]
+    """The adapter parameters of ``model`` (peft's ``lora_``, LoHa's ``hada_``, LoKr's ``lokr_``), in a stable order."""
+    return [p for n, p in model.named_parameters() if any(k in n for k in ("lora_", "hada_", "lokr_"))]
 
 
 def lora_layers(model: nn.Module) -> dict[str, nn.Module]:
@@ -348,7 +348,7 @@ def load_kohya_lora(
     if odd:
         raise LoraFormatError(
             f"{_name(path)}: {len(odd)} modules are not plain LoRA (lora_down / lora_up / alpha), e.g. {odd[0]}; "
-            "LyCORIS (LoHa, LoKr, DoRA) files cannot be continued from"
+            "to continue from a LyCORIS (LoHa, LoKr, DoRA) file, set network.type to its type"
         )
     if unknown and strict:
         raise LoraFormatError(

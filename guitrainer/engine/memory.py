@@ -53,13 +53,13 @@ import torch.utils.checkpoint
 
 from guitrainer.core import vram
 from guitrainer.engine import amp_step
+from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.memory_modes import (
     CUDA_BLOCK,
     CudaAutocastEmulation,
     FakeScalars,
     ScalerStandIn,
     StorageTracker,
-    cast_layerwise,
 )
 from guitrainer.engine.model_spec import build_on_meta, component_configs
 
@@ -104,13 +104,18 @@ def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Modul
     """
     from diffusers.training_utils import cast_training_params
 
-    from guitrainer.engine import lora
+    from guitrainer.engine import lora, variants
 
     n = network
     with torch.device("meta"):
-        lora.inject_unet_lora(unet, n.rank, n.alpha, n.dropout, n.target_modules)
-        for te in text_encoders:
-            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
+        if getattr(n, "type", "lora") != "lora":  # LoCon, LoHa, LoKr, DoRA: the trainer's own injection
+            variants.inject_unet(unet, n)
+            for te in text_encoders:
+                variants.inject_text_encoder(te, n)
+        else:
+            lora.inject_unet_lora(unet, n.rank, n.alpha, n.dropout, n.target_modules)
+            for te in text_encoders:
+                lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([unet, *text_encoders], dtype=torch.float32)
 
 
@@ -243,8 +248,6 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
         tes = [build_on_meta(family, part, wdtype) for part in ("text_encoder", "text_encoder_2") if part in cfgs]
     inject_engine_lora(unet, tes if train_te else [], net)  # as the trainer: inject, fp32 cast, then checkpointing
     if p.base_weights == "fp8":  # as the trainer: frozen Linear / Conv weights stored in float8
-        from guitrainer.engine.session import FP8_SKIP_PATTERNS
-
         for module in (unet, *tes):
             cast_layerwise(module, torch.float8_e4m3fn, wdtype, FP8_SKIP_PATTERNS)
     if p.gradient_checkpointing:
@@ -340,7 +343,7 @@ def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int =
         if m is None:
             continue
         for n, prm in m.named_parameters():
-            if ("lora_" in n) == lora:
+            if any(k in n for k in ("lora_", "hada_", "lokr_")) == lora:
                 total += -(-prm.numel() * prm.element_size() // block) * block
     return total
 

@@ -70,6 +70,7 @@ class RunRecorder:
         self._thread: threading.Thread | None = None
         self._trainer: Any = None
         self._continuing = False
+        self._resumed_row: dict[str, Any] = {}
         self._first_step: int | None = None
         self._images = 0.0
         self._timings: dict[str, float] = {}
@@ -202,23 +203,28 @@ class RunRecorder:
         resume = cfg.schedule.resume_from
         run_id = store.run_for_state(expand(resume)) if resume else None
         if run_id is not None:
+            self._resumed_row = store.snapshot_run(run_id)  # put back if this launch trains no step
             store.continue_run(run_id, config=cfg.to_dict())
             self._continuing = True
         else:
-            run_id = store.begin_run(
-                name=cfg.output.name,
-                config=cfg.to_dict(),
-                source=self.source,
-                model=cfg.model.base,
-                precision=cfg.precision.training,
-                save_precision=cfg.precision.save,
-                output_folder=normalize_path(expand(cfg.output.folder)),
-                total_steps=cfg.schedule.max_steps,
-            )
+            run_id = self._new_row(store)
         store.update_run(run_id, dataset_json=_dataset_summary(cfg))
         if getattr(cfg.output, "tensorboard", False):
             self._open_tensorboard(store, run_id)
         return run_id
+
+    def _new_row(self, store: RunStore) -> int:
+        cfg = self.config
+        return store.begin_run(
+            name=cfg.output.name,
+            config=cfg.to_dict(),
+            source=self.source,
+            model=cfg.model.base,
+            precision=cfg.precision.training,
+            save_precision=cfg.precision.save,
+            output_folder=normalize_path(expand(cfg.output.folder)),
+            total_steps=cfg.schedule.max_steps,
+        )
 
     def _open_tensorboard(self, store: RunStore, run_id: int) -> None:
         from guitrainer.engine.tb_events import TensorBoardLog, log_folder
@@ -295,6 +301,12 @@ class RunRecorder:
 
     def _end(self, store: RunStore, summary: RunSummary) -> None:
         assert self.run_id is not None
+        if self._continuing and self._first_step is None and self._resumed_row:
+            # A resume that trained nothing (refused, failed while loading, or the run was complete) leaves the
+            # run it resumed as it was, and is kept as an attempt of its own with its message.
+            store.restore_run(self.run_id, self._resumed_row)
+            self.run_id = self._new_row(store)
+            self._continuing = False
         t = self._timings
         now = time.time()
         timings: dict[str, Any] = {"started_at": t.get("started_at"), "ended_at": now, "wall_seconds": now - t["started_at"]}

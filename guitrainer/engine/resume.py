@@ -23,7 +23,6 @@ from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with
 from guitrainer.engine.errors import RunComplete, TrainingFailed
 
 #: settings a saved state must share with the run that resumes it
-RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
 DAMAGED_ADVICE = (
     "resume from another saved state, or start the training again",
     "a state is written by guitrainer only: never load one from an untrusted source",
@@ -130,12 +129,12 @@ def read_checked_info(folder: Path, config: TrainingConfig) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - any damage to the stored config
         raise TrainingFailed(f"{folder}: the settings stored in the state are damaged", DAMAGED_ADVICE) from None
     if saved is not None:
-        for key in RESUME_MUST_MATCH:
-            if saved.get(key) != config.get(key):
-                raise TrainingFailed(
-                    f"cannot resume: `{key}` was {saved.get(key)!r} in the saved state and is {config.get(key)!r} now",
-                    (f"set `{key}` back to {saved.get(key)!r}",),
-                )
+        for key, was, now in run_state.resume_mismatches(info, config):
+            label = run_state.setting_label(config, key)
+            raise TrainingFailed(
+                f"cannot resume: {label} (`{key}`) was {was!r} in the saved state and is {now!r} now",
+                (f"set {label} back to {was!r}, or start a new run",),
+            )
     return info
 
 

@@ -172,11 +172,17 @@ def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any
         return
     feedback.status(f"making {len(prompts)} sample image{'s' if len(prompts) != 1 else ''} at step {step}")
     moved = caches.unpark()
+    # fp8-stored weights are cast up to the compute dtype layer by layer while the LoRA stays fp32: the pipeline
+    # runs under the training's autocast, as the training step does
+    mixed = session.config.precision.base_weights == "fp8" and session.precision != "fp32"
+    in_step_dtype = torch.autocast(session.device.type, dtype=session.dtype) if mixed else contextlib.nullcontext()
     try:
         from guitrainer.engine.optim import averaged_weights
 
-        with averaged_weights(session.optimizer):  # schedule-free: sample the averaged weights
-            samples = generate_samples(session.model, cfg, step=step, out_folder=out_folder, name=name, device=session.device)
+        with in_step_dtype, averaged_weights(session.optimizer):  # schedule-free: sample the averaged weights
+            samples = generate_samples(
+                session.model, cfg, step=step, out_folder=out_folder, name=name, device=session.device
+            )
     except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
         log.exception("sampling failed")
         feedback.warn(f"sample images at step {step} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")

@@ -21,12 +21,13 @@ import torch
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization
 from guitrainer.core.paths import expand
-from guitrainer.engine import data, lora
+from guitrainer.engine import data, lora, variants
 from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
+from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.models import LoadedModel, ensure_demo_dataset, ensure_demo_model, load_base_model
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
 
@@ -263,14 +264,18 @@ def _prepare_model(
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
     n = config.network
-    lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
     train_te = bool(n.train_text_encoder)
-    if train_te:
-        for te in m.text_encoders:
+    if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/variants.py)
+        variants.inject_unet(m.unet, n)
+        for te in m.text_encoders if train_te else []:
+            variants.inject_text_encoder(te, n)
+    else:
+        lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
+        for te in m.text_encoders if train_te else []:
             lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
     if config.precision.base_weights == "fp8":
-        store_fp8([m.unet, *m.text_encoders], dtype, feedback)
+        store_fp8([m.unet, *m.text_encoders], dtype, device, feedback)
     if config.model.init_lora and not config.schedule.resume_from:
         _continue_from(config, m, train_te, feedback)
     if config.precision.gradient_checkpointing:
@@ -285,26 +290,23 @@ def _prepare_model(
     return train_te
 
 
-#: layers whose weights stay in the compute dtype under fp8 storage: norms, embeddings and the LoRA itself
-FP8_SKIP_PATTERNS = ("pos_embed", "patch_embed", "norm", "embeddings", "^proj_in$", "^proj_out$", "lora_")
-
-
-def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, feedback: Feedback) -> None:
+def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device: torch.device, feedback: Feedback) -> None:
     """``precision.base_weights = "fp8"``: the frozen Linear / Conv weights of ``modules`` are stored in float8
-    e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (diffusers' layerwise casting, as
-    kohya's ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
+    e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (:mod:`.layer_casting`, as kohya's
+    ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
     fp8 = getattr(torch, "float8_e4m3fn", None)
+    if device.type == "mps":  # Apple's Metal backend has no float8 tensors
+        raise TrainingFailed(
+            "fp8 storage of the frozen weights does not run on Apple GPUs (MPS has no float8 types)",
+            ('set precision.base_weights = "auto"',),
+        )
     if fp8 is None:
         raise TrainingFailed(
             "fp8 storage of the frozen weights needs a PyTorch with float8 types (2.1 or newer)",
             ("set precision.base_weights = \"auto\"", "or update PyTorch"),
         )
-    from diffusers.hooks import apply_layerwise_casting
-
     for module in modules:
-        apply_layerwise_casting(
-            module, storage_dtype=fp8, compute_dtype=compute_dtype, skip_modules_pattern=FP8_SKIP_PATTERNS
-        )
+        cast_layerwise(module, fp8, compute_dtype, FP8_SKIP_PATTERNS)
     feedback.status("frozen weights stored in fp8 (e4m3), cast up layer by layer")
 
 
@@ -313,7 +315,12 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     left_out: list[str] = []
     tes = m.text_encoders if train_te else []
     init = config.model.init_lora
-    count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+    if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
+        from guitrainer.engine.lycoris_keys import load_variant_file
+
+        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
+    else:
+        count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
     if not count:
         raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
     if left_out:

@@ -80,6 +80,17 @@ def first_window_size(screen: QScreen | None) -> QSize:
     return QSize(w, h)
 
 
+#: below this available screen size the first window opens maximized: a smaller window than 1366×768
+#: (less the panel) makes the pages scroll sideways, and such a screen has no room to spare anyway
+MAXIMIZE_BELOW = QSize(1600, 900)
+
+
+def first_start_maximized(screen: QScreen | None) -> bool:
+    """First start on a small screen (a 1366×768 laptop): open maximized rather than a window that scrolls."""
+    avail = screen.availableGeometry() if screen is not None else None
+    return avail is not None and (avail.width() < MAXIMIZE_BELOW.width() or avail.height() < MAXIMIZE_BELOW.height())
+
+
 def keep_dataset(new: TrainingConfig, current: TrainingConfig) -> TrainingConfig:
     """``new`` (a preset just loaded) with the current dataset, unless the preset names images itself."""
     if new.dataset.folders:

@@ -126,7 +126,9 @@ class Shooter:
         self.layout["as_opened"] = {"frame": rect(window.frameGeometry()), "inside_screen": screen.contains(window.frameGeometry())}
         self.record_page(window, "as_opened_dataset")
         self.shot("as_opened_dataset")
-        if maximize_by_title_bar(self.xin, window):
+        if window.isMaximized():  # the app opens maximized on a small screen (a title-bar click would restore it)
+            self.layout["maximized_by"] = "the app itself (first start on a small screen)"
+        elif maximize_by_title_bar(self.xin, window):
             self.layout["maximized_by"] = "double click on the title bar"
         else:
             window.showMaximized()

@@ -37,3 +37,8 @@ def test_screenshots_of_every_page(size, screenshot_runs):
     print(json.dumps({k: layout[k] for k in ("as_opened", "maximized_by", "welcome_dialog")}))
     for page, info in layout["pages"].items():
         print(page, json.dumps(info))
+    # issue 15: the first window fits the screen, and from 1366x768 up no page scrolls or cuts a tab title
+    assert layout["as_opened"]["inside_screen"], layout["as_opened"]
+    for page, info in layout["pages"].items():
+        assert info.get("page_scroll", [0, 0]) == [0, 0], (page, info)
+        assert not info.get("tabs_cut"), (page, info)

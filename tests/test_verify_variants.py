@@ -1,0 +1,107 @@
+"""The Output page's Verify for network variants (issue 21 #4): LoCon through diffusers, LoHa / LoKr / DoRA by
+the clients' merge rules against the trained model, with the clients that read each type named."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tiny_models import build_tiny
+
+from guitrainer.config import NetworkConfig
+from guitrainer.engine import export, variants
+from guitrainer.engine.verify import verify_lora
+
+
+@pytest.fixture(scope="module")
+def sd15(tmp_path_factory) -> tuple[Path, SimpleNamespace]:
+    from diffusers import UNet2DConditionModel
+    from transformers import CLIPTextModel
+
+    folder = build_tiny(tmp_path_factory.mktemp("sd15"), "sd15")
+    unet = UNet2DConditionModel.from_pretrained(folder / "unet")
+    te = CLIPTextModel.from_pretrained(folder / "text_encoder")
+    return folder, SimpleNamespace(unet=unet, text_encoders=[te])
+
+
+def _trained(base: SimpleNamespace, kind: str) -> SimpleNamespace:
+    unet, te = copy.deepcopy(base.unet), copy.deepcopy(base.text_encoders[0])
+    net = NetworkConfig(type=kind, rank=4, alpha=2.0, conv_rank=2, conv_alpha=3.0)
+    variants.inject_unet(unet, net)
+    variants.inject_text_encoder(te, net)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for model in (unet, te):
+            for name, p in model.named_parameters():
+                if name.endswith(variants.DORA_PARAM):
+                    p.mul_(1 + 0.2 * torch.randn(p.shape, generator=gen))
+                elif any(k in name for k in variants.TRAINABLE_MARKERS):
+                    p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    return SimpleNamespace(unet=unet, text_encoders=[te])
+
+
+@pytest.mark.parametrize("kind", ["loha", "lokr", "dora"])
+def test_lycoris_files_verify_against_the_trained_model_and_a_wrong_one_fails(sd15, tmp_path, kind):
+    folder, base = sd15
+    trained = _trained(base, kind)
+    path = tmp_path / "v.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="bf16")
+    result = verify_lora(path, str(folder), reference=trained)
+    assert result.ok, result.message
+    assert not result.keys_unused and result.lora_effect > 0
+    assert "ComfyUI and A1111/Forge read it" in result.message and "diffusers" in result.message
+    other = _trained(base, kind)
+    with torch.no_grad():
+        for p in variants.trainable_parameters(other.unet):
+            p.mul_(1.5)
+    assert not verify_lora(path, str(folder), reference=other).ok
+
+
+def test_dora_says_diffusers_does_not_read_it_as_trained(sd15, tmp_path):
+    folder, base = sd15
+    trained = _trained(base, "dora")
+    path = tmp_path / "d.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    result = verify_lora(path, str(folder))
+    assert result.ok, result.message  # every key read by the clients' rules, the merge changes the output
+    assert "diffusers' outputs differ from the clients'" in result.message
+
+
+@pytest.fixture(scope="module")
+def sdxl(tmp_path_factory) -> tuple[Path, SimpleNamespace]:
+    from diffusers import UNet2DConditionModel
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection
+
+    folder = build_tiny(tmp_path_factory.mktemp("sdxl"), "sdxl")
+    unet = UNet2DConditionModel.from_pretrained(folder / "unet")
+    tes = [CLIPTextModel.from_pretrained(folder / "text_encoder"),
+           CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder_2")]
+    return folder, SimpleNamespace(unet=unet, text_encoders=tes)
+
+
+def _trained_all(base: SimpleNamespace, kind: str) -> SimpleNamespace:
+    first = _trained(SimpleNamespace(unet=base.unet, text_encoders=base.text_encoders[:1]), kind)
+    tes = list(first.text_encoders)
+    for te in base.text_encoders[1:]:
+        te = copy.deepcopy(te)
+        variants.inject_text_encoder(te, NetworkConfig(type=kind, rank=4, alpha=2.0, conv_rank=2, conv_alpha=3.0))
+        with torch.no_grad():
+            for p in variants.trainable_parameters(te):
+                p.copy_(0.1 * torch.randn(p.shape))
+        tes.append(te)
+    return SimpleNamespace(unet=first.unet, text_encoders=tes)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_locon_is_read_by_diffusers_and_matches_the_trained_model(request, tmp_path, family, precision):
+    folder, base = request.getfixturevalue(family)
+    trained = _trained_all(base, "locon")
+    path = tmp_path / "c.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision=precision)
+    result = verify_lora(path, str(folder), reference=trained)
+    assert result.ok and result.message.startswith("diffusers reads this file: every key used"), result.message
+    assert result.max_abs_diff_te is not None and result.lora_effect > 0
