@@ -66,9 +66,11 @@ PRECISION_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
     "mps_old": {F32: GOOD, F16: ("error", F32), B: ("error", F32)},  # [mps] torch 2.4, macOS 13: neither
 }
 EIGHT_BIT = ("AdamW8bit", "Lion8bit")
+#: pure-PyTorch optimizers from their own packages (issue 20): no device or bitsandbytes constraint
+PURE_TORCH = dict.fromkeys(("Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME"))
 CUDA_OPT = dict.fromkeys(OPTIMIZERS)  # every optimizer fine on a GPU with a matching bitsandbytes 0.50.2
 BNB_REFUSED = {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("error", "AdamW")),
-               "PagedAdamW8bit": ("error", "AdamW")}
+               "PagedAdamW8bit": ("error", "AdamW"), **PURE_TORCH}
 OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
     **{d: CUDA_OPT for d in ("gtx1080", "gtx1080_cu128", "p100", "v100", "gtx1660", "t1000", "mx450", "tu117_unnamed",
                              "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "rtx5090", "rtx5090_no_sm120",
@@ -77,7 +79,7 @@ OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
     # Intel: 8-bit works (bitsandbytes PR #1692); paging is CUDA-only, so the paged variant is pointless
     "arc_a770": {**CUDA_OPT, "PagedAdamW8bit": ("warning", "AdamW8bit")},
     **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
-           "PagedAdamW8bit": ("warning", "AdamW")} for d in ("cpu", "cpu_bf16", "cpu_amx")},  # works, slow
+           "PagedAdamW8bit": ("warning", "AdamW"), **PURE_TORCH} for d in ("cpu", "cpu_bf16", "cpu_amx")},  # works, slow
     **{d: BNB_REFUSED for d in MAC_DEVICES},  # no MPS 8-bit kernels in bitsandbytes
 }
 

@@ -42,6 +42,7 @@ from guitrainer.config.files import (
     save_toml,
     schema_version_of,
 )
+from guitrainer.config.recipes import LR_FREE_OPTIMIZERS, LossConfig, NoiseConfig, ValidationConfig
 from guitrainer.config.sections import (
     OPTIMIZERS,
     PRECISIONS,
@@ -62,6 +63,10 @@ from guitrainer.config.training import TrainingConfig
 
 __all__ = [
     "COMMA_SPLIT_ITEMS",
+    "LR_FREE_OPTIMIZERS",
+    "LossConfig",
+    "NoiseConfig",
+    "ValidationConfig",
     "MIGRATIONS",
     "OPTIMIZERS",
     "PRECISIONS",

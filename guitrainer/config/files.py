@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError, UnknownKeyWarning, short_repr
+from guitrainer.config.recipes import apply_lr_free_default
 from guitrainer.config.sections import SECTIONS
 from guitrainer.config.training import TrainingConfig
 
@@ -144,6 +145,7 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
             except ConfigError as e:
                 # e.field may be finer than path: `dataset.folders[1]`, `optimizer.betas[0]`
                 raise ConfigError(e.field, e.message, source=source, line=find_line(text, path) if text else None) from None
+    apply_lr_free_default(cfg, data)
     return cfg
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
+from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
 from guitrainer.core.advice import CHOICE_LABELS
 
 Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
-OPTIMIZERS: tuple[str, ...] = ("AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor")
+OPTIMIZERS: tuple[str, ...] = (
+    "AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor", "Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME"
+)
 
 @dataclass
 class DatasetFolder:
@@ -182,16 +185,36 @@ class NetworkConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: Literal["AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor"] = setting(
+    name: Literal[
+        "AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor", "Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME"
+    ] = setting(
         "AdamW",
         label="Optimizer",
-        help="AdamW is the safe default; 8-bit variants (bitsandbytes) use a quarter of the optimizer memory.",
+        help="AdamW is the safe default; 8-bit variants (bitsandbytes) use a quarter of the optimizer memory. "
+        "Prodigy and DAdaptAdam find their own step size: leave the learning rate at 1.0 (it multiplies theirs). "
+        "AdamWScheduleFree needs no LR schedule (the schedule stays constant). CAME: Adafactor-like memory, Adam-like steps.",
+        choice_labels={
+            "Prodigy": "Prodigy (LR-free: LR 1.0)",
+            "DAdaptAdam": "DAdaptAdam (LR-free: LR 1.0)",
+            "AdamWScheduleFree": "AdamW schedule-free",
+        },
     )
     lr: float = setting(
-        1e-4, label="Learning rate", help="UNet learning rate.", minimum=0.0, maximum=1.0, kind="scientific", positive=True
+        1e-4,
+        label="Learning rate",
+        help="UNet learning rate. With Prodigy or DAdaptAdam it multiplies the step size they find: 1.0 (their default).",
+        minimum=0.0,
+        maximum=1.0,
+        kind="scientific",
+        positive=True,
     )
     text_encoder_lr: float = setting(
-        5e-5, label="Text encoder LR", help="Learning rate of the text encoder's LoRA.", minimum=0.0, maximum=1.0, kind="scientific"
+        5e-5,
+        label="Text encoder LR",
+        help="Learning rate of the text encoder's LoRA (with Prodigy or DAdaptAdam a multiplier, usually 1.0).",
+        minimum=0.0,
+        maximum=1.0,
+        kind="scientific",
     )
     weight_decay: float = setting(0.01, label="Weight decay", help="Decoupled weight decay.", minimum=0.0, maximum=1.0, advanced=True)
     betas: list[float] = setting(
@@ -219,6 +242,30 @@ class ScheduleConfig:
     seed: int = setting(42, label="Seed", help="Random seed; the same seed repeats the same run.", minimum=0, maximum=2**32 - 1)
     resume_from: str = setting(
         "", label="Resume from", help="A saved training state folder to continue from.", kind="folder", advanced=True
+    )
+    warmup_ratio: float = setting(
+        0.0,
+        label="Warm-up share",
+        help="Warm-up as a share of all steps (0.05 = the first 5 %); used instead of the warm-up steps when above 0.",
+        minimum=0.0,
+        maximum=1.0,
+        advanced=True,
+    )
+    lr_scheduler_num_cycles: int = setting(
+        1,
+        label="Restarts (cycles)",
+        help="Cosine with restarts: how many cosine cycles, each starting again from the full learning rate.",
+        minimum=1,
+        maximum=1000,
+        advanced=True,
+    )
+    lr_scheduler_power: float = setting(
+        1.0,
+        label="Polynomial power",
+        help="Polynomial schedule: the power of the decay (1 = linear, 2 = faster at first).",
+        minimum=0.01,
+        maximum=100.0,
+        advanced=True,
     )
 
 
@@ -353,5 +400,8 @@ SECTIONS: dict[str, type] = {
     "precision": PrecisionConfig,
     "sampling": SamplingConfig,
     "output": OutputConfig,
+    "loss": LossConfig,
+    "noise": NoiseConfig,
+    "validation": ValidationConfig,
 }
 

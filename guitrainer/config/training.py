@@ -13,6 +13,7 @@ import tomli_w
 from guitrainer.config.checks import check_all
 from guitrainer.config.coerce import _check_field, _coerce, _split, field_info
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError
+from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig, recipe_errors
 from guitrainer.config.sections import (
     SECTIONS,
     DatasetConfig,
@@ -38,6 +39,9 @@ class TrainingConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     schema_version: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ access by path
@@ -87,6 +91,7 @@ class TrainingConfig:
                 ConfigError("precision.cache_text_encoder_outputs", "cannot cache text embeddings while training the text encoder")
             )
         out.extend(check_all(self))
+        out.extend(recipe_errors(self))
         from guitrainer.core.sample_prompts import SamplePromptError, parse
 
         for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):

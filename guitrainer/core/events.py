@@ -37,6 +37,7 @@ class StepMetrics:
     grad_underflow: float | None = None  # share of LoRA gradient values zero or subnormal in fp16 after scaling
     nonfinite_module: str | None = None  # where the inf/NaN of a skipped step (or NaN loss) was first seen
     numerics_message: str = ""  # "step 812 skipped: inf first seen in ... (fp16 activation 7.1e4 > 65,504)"
+    validation_loss: float | None = None  # held-out images at fixed timesteps and noise, on validation steps only
 
 
 @dataclass(frozen=True)

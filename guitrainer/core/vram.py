@@ -258,6 +258,10 @@ def optimizer_state_bytes(name: str, shapes: Iterable[Sequence[int]]) -> int:
     bitsandbytes 8-bit (mirrors ``Optimizer2State.init_state``): tensors under ``min_8bit_size`` (4096
     elements) keep fp32 states; others keep uint8 states plus one fp32 absmax per 256 elements.
     Lion8bit: one state. Adafactor: factored row + column fp32 statistics for matrices.
+    Measured from real steps (prodigyopt 1.1, dadaptation 3.2, schedulefree 1.4, came-pytorch 0.1.3), each an fp32
+    tensor of the parameter's size unless said: Prodigy 4 (exp_avg, exp_avg_sq, s, p0 = the starting weights),
+    DAdaptAdam 3 (exp_avg, exp_avg_sq, s), AdamWScheduleFree 2 (z, exp_avg_sq), CAME 1 (exp_avg) plus two
+    row and two column vectors per matrix (exp_avg_sq_*, exp_avg_res_*) and a 0-dim RMS.
     """
     return sum(_state_one(name, tuple(s), 1) for s in shapes)
 
@@ -279,7 +283,18 @@ def _state_one(name: str, shape: tuple[int, ...], count: int, param_bytes: int =
         if len(dims) >= 2:
             return count * (_blocks(4 * n // shape[-1]) + _blocks(4 * n // shape[-2]))
         return count * _blocks(4 * n)
+    if name in FULL_STATES:
+        return count * FULL_STATES[name] * _blocks(4 * n)
+    if name == "CAME":
+        if len(shape) >= 2:
+            rows, cols = n // shape[-1], n // shape[-2]
+            return count * (_blocks(4 * n) + 2 * _blocks(4 * rows) + 2 * _blocks(4 * cols) + _blocks(4))
+        return count * (2 * _blocks(4 * n) + _blocks(4))
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+#: fp32 tensors of the parameter's size each optimizer keeps (measured, see :func:`optimizer_state_bytes`)
+FULL_STATES = {"Prodigy": 4, "DAdaptAdam": 3, "AdamWScheduleFree": 2}
 
 
 def _bytes(dtype: str) -> int:
@@ -434,6 +449,10 @@ _OPT_TIPS = {
     "PagedAdamW8bit": "8-bit moments in paged memory (~2 B/param); small tensors keep fp32 state.",
     "Lion8bit": "One 8-bit moment (~1 B/param); small tensors keep fp32 state.",
     "Adafactor": "Factored second moments: a row and a column vector per matrix.",
+    "Prodigy": "Four fp32 tensors per parameter (two moments, its step-size sum, the starting weights): 16 B/param.",
+    "DAdaptAdam": "Three fp32 tensors per parameter (two moments, its step-size sum): 12 B/param.",
+    "AdamWScheduleFree": "Two fp32 tensors per parameter (the average's partner z, the second moment): 8 B/param.",
+    "CAME": "One fp32 moment (4 B/param) plus row and column statistics per matrix.",
 }
 
 

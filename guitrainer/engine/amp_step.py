@@ -27,8 +27,10 @@ import torch.nn.functional as F
 from guitrainer.core import regularization
 from guitrainer.core.numerics import nan_advice
 from guitrainer.engine import data
+from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine.errors import NAN_ADVICE, TrainingFailed
 from guitrainer.engine.numerics import StepNumerics, StepWatch
+from guitrainer.engine.optim import averaged_weights
 
 #: (instance batch: dataset positions, class draws: class item indices) -- one micro-batch
 Pair = tuple[list[int], list[int]]
@@ -151,15 +153,24 @@ class AmpStep:
         s = self.session
         return added_conditioning(pooled, batch.get("time_ids"), s.config.dataset.resolution, s.device, dtype)
 
-    def forward_loss(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Noise-prediction MSE of one micro-batch. Runs under autocast."""
+    def forward_loss(self, batch: dict[str, Any], timesteps: torch.Tensor | None = None) -> torch.Tensor:
+        """The loss of one micro-batch. Runs under autocast.
+
+        Plain noise-prediction MSE on uniform timesteps by default; the run's ``[loss]`` and ``[noise]``
+        settings (min-SNR-γ, Huber, noise offset, ...) as :mod:`guitrainer.engine.recipes` computes them.
+        ``timesteps`` given: those, not drawn (the validation loss).
+        """
         s = self.session
         sched = s.model.noise_scheduler
         latents = batch["latents"]
-        drawn = draw_noise(sched, latents)
+        drawn = recipe_math.noise_and_timesteps(s.recipe, sched, latents, timesteps)
         hidden, pooled = self.caches.encode_text(batch["captions"])
         added = self.added_cond(pooled, batch, hidden.dtype)
-        return prediction_loss(s.unet, sched, s.model.prediction_type, latents, drawn, hidden, added)
+        noise, t, noisy = drawn
+        pred = s.unet(noisy, t, hidden, added_cond_kwargs=added).sample
+        v_pred = s.model.prediction_type == "v_prediction"
+        target = sched.get_velocity(latents, noise, t) if v_pred else noise
+        return recipe_math.diffusion_loss(s.recipe, pred, target, t, sched, v_pred)
 
     def backward(self, loss: torch.Tensor) -> None:
         if self._replay_scale is not None:  # a diagnosis replay: the scale the step had, not the lowered one
@@ -312,7 +323,7 @@ class AmpStep:
         unet = s.model.unet
         devices = [s.device] if s.device.type == "cuda" else []
         losses: list[float] = []
-        with torch.random.fork_rng(devices=devices), torch.no_grad():
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), averaged_weights(s.optimizer):
             torch.manual_seed(seed)
             unet.eval()  # no LoRA dropout while measuring
             if not adapters:

@@ -152,6 +152,7 @@ class RunCaches:
         self.parked: list[torch.nn.Module] = []  # frozen modules moved to the CPU after caching
         self.latents: LatentTable = {}
         self.class_latents: LatentTable = {}
+        self.validation_latents: LatentTable = {}  # the validation images' (engine/validation.py)
         self.latent_store: LatentCache | None = None
         self.text_store: TextCache | None = None
         self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
@@ -222,6 +223,8 @@ class RunCaches:
         jobs = [(s.dataset, self.latents)]
         if s.class_dataset is not None:
             jobs.append((s.class_dataset, self.class_latents))
+        if getattr(s, "validation_dataset", None) is not None:
+            jobs.append((s.validation_dataset, self.validation_latents))
         todo: list[tuple[Any, LatentTable, int, bool, str]] = []
         reused = 0
         for ds, target in jobs:
@@ -284,9 +287,9 @@ class RunCaches:
         captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
         if s.config.dataset.caption_dropout > 0:
             captions[""] = None
-        cds = s.class_dataset
-        if cds is not None:
-            captions.update(dict.fromkeys(cds.fixed_caption(i) for i in range(len(cds.items))))
+        for extra in (s.class_dataset, getattr(s, "validation_dataset", None)):
+            if extra is not None:
+                captions.update(dict.fromkeys(extra.fixed_caption(i) for i in range(len(extra.items))))
         self.feedback.status(f"caching text embeddings of {len(captions)} captions")
         for n, c in enumerate(captions):
             self.feedback.stop_if_asked(f"caching text embeddings ({n} of {len(captions)} encoded)")

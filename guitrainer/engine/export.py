@@ -203,6 +203,9 @@ def build_metadata(
         "modelspec.date": datetime.fromtimestamp(done, UTC).replace(microsecond=0).isoformat(),
         "modelspec.resolution": f"{res}x{res}",
     }
+    from guitrainer.engine.recipes import recipe_metadata
+
+    meta.update(recipe_metadata(config))  # loss, noise, warm-up and validation settings, sd-scripts' names
     for key, value in (
         ("modelspec.author", o.author),
         ("modelspec.description", o.description),

@@ -119,13 +119,24 @@ def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Modul
     cast_training_params([unet, *text_encoders], dtype=torch.float32)
 
 
+#: optimizers whose step reads tensor values on the host (``.item()``): they cannot step fake tensors, so the
+#: tracked step runs a stateless SGD and their state is measured by a real step (:func:`bnb_state_bytes`)
+STATE_MEASURED_APART = ("Prodigy", "DAdaptAdam")
+#: recipe optimizers that do step fake tensors: the tracked step runs them for real
+FAKE_SAFE_RECIPES = ("AdamWScheduleFree", "CAME")
+
+
+def _state_measured_apart(name: str) -> bool:
+    return name.endswith("8bit") or name in STATE_MEASURED_APART
+
+
 def _make_optimizer(opt_cfg: Any, params: list[torch.nn.Parameter], real_8bit: bool) -> torch.optim.Optimizer:
     name = opt_cfg.name
     if name == "AdamW":
         return torch.optim.AdamW(params, lr=opt_cfg.lr, foreach=True)  # foreach is the default on CUDA
     if name == "Adafactor":
         return torch.optim.Adafactor(params, lr=opt_cfg.lr, foreach=False)
-    if real_8bit:
+    if real_8bit or name in FAKE_SAFE_RECIPES:
         from guitrainer.engine.optim import build_optimizer
 
         return build_optimizer(opt_cfg, [{"params": params}])[0]
@@ -143,7 +154,8 @@ def _state_storages(state: dict[str, Any]) -> dict[int, torch.UntypedStorage]:
 def bnb_state_bytes(opt_cfg: Any, shapes: Iterable[tuple[int, ...]], block: int = CUDA_BLOCK) -> int | None:
     """Bytes of a bitsandbytes 8-bit optimizer's state over trainable tensors of ``shapes``, from a real step.
 
-    bitsandbytes runs on CPU: one optimizer (the engine's :func:`~guitrainer.engine.optim.build_optimizer` with
+    The same works for any optimizer the engine builds (Prodigy and DAdaptAdam, whose steps cannot run on
+    fake tensors, are measured this way too). bitsandbytes runs on CPU: one optimizer (the engine's :func:`~guitrainer.engine.optim.build_optimizer` with
     ``opt_cfg``) over two real fp32 tensors per distinct shape takes one step with random gradients. A storage
     held by one tensor's state is per-tensor (counted once per tensor of that shape); one held by several
     (the shared quantisation maps) is counted once. Each storage is rounded up to ``block`` bytes.
@@ -346,14 +358,16 @@ def _randomise(run: _Run) -> None:
 
 
 def _8bit_state(config: Any, params: list[torch.nn.Parameter], block: int) -> tuple[int, str, bool]:
-    """(bytes, note, from the formula) of the 8-bit optimizer state: measured with bitsandbytes on CPU if it can."""
+    """(bytes, note, from the formula) of an 8-bit (or Prodigy / DAdaptAdam) optimizer's state: measured by a
+    real step on CPU tensors if it can."""
     name = config.optimizer.name
     shapes = [tuple(prm.shape) for prm in params]
     measured = bnb_state_bytes(config.optimizer, shapes, block)
     if measured is not None:
+        real, why = ("bitsandbytes", "bitsandbytes") if name.endswith("8bit") else (name, f"{name}'s step reads values")
         return measured, (
-            f"{name} state ({measured / 2**20:.1f} MiB) measured from a real bitsandbytes step on CPU tensors of the "
-            f"LoRA's {len(set(shapes))} distinct shapes (bitsandbytes cannot run on fake tensors)"
+            f"{name} state ({measured / 2**20:.1f} MiB) measured from a real {real} step on CPU tensors of the "
+            f"LoRA's {len(set(shapes))} distinct shapes ({why}: it cannot run on fake tensors)"
         ), False
     analytic = vram.optimizer_state_bytes(name, shapes)
     return analytic, f"{name} state ({analytic / 2**20:.1f} MiB) from the estimator's formula: bitsandbytes unavailable", True
@@ -396,7 +410,7 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
         _step(config, run, info, "cpu", autocast)
         peak = tracker.peak
     extra, analytic = 0, False
-    if config.optimizer.name.endswith("8bit"):  # the step ran a stateless SGD: add the real 8-bit state
+    if _state_measured_apart(config.optimizer.name):  # the step ran a stateless SGD: add the real state
         extra, note, analytic = _8bit_state(config, run.params, block)
         notes.append(note)
     return MemoryMeasurement(

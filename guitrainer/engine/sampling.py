@@ -71,7 +71,9 @@ def build_pipeline(
     kinds = {"ddim": DDIMScheduler, "dpm++": DPMSolverMultistepScheduler}
     if scheduler not in kinds:
         raise ValueError(f"scheduler must be one of {sorted(kinds)}, got {scheduler!r}")
-    sched = kinds[scheduler].from_config(model.noise_scheduler.config)
+    from guitrainer.engine.recipes import sampler_options
+
+    sched = kinds[scheduler].from_config(model.noise_scheduler.config, **sampler_options(model.noise_scheduler))
     if len(model.text_encoders) > 1:
         pipe = StableDiffusionXLPipeline(
             vae=model.vae,
@@ -175,7 +177,9 @@ def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any
     mixed = session.config.precision.base_weights == "fp8" and session.precision != "fp32"
     in_step_dtype = torch.autocast(session.device.type, dtype=session.dtype) if mixed else contextlib.nullcontext()
     try:
-        with in_step_dtype:
+        from guitrainer.engine.optim import averaged_weights
+
+        with in_step_dtype, averaged_weights(session.optimizer):  # schedule-free: sample the averaged weights
             samples = generate_samples(
                 session.model, cfg, step=step, out_folder=out_folder, name=name, device=session.device
             )

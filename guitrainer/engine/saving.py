@@ -25,6 +25,7 @@ from guitrainer.core.fileio import explain as explain_write_error
 from guitrainer.core.numerics import SaveReport
 from guitrainer.core.paths import expand
 from guitrainer.engine import resume
+from guitrainer.engine.optim import averaged_weights
 from guitrainer.engine.resume import Progress
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class Saver:
             folder.update(t.strip() for t in it.caption.split(",") if t.strip())
         spe = max(1, s.steps_per_epoch)
         epochs = cfg.schedule.epochs if cfg.schedule.max_steps <= 0 else math.ceil(s.total_steps / spe)
-        return build_metadata(
+        meta = build_metadata(
             cfg,
             s.model.family,
             num_images=len(s.dataset),
@@ -74,6 +75,9 @@ class Saver:
             tag_frequency={k: dict(v) for k, v in tags.items()},
             optimizer_name=s.optimizer_name,
         )
+        vds = s.validation_dataset
+        meta["ss_num_validation_images"] = str(len(vds.items) if vds is not None else 0)  # sd-scripts' key
+        return meta
 
     def write_lora(self, path: Path) -> str | None:
         """Export the LoRA to ``path`` in the configured format and save precision; returns what was written.
@@ -89,16 +93,17 @@ class Saver:
         tes = s.model.text_encoders if s.train_te else []
         o = self.config.output
         try:
-            result = export_lora(
-                path,
-                s.model.unet,
-                tes,
-                fmt=o.format,
-                save_precision=self.config.precision.save,
-                alpha=self.config.network.alpha,
-                metadata=self.metadata(),
-                on_fp16_overflow="bf16",
-            )
+            with averaged_weights(s.optimizer):  # schedule-free: the averaged weights are the LoRA
+                result = export_lora(
+                    path,
+                    s.model.unet,
+                    tes,
+                    fmt=o.format,
+                    save_precision=self.config.precision.save,
+                    alpha=self.config.network.alpha,
+                    metadata=self.metadata(),
+                    on_fp16_overflow="bf16",
+                )
         except Exception as e:  # noqa: BLE001 - any failure to write (safetensors' own errors too) is a save error
             err = explain_write_error(path, e)
             self.save_error = err.strerror or str(err)

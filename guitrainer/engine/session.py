@@ -22,6 +22,8 @@ from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization
 from guitrainer.core.paths import expand
 from guitrainer.engine import data, lora, variants
+from guitrainer.engine import recipes as recipe_math
+from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
@@ -73,6 +75,8 @@ class Session:
     steps_per_epoch: int
     total_steps: int
     setup_started: float  # cache entries touched from then on belong to this run
+    recipe: recipe_math.Recipe = recipe_math.Recipe()  # loss weighting, loss type, timesteps, noise
+    validation_dataset: data.TrainDataset | None = None  # held-out images for the validation loss
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -178,8 +182,14 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
                 ensure_demo_dataset()
     model = load_base_model(config.model, progress=lambda what, done, total: _download_status(feedback, what, done, total))
     feedback.stop_if_asked("loading the base model", every_process=True)
-    dataset = _build_dataset(config, feedback)
+    dataset, held_out = _build_dataset(config, feedback)
     class_dataset = _build_class_dataset(config, feedback)
+    validation_dataset = val.build_dataset(config, held_out, feedback)
+    recipe = recipe_math.Recipe.from_config(config)
+    if recipe.zero_terminal_snr:
+        recipe_math.rescale_zero_terminal_snr(model.noise_scheduler)
+        if model.prediction_type != "v_prediction":
+            feedback.warn("zero terminal SNR is meant for v-prediction models; this model predicts epsilon")
     train_counts = [(i, max(1, it.repeats)) for i, it in enumerate(dataset.items)]
     class_counts = [(i, max(1, it.repeats)) for i, it in enumerate(class_dataset.items)] if class_dataset else []
     if class_dataset is not None:
@@ -219,13 +229,15 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         te_params=te_params,
         optimizer=optimizer,
         optimizer_name=optimizer_name,
-        lr_scheduler=build_lr_scheduler(s, optimizer, total_steps),
+        lr_scheduler=build_lr_scheduler(s, optimizer, total_steps, warn=feedback.warn),
         scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
         pos_buckets=pos_buckets,
         batches_per_epoch=batches_per_epoch,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         setup_started=setup_started,
+        recipe=recipe,
+        validation_dataset=validation_dataset,
     )
 
 
@@ -316,16 +328,18 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     feedback.status(f"continuing from {init} ({count} LoRA modules)")
 
 
-def _build_dataset(config: TrainingConfig, feedback: Feedback) -> data.TrainDataset:
+def _build_dataset(config: TrainingConfig, feedback: Feedback) -> tuple[data.TrainDataset, list[data.TrainItem]]:
+    """The training images, and the ones held out of them for the validation loss (``validation.split``)."""
     dcfg = config.dataset
     if not dcfg.folders and config.model.base == "demo":
         dcfg = copy.copy(dcfg)
         dcfg.folders = [DatasetFolder(path=str(ensure_demo_dataset()), repeats=1)]
         feedback.status(f"using the built-in demo dataset in {dcfg.folders[0].path}")
     items = data.collect_items(dcfg, warn=feedback.warn)
+    items, held_out = val.split_items(items, config.validation.split, config.validation.seed)
     ds = data.TrainDataset(items, dcfg)
     feedback.status(f"{len(items)} images, {len(ds)} per epoch with repeats")
-    return ds
+    return ds, held_out
 
 
 def _build_class_dataset(config: TrainingConfig, feedback: Feedback) -> data.TrainDataset | None:

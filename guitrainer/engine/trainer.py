@@ -31,7 +31,7 @@ from guitrainer.core.events import Control, Reporter, RunSummary, StepMetrics
 from guitrainer.core.fileio import WriteError
 from guitrainer.core.numerics import NonFinite, nan_advice
 from guitrainer.core.paths import expand
-from guitrainer.engine import data, lora, resume
+from guitrainer.engine import data, lora, resume, validation
 from guitrainer.engine.amp_step import AmpStep, Pair, StepResult
 from guitrainer.engine.cache import RunCaches
 from guitrainer.engine.distributed import weights_fingerprint
@@ -243,7 +243,7 @@ class Trainer:
         p.consecutive_skips = p.consecutive_skips + 1 if result.skipped else 0
         # every image through the UNet this step: training images and class images, on all processes
         images = sum(len(inst) + len(cls) for inst, cls in micro) * s.processes.count
-        self._report(result, dt, images)
+        self._report(result, dt, images, self._validation_due())
         if result.numerics is not None and result.numerics.message:  # "step N skipped: inf first seen in ..."
             self.feedback.status(result.numerics.message)
         if result.skipped:
@@ -269,7 +269,19 @@ class Trainer:
             s.processes.log(f"{summary.status} at step {summary.steps}; LoRA weights {weights}")
         return summary
 
-    def _report(self, r: StepResult, dt: float, images: int) -> None:
+    def _validation_due(self) -> float | None:
+        """The validation loss on every ``validation.every_n_steps``-th step (with validation images), else None."""
+        s = self.session
+        if s is None or s.validation_dataset is None or self.progress.global_step % self.config.validation.every_n_steps:
+            return None
+        return validation.validation_loss(s, self.caches, self.step)
+
+    def validation_loss(self) -> float | None:
+        """:func:`validation.validation_loss` of the trained model (None without validation images)."""
+        assert self.session is not None, "run() first"
+        return validation.validation_loss(self.session, self.caches, self.step)
+
+    def _report(self, r: StepResult, dt: float, images: int, validation_loss: float | None = None) -> None:
         """One StepMetrics: ``loss`` is the total; ``instance_loss``, ``class_loss`` with class images only."""
         s, p = self.session, self.progress
         assert s is not None
@@ -293,6 +305,7 @@ class Trainer:
                 class_loss=r.class_loss,
                 instance_loss=r.instance_loss,
                 **(r.numerics.metrics_fields() if r.numerics is not None else {}),
+                validation_loss=validation_loss,
             )
         )
 

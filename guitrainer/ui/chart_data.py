@@ -19,6 +19,7 @@ COLUMNS: tuple[str, ...] = (
     "skipped",
     "seconds_per_step",
     "images_per_second",
+    "validation_loss",  # held-out images, on validation steps only (empty elsewhere)
 )
 
 

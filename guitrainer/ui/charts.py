@@ -52,6 +52,7 @@ SCALE_HINT = (
 LOSS_COLOR = "#2f7ed8"
 EMA_COLOR = "#d9480f"
 CLASS_COLOR = "#2b8a3e"
+VALIDATION_COLOR = "#862e9c"
 LR_COLOR = "#7048e8"
 SCALE_COLOR = "#0b7285"
 SKIP_COLOR = "#e03131"
@@ -129,6 +130,7 @@ class TrainingCharts(QWidget):
         self._epoch_lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
         self._skipped: list[tuple[float, float]] = []
         self._has_class_loss = False
+        self._has_validation = False
         self._scaler_visible = True
         self._titles: dict[pg.PlotItem, str] = {}
         self._titled_empty = True
@@ -203,6 +205,7 @@ class TrainingCharts(QWidget):
         self.loss_curve = self.loss_plot.plot(name="loss", pen=pg.mkPen(QColor(LOSS_COLOR).lighter(150), width=1), **finite)
         self.ema_curve = self.loss_plot.plot(name="smoothed", pen=pg.mkPen(EMA_COLOR, width=2), **finite)
         self.class_curve: pg.PlotDataItem | None = None
+        self.validation_curve: pg.PlotDataItem | None = None  # held-out images, on validation steps only
         self.lr_curve = self.lr_plot.plot(pen=pg.mkPen(LR_COLOR, width=2), **finite)
         self.sps_curve = self.sps_plot.plot(pen=pg.mkPen(SPS_COLOR, width=1), **finite)
         self.scale_curve = self.scale_plot.plot(pen=pg.mkPen(SCALE_COLOR, width=2), **finite)
@@ -276,6 +279,9 @@ class TrainingCharts(QWidget):
         scale = math.nan if m.grad_scale is None else float(m.grad_scale)
         if m.class_loss is not None:
             self._has_class_loss = True
+        validation = getattr(m, "validation_loss", None)
+        if validation is not None:
+            self._has_validation = True
         if m.skipped and math.isfinite(scale):
             self._skipped.append((float(m.step), scale))
         self.buffer.append(
@@ -290,6 +296,7 @@ class TrainingCharts(QWidget):
                 "skipped": 1.0 if m.skipped else 0.0,
                 "seconds_per_step": float(m.seconds_per_step),
                 "images_per_second": float(m.images_per_second),
+                "validation_loss": math.nan if validation is None else float(validation),
             }
         )
         if m.grad_scale is not None and not self._scaler_visible:
@@ -313,6 +320,10 @@ class TrainingCharts(QWidget):
         if self.class_curve is not None:
             self.loss_plot.removeItem(self.class_curve)
             self.class_curve = None
+        self._has_validation = False
+        if self.validation_curve is not None:
+            self.loss_plot.removeItem(self.validation_curve)
+            self.validation_curve = None
         self._dirty = True
         self.redraw()
 
@@ -385,6 +396,8 @@ class TrainingCharts(QWidget):
                     name="class loss", pen=pg.mkPen(CLASS_COLOR, width=1), connect="finite"
                 )
             self.class_curve.setData(x, buf.column("class_loss"))
+        if self._has_validation:
+            self._draw_validation(x)
         self._frame()
         self._draw_epoch_lines()
         self._update_readout()
@@ -395,12 +408,27 @@ class TrainingCharts(QWidget):
         self.redraw_count += 1
         self.redrawn.emit()
 
+    def _draw_validation(self, x: np.ndarray) -> None:
+        """The validation loss: a point on each validation step, joined (the steps between have none)."""
+        if self.validation_curve is None:
+            self.validation_curve = self.loss_plot.plot(
+                name="validation",
+                pen=pg.mkPen(VALIDATION_COLOR, width=2),
+                symbol="o",
+                symbolSize=5,
+                symbolBrush=VALIDATION_COLOR,
+                symbolPen=None,
+            )
+        v = self.buffer.column("validation_loss")
+        scored = np.isfinite(v)
+        self.validation_curve.setData(x[scored], v[scored])
+
     def _frame(self) -> None:
         """Keep the data in view (plots the user has not panned or zoomed); all plots show the same steps."""
         col = self.buffer.column
         x = bounds(col("step"))
         lead = self.loss_plot.getViewBox()
-        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss")))
+        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss"), col("validation_loss")))
         same_x = tuple(lead.viewRange()[0]) if lead.following else None
         self.lr_plot.getViewBox().follow(x, bounds(col("lr")), x_exact=same_x)
         self.sps_plot.getViewBox().follow(x, bounds(col("seconds_per_step")), x_exact=same_x)

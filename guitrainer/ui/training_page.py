@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import TrainingConfig
+from guitrainer.config.recipes import learning_rates_for_optimizer
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
@@ -137,6 +138,9 @@ class TrainingPage(Page):
         sl.addWidget(build_form(self.binding, "network", title="LoRA network"))
         sl.addWidget(build_form(self.binding, "optimizer", title="Optimizer"))
         sl.addWidget(build_form(self.binding, "schedule", title="Schedule"))
+        sl.addWidget(build_form(self.binding, "loss", title="Loss weighting and timesteps"))
+        sl.addWidget(build_form(self.binding, "noise", title="Noise"))
+        sl.addWidget(build_form(self.binding, "validation", title="Validation loss"))
         sl.addWidget(prior_loss_box(self.binding))
         sl.addWidget(build_form(self.binding, "sampling", title="Samples"))
         sl.addStretch(1)
@@ -272,6 +276,12 @@ class TrainingPage(Page):
             self._refresh_sampling_note()
         if path == "precision.training" and self._charts is not None and not self.is_active:
             self._charts.set_scaler_visible(self.binding.get(path) == "fp16")
+        if path == "optimizer.name":  # LR-free optimizers take lr = 1.0; others an AdamW-sized one
+            changes, why = learning_rates_for_optimizer(self.binding.config)
+            for key, value in changes.items():
+                self.binding.set(key, value)
+            if why:
+                self._say(why)
 
     def _refresh_sampling_note(self) -> None:
         self.gallery.set_empty_text(sampling_note(self.binding.config.sampling))
