@@ -186,3 +186,22 @@ def test_rapl_counter_wraps_and_says_where_it_comes_from(tmp_path):
     assert meter.read() - start == pytest.approx(0.2)
     empty = energy_meter(torch.device("cpu"), rapl_root=tmp_path / "none")
     assert empty.read() is None and empty.source == "not available here"
+
+
+def test_recommended_here_follows_a_measurement_else_the_rules(tmp_path):
+    from guitrainer.core.measurements import recommended_here
+    from guitrainer.core.precision import recommended_training
+
+    store = MeasurementStore(tmp_path / "lab.json")
+    cfg = sd15_config()
+    assert recommended_here(None, cfg, store) is None
+    rule = recommended_here(CPU, cfg, store)
+    assert rule.training == recommended_training(CPU) and rule.measured is None
+    # measured: bf16 twice as fast here, though the rules (no native bf16 on this CPU) say otherwise
+    assert recommended_training(CPU) != "bf16"
+    store.put(report_for(CPU, _ran("fp32", 1.0), _ran("bf16", 0.5, 0.01)))
+    measured = recommended_here(CPU, cfg, store)
+    assert measured.training == "bf16" and measured.note == "recommended here (measured)"
+    assert "measured 2026-12-01: 2.0x faster than fp32" in measured.reason
+    other = recommended_here(OTHER_CPU, cfg, store)
+    assert other.training == recommended_training(OTHER_CPU) and other.measured is None

@@ -141,3 +141,28 @@ def measured_recommendation(
         report.speedup(best),
         report,
     )
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The training precision the picker marks "recommended here", and why."""
+
+    training: str
+    note: str  # the picker's note: "recommended here" or "recommended here (measured)"
+    reason: str  # one sentence for a tooltip: the rule, or the measurement's date and speed-up
+    measured: MeasuredRecommendation | None = None
+
+
+def recommended_here(
+    device: DeviceInfo | None, config: TrainingConfig, store: MeasurementStore | None = None
+) -> Recommendation | None:
+    """What the picker recommends: a measurement on this device and model family when one exists
+    (DESIGN §4: it outranks the rules), else the precision rules' choice. None while the device is unknown."""
+    if device is None:
+        return None
+    measured = measured_recommendation(device, config, store)
+    if measured is not None:
+        return Recommendation(measured.training, "recommended here (measured)", measured.text, measured)
+    from guitrainer.core.precision import recommended_training
+
+    return Recommendation(recommended_training(device), "recommended here", "from this device's facts (not measured)")
