@@ -94,6 +94,8 @@ class _LabReporter:
     def on_status(self, text: str) -> None:
         if not self.steps and self.trainer is not None and getattr(self.trainer, "model", None) is not None:
             self.lab.before_first_step(self.trainer)
+            if self.lab.warmup == 0:  # every step is timed: the energy window opens before the first
+                self.energy_start = self.lab.energy.read()
         self._progress(len(self.steps), f"{self.candidate.label}: {text}")
 
     def on_step(self, metrics: StepMetrics) -> None:
