@@ -63,7 +63,7 @@ def test_measure_shows_table_charts_and_winners(qtbot):
         qtbot.mouseClick(dialog.measure_button, Qt.MouseButton.LeftButton)
     assert dialog.table.rowCount() == 3
     assert dialog.progress.value() == 1000
-    texts = [[dialog.table.item(r, c).text() for c in range(3)] for r in range(3)]
+    texts = [[dialog.table.item(r, c).text() for c in (0, 2)] for r in range(3)]  # column 1: "Use this"
     assert texts[1][0] == "fp16 AMP" and texts[1][1].endswith("*")  # 0.20 s/step: the fastest row is marked
     assert not texts[0][1].endswith("*")
     charts = dialog.bars.charts()
@@ -158,5 +158,5 @@ def test_a_row_that_did_not_run_cannot_be_used(qtbot):
     dialog.show_report(report)
     button = dialog.use_button(Candidate("fp16", "fp8"))
     assert button is not None and not button.isEnabled() and button.toolTip() == "no fp8 here"
-    status_column = [c for c, _t in HEADERS].index("status")
+    status_column = [c for c, _t in HEADERS].index("status") + 1  # after the "Use this" column
     assert dialog.table.item(3, status_column).text() == "not run: no fp8 here"

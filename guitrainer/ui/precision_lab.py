@@ -155,16 +155,17 @@ class LabBars(QWidget):
             top = max((v for _l, v, _w in bars if v is not None), default=0.0)
             for j, (label, value, win) in enumerate(bars):
                 y = line * (j + 1) + 2
-                bar_w = (width - 12) * 0.55
+                inner = width - 12
+                bx, bar_w = x0 + inner * 0.32, inner * 0.38
                 p.setPen(self.palette().windowText().color())
-                p.drawText(QRectF(x0, y, (width - 12) * 0.45 - 4, line), Qt.AlignmentFlag.AlignLeft, label.split(" +")[0])
-                bx = x0 + (width - 12) * 0.45
+                p.drawText(QRectF(x0, y, inner * 0.32 - 4, line), Qt.AlignmentFlag.AlignLeft, label.split(" +")[0])
                 if value is None:
                     p.drawText(QRectF(bx, y, bar_w, line), Qt.AlignmentFlag.AlignLeft, "n/a")
                     continue
                 frac = value / top if top > 0 else 0.0
                 p.fillRect(QRectF(bx, y + 2, max(2.0, bar_w * frac), line - 5), WIN_COLOR if win else BAR_COLOR)
-                p.drawText(QRectF(bx, y, bar_w, line), Qt.AlignmentFlag.AlignRight, fmt(value) + (" ★" if win else ""))
+                text = fmt(value) + (" ★" if win else "")
+                p.drawText(QRectF(bx + bar_w + 4, y, inner - (bx - x0) - bar_w - 4, line), Qt.AlignmentFlag.AlignLeft, text)
         p.end()
 
 
@@ -237,10 +238,12 @@ class PrecisionLabDialog(QDialog):
 
         self.table = QTableWidget(0, len(HEADERS) + 1, self)
         self.table.setObjectName("lab_table")
-        self.table.setHorizontalHeaderLabels([title for _c, title in HEADERS] + [""])
+        titles = [title for _c, title in HEADERS]
+        self.table.setHorizontalHeaderLabels([titles[0], "", *titles[1:]])  # "Use this" beside the name
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
         outer.addWidget(self.table, 1)
         self.bars = LabBars(self)
         outer.addWidget(self.bars)
@@ -317,13 +320,14 @@ class PrecisionLabDialog(QDialog):
         for i, (result, row) in enumerate(zip(report.results, cells)):
             for j, text in enumerate(row):
                 item = QTableWidgetItem(text)
+                item.setToolTip(text)
                 column = HEADERS[j][0]
                 if column in COLUMNS and winners.get(column) == result.candidate:
                     item.setFont(bold)
                     item.setForeground(WIN_COLOR)
                     item.setToolTip("best in this column")
-                self.table.setItem(i, j, item)
-            self.table.setCellWidget(i, len(HEADERS), self._use_button(result))
+                self.table.setItem(i, j + (j > 0), item)
+            self.table.setCellWidget(i, 1, self._use_button(result))
         self.bars.set_report(report)
         self.sources_label.setText("Sources: " + "; ".join(sources(report)) + "".join(f"\n{n}" for n in report.notes))
         best = report.recommended()
