@@ -205,3 +205,75 @@ def test_recommended_here_follows_a_measurement_else_the_rules(tmp_path):
     assert "measured 2026-12-01: 2.0x faster than fp32" in measured.reason
     other = recommended_here(OTHER_CPU, cfg, store)
     assert other.training == recommended_training(OTHER_CPU) and other.measured is None
+
+
+class FakeNvml:
+    """nvidia-ml-py's calls the meter makes, with a counter the test advances."""
+
+    def __init__(self, energy_counter: bool = True):
+        self.mj, self.mw, self.energy_counter, self.shut = 1_000_000, 250_000, energy_counter, False
+
+    def nvmlInit(self):  # noqa: N802 - NVML's names
+        pass
+
+    def nvmlShutdown(self):  # noqa: N802
+        self.shut = True
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus):  # noqa: N802
+        return ("bus", bus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return ("index", i)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # noqa: N802
+        if not self.energy_counter:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return self.mj
+
+    def nvmlDeviceGetPowerUsage(self, handle):  # noqa: N802
+        return self.mw
+
+
+def _fake_cuda(monkeypatch, nvml: FakeNvml) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(pci_bus_id="0000:3b:00.0"))
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
+def test_nvml_energy_counter(monkeypatch):
+    import torch
+
+    from guitrainer.engine.lab_meters import NvmlEnergy, energy_meter
+
+    nvml = FakeNvml()
+    _fake_cuda(monkeypatch, nvml)
+    meter = energy_meter(torch.device("cuda", 0))
+    assert isinstance(meter, NvmlEnergy) and "NVML total energy counter" in meter.source
+    assert meter.handle == ("bus", "0000:3b:00.0")  # found by PCI bus id, not by a possibly remapped index
+    start = meter.read()
+    nvml.mj += 12_500  # 12.5 J later
+    assert meter.read() - start == pytest.approx(12.5)
+    meter.close()
+    assert nvml.shut
+
+
+def test_nvml_without_energy_counter_integrates_power_samples(monkeypatch):
+    import time
+
+    import torch
+
+    from guitrainer.engine.lab_meters import NvmlPowerSamples, energy_meter
+
+    _fake_cuda(monkeypatch, FakeNvml(energy_counter=False))
+    meter = energy_meter(torch.device("cuda", 0))
+    assert isinstance(meter, NvmlPowerSamples) and "power samples" in meter.source
+    start, t0 = meter.read(), time.perf_counter()
+    time.sleep(0.3)
+    joules, seconds = meter.read() - start, time.perf_counter() - t0
+    meter.close()
+    assert 0 < joules <= 250.0 * seconds * 1.2  # 250 W for at most the time that passed
