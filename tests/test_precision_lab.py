@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import weakref
@@ -33,8 +34,8 @@ class Recorder:
     """A trainer factory that remembers, per candidate, the LoRA weights just before the first step,
     the dataset positions of every training batch, and a weak reference to the trained UNet."""
 
-    def __init__(self, force_fp32: bool = False, oom: str = ""):
-        self.force_fp32, self.oom = force_fp32, oom
+    def __init__(self, force_fp32: bool = False, oom: str = "", slow: str = ""):
+        self.force_fp32, self.oom, self.slow = force_fp32, oom, slow
         self.initial: dict[str, dict[str, torch.Tensor]] = {}
         self.batches: dict[str, list[tuple[int, ...]]] = {}
         self.unets: list[weakref.ref] = []
@@ -69,6 +70,8 @@ class _Spy:
         self.stepped = True
         if self.name == self.rec.oom and metrics.step == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (forced by the test)")
+        if self.name == self.rec.slow:  # as if each step had taken 1000 s
+            metrics = dataclasses.replace(metrics, seconds_per_step=1000.0)
         self.inner.on_step(metrics)
 
     def __getattr__(self, name):
@@ -211,3 +214,15 @@ def test_fp8_candidates_run_or_say_why_not(tmp_path):
     else:
         assert fp8.status == "not_run" and "fp8" in fp8.reason and fp8.seconds_per_step is None
         assert "not run: " in format_table(report)
+
+
+def test_a_candidate_far_slower_than_fp32_is_stopped_after_its_first_step(tmp_path):
+    rec = Recorder(slow="fp16")
+    report = compare_precisions(demo_config(), THREE, steps=3, trainer_factory=rec, store=MeasurementStore(tmp_path / "s.json"))
+    by = {r.candidate.training: r for r in report.results}
+    assert by["fp16"].status == "too_slow" and len(by["fp16"].losses) == 1  # stopped after step 1 of 4
+    assert "1000.0 s" in by["fp16"].reason and "fp32" in by["fp16"].reason
+    assert by["bf16"].ran and len(by["bf16"].losses) == 4  # the next candidate runs in full
+    assert not report.cancelled
+    assert report.recommended().candidate != Candidate("fp16")
+    assert "too slow to measure" in format_table(report)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from guitrainer.config import TrainingConfig
     from guitrainer.core.hardware import DeviceInfo
 
-Status = Literal["ran", "not_run", "does_not_fit", "failed", "cancelled"]
+Status = Literal["ran", "not_run", "does_not_fit", "too_slow", "failed", "cancelled"]
 
 #: how far (relative) a candidate's evaluation loss may drift from fp32's and still be recommended
 DRIFT_LIMIT = 0.10
@@ -344,7 +344,8 @@ def rows(report: LabReport) -> list[list[str]]:
             elif column == "scaler":
                 text = f"{r.skipped_steps} skipped, scale {r.final_scale:g}" if r.final_scale is not None else ""
             elif column == "status":
-                text = "ran" if r.ran else f"{r.status.replace('_', ' ')}: {r.reason}"
+                words = r.status.replace("_", " ")
+                text = "ran" if r.ran else (r.reason if r.reason.startswith(words) else f"{words}: {r.reason}")
             else:
                 text = _cell(r, column) if r.ran or column == "estimate_bytes" else "—"
                 if winners.get(column) == r.candidate:

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 EVAL_IMAGES = 8
 EVAL_SEED = 1234
 INIT_FILE = "lab_init_lora.safetensors"
+#: a candidate whose first step takes this many times the fp32 reference's median step is stopped there
+#: (fp16 convolutions on a CPU: ~20x slower than fp32; a lab of minutes per step helps nobody)
+SLOW_LIMIT = 10.0
 
 ProgressCallback = Callable[[LabProgress], None]
 TrainerFactory = Callable[[TrainingConfig, Any, Control], Any]
@@ -69,6 +72,18 @@ def _default_factory(config: TrainingConfig, reporter: Any, control: Control) ->
     from guitrainer.engine.trainer import Trainer
 
     return Trainer(config, reporter, control)
+
+
+class _CandidateControl(Control):
+    """One candidate's control: stops on its own request (too slow) or when the whole lab is cancelled."""
+
+    def __init__(self, lab: Control):
+        super().__init__()
+        self.lab = lab
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set() or self.lab.stop_requested
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -87,6 +102,8 @@ class _LabReporter:
         self.warnings: list[str] = []
         self.energy_start: float | None = None
         self.energy_end: float | None = None
+        self.control: _CandidateControl | None = None
+        self.too_slow = ""
 
     def _progress(self, step: int, message: str) -> None:
         self.lab.progress(LabProgress(self.index, self.lab.count, self.candidate, step, self.total_steps, message))
@@ -101,6 +118,14 @@ class _LabReporter:
     def on_step(self, metrics: StepMetrics) -> None:
         self.steps.append(metrics)
         self.lab.memory.sample()
+        limit = self.lab.slow_after()
+        if len(self.steps) == 1 and limit is not None and metrics.seconds_per_step > limit and self.control is not None:
+            ref = limit / SLOW_LIMIT
+            self.too_slow = (
+                f"too slow to measure: its first step took {metrics.seconds_per_step:.1f} s, "
+                f"{metrics.seconds_per_step / ref:.0f}x fp32's {ref:.2f} s; stopped there"
+            )
+            self.control.request_stop()
         if metrics.step == self.lab.warmup:
             self.energy_start = self.lab.energy.read()
         elif metrics.step == self.total_steps:
@@ -133,6 +158,11 @@ class _Lab:
         self.memory = MemoryMeter("cpu")
         self.energy: EnergyMeter = EnergyMeter()
         self.notes: list[str] = []
+        self.reference_step: float | None = None  # fp32's median s/step, once measured
+
+    def slow_after(self) -> float | None:
+        """Seconds a first step may take before the candidate counts as too slow (None: no limit yet)."""
+        return SLOW_LIMIT * self.reference_step if self.reference_step else None
 
     def progress(self, p: LabProgress) -> None:
         if self._progress is not None:
@@ -196,9 +226,12 @@ class _Lab:
         self.memory.start()
         trainer = None
         try:
-            trainer = factory(cfg, reporter, self.control)
+            reporter.control = _CandidateControl(self.control)
+            trainer = factory(cfg, reporter, reporter.control)
             reporter.trainer = trainer
             summary: RunSummary = trainer.run()
+            if reporter.too_slow and not self.control.stop_requested:
+                return CandidateResult(status="too_slow", reason=reporter.too_slow, losses=_losses(reporter), **base)
             if summary.status == "stopped" or self.control.stop_requested:
                 return CandidateResult(status="cancelled", reason="cancelled", **base)
             if summary.status != "finished":
@@ -206,7 +239,10 @@ class _Lab:
                 reason = "does not fit: " + summary.message if status == "does_not_fit" else summary.message
                 return CandidateResult(status=status, reason=reason, losses=_losses(reporter), **base)
             eval_loss = _evaluation_loss(trainer)
-            return self._result(candidate, reporter, eval_loss, time.perf_counter() - started, base)
+            result = self._result(candidate, reporter, eval_loss, time.perf_counter() - started, base)
+            if candidate == Candidate("fp32"):
+                self.reference_step = result.seconds_per_step
+            return result
         except (RuntimeError, MemoryError) as e:
             if not _is_oom(e):
                 raise
