@@ -120,7 +120,7 @@ def run(base: str, out: str, prec: str, batch: int, steps: int) -> str:
     return (
         f"{prec:5} batch {batch}: {statistics.median(times):.3f} s/step, {batch / statistics.median(times):.1f} img/s, "
         f"peak {peak / 2**30:.2f} GiB, final scale {scale}, skipped {summary.skipped_steps}/{summary.steps}, "
-        f"loss {last.loss:.4f}, optimizer {tr.optimizer_name}, run {wall:.0f} s"
+        f"loss {last.loss:.4f}, optimizer {tr.session.optimizer_name}, run {wall:.0f} s"
         + (f"; warnings: {list(summary.warnings)}" if summary.warnings else "")
     )
 

@@ -34,7 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a Stable Diffusion LoRA headless, with the same engine as the guitrainer app.",
     )
     p.add_argument("config", nargs="?", help="a TOML config (full, or sparse on top of the preset / defaults)")
-    p.add_argument("--preset", help="start from this preset (name as shown in the app, or a preset .toml file)")
+    p.add_argument(
+        "--preset",
+        help="start from this preset: its name as shown in the app (or a unique part of it, any case: 'demo'), "
+        "or a preset .toml file",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -58,7 +62,7 @@ def resolve_config(args: argparse.Namespace) -> TrainingConfig:
 
             base = read_preset(args.preset).config()
         else:
-            base = PresetStore().get(args.preset).config()
+            base = PresetStore().find(args.preset).config()
     cfg = load_toml(args.config, base=base) if args.config else base
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -81,7 +85,7 @@ def _parse_value(text: str, path: str = "") -> object:
 
     try:
         value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # not TOML, or nested too deeply for the parser
         return text
     if path and not isinstance(value, str | list):
         try:
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rank = os.environ.get("RANK") if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 else None
     prefix = f"[rank {rank}] " if rank is not None else ""  # under accelerate launch every process logs
-    logging.basicConfig(level=logging.INFO, format=prefix + "%(levelname)s %(name)s: %(message)s")
+    once = _Once()
+    _set_up_logging(prefix, once)
     if args.list_presets:
         store = PresetStore()
         for name in store.names():
@@ -116,20 +121,84 @@ def main(argv: list[str] | None = None) -> int:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
     except (ConfigError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 2
     if args.check:
         print(cfg.to_toml())
-        return _print_advice(cfg)
-    return _train(cfg, quiet=args.quiet)
+        inputs = _print_inputs(cfg)
+        return max(inputs, _print_advice(cfg))
+    if _print_inputs(cfg, captions=True, comment=False):
+        return 2
+    return _train(cfg, quiet=args.quiet, once=once)
+
+
+class _Once:
+    """Texts already shown: the trainer logs a message and reports it to the reporter; the terminal shows it once."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, text: str) -> bool:
+        key = text.strip().removeprefix("warning: ")
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
+
+
+class _TqdmLogHandler(logging.Handler):
+    """Log lines through ``tqdm.write``, so they print above the progress bar instead of through it."""
+
+    def __init__(self, once: _Once) -> None:
+        super().__init__()
+        self.once = once
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if not self.once.first(record.getMessage()):
+                return
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging must never raise into the trainer
+            self.handleError(record)
+
+
+#: third-party loggers whose warnings concern packages this app does not use (bitsandbytes' optional
+#: "kernels" package for 4-bit CPU kernels): shown only as errors
+QUIET_LOGGERS: tuple[str, ...] = ("bitsandbytes",)
+
+
+def _set_up_logging(prefix: str, once: _Once) -> None:
+    handler = _TqdmLogHandler(once)
+    handler.setFormatter(logging.Formatter(prefix + "%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    if not any(isinstance(h, _TqdmLogHandler) for h in root.handlers) and not root.handlers:
+        root.addHandler(handler)  # as logging.basicConfig: only where nothing (a test runner) set one up
+        root.setLevel(logging.INFO)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _print_inputs(cfg: TrainingConfig, *, captions: bool = True, comment: bool = True) -> int:
+    """The folders, the model and the captions on disk (:mod:`guitrainer.core.input_check`); 1 on an error."""
+    from guitrainer.core.input_check import check_inputs
+
+    report = check_inputs(cfg, captions=captions)
+    lead = "# " if comment else ""
+    for line in report.errors:
+        print(f"{lead}error: {line}", file=sys.stdout if comment else sys.stderr)
+    for line in report.notes:
+        print(f"{lead}note: {line}", file=sys.stdout if comment else sys.stderr)
+    return 1 if report.errors else 0
 
 
 def _print_advice(cfg: TrainingConfig) -> int:
     """Device advice for --check; error-level advice makes the exit status 1."""
-    try:
-        from guitrainer.core import hardware, precision
-    except ImportError:  # the precision rules land with their own issue
-        return 0
+    from guitrainer.core import hardware, precision
+
     device = hardware.probe()
     advice = precision.advise(device, cfg)
     print(f"# device: {device.summary()}")
@@ -141,17 +210,18 @@ def _print_advice(cfg: TrainingConfig) -> int:
     return worst
 
 
-def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
+def _train(cfg: TrainingConfig, *, quiet: bool, once: _Once | None = None) -> int:
     """Run the engine. Exit status: 0 finished, 1 failed, 130 stopped by Ctrl+C (saved) or aborted."""
     try:
         from guitrainer.engine.trainer import Trainer
-    except ImportError as e:
-        print(f"error: the training engine is not available: {e}", file=sys.stderr)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "guitrainer":
+            raise  # our own module missing is a broken install: fail loudly
+        # a third-party package the engine needs (torch, diffusers, ...) is not installed
+        print(f"error: the training engine needs {e.name}, which is not installed ({e})", file=sys.stderr)
         return 3
     from guitrainer.core.events import Control
-    from guitrainer.engine.reporting import ConsoleReporter
-
-    reporter = ConsoleReporter(quiet=quiet)
+    reporter = _OnceReporter(quiet=quiet, once=once or _Once())
     control = Control()
     interrupted = threading.Event()
     try:
@@ -167,13 +237,34 @@ def _train(cfg: TrainingConfig, *, quiet: bool) -> int:
         for line in summary.advice:
             print(f"  - {line}", file=sys.stderr)
         return 1
-    if summary.status == "stopped":
+    if summary.status in ("stopped", "complete"):
         print(summary.message)
     if summary.lora_path:
         print(f"saved {summary.lora_path}")
     if summary.status == "stopped" and summary.state_path:
         print(f"saved state {summary.state_path}")
     return 130 if summary.status == "stopped" and interrupted.is_set() else 0
+
+
+def _once_reporter_class() -> type:
+    from guitrainer.engine.reporting import ConsoleReporter
+
+    class OnceReporter(ConsoleReporter):
+        """The console reporter, showing each text once (the trainer also logs what it reports)."""
+
+        def __init__(self, *, quiet: bool, once: _Once) -> None:
+            super().__init__(quiet=quiet)
+            self.once = once
+
+        def _write(self, text: str) -> None:
+            if self.once.first(text):
+                super()._write(text)
+
+    return OnceReporter
+
+
+def _OnceReporter(*, quiet: bool, once: _Once):  # noqa: N802 - builds the class above lazily (engine import)
+    return _once_reporter_class()(quiet=quiet, once=once)
 
 
 @contextlib.contextmanager

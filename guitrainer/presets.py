@@ -30,7 +30,10 @@ from guitrainer.core.fileio import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PRESET = "Demo — tiny built-in model (CPU, seconds)"
+#: the built-in tiny model that trains on a CPU in seconds (tests, the self-test and a first run use it)
+DEMO_PRESET = "Demo — tiny built-in model (CPU, seconds)"
+#: the preset a first start shows
+DEFAULT_PRESET = DEMO_PRESET
 
 
 @dataclass
@@ -142,6 +145,35 @@ class PresetStore:
             return self.presets[name]
         except KeyError:
             raise KeyError(f"no preset named {name!r}; known: {', '.join(self.names())}") from None
+
+    def find(self, query: str) -> Preset:
+        """The preset ``query`` names, as a person types it on a command line.
+
+        In order: the exact name; the name ignoring case; the one name that starts with ``query``, then
+        the one that contains it (both ignoring case and surrounding space): ``demo`` finds
+        "Demo — tiny built-in model (CPU, seconds)".
+
+        Raises:
+            KeyError: no preset matches (the message lists them all), or several do (it lists those).
+        """
+        if query in self.presets:
+            return self.presets[query]
+        q = query.strip().casefold()
+        names = self.names()
+        if not q:
+            raise KeyError(f"no preset named {query!r}; known: {', '.join(names)}")
+        for match in (
+            lambda n: n.casefold() == q,
+            lambda n: n.casefold().startswith(q),
+            lambda n: q in n.casefold(),
+        ):
+            found = [n for n in names if match(n)]
+            if len(found) == 1:
+                return self.presets[found[0]]
+            if len(found) > 1:
+                listing = "; ".join(repr(n) for n in found)
+                raise KeyError(f"{query!r} matches {len(found)} presets: {listing}; give more of the name")
+        raise KeyError(f"no preset named {query!r}; known: {', '.join(names)}")
 
     def _user_path(self, name: str) -> Path:
         return self.user_dir / f"{slug(name)}.toml"

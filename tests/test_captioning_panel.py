@@ -6,9 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.taggers import FakeHub, build_tiny_tagger
 from PIL import Image
 from PySide6.QtCore import Qt
-from test_captioners import FakeHub, build_tiny_tagger  # the tests folder is on sys.path
 
 from guitrainer.engine import captioners as cap
 from guitrainer.ui.dataset_page import DatasetPage

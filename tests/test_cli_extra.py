@@ -17,8 +17,9 @@ import pytest
 from guitrainer.cli import _stop_on_sigint, main
 from guitrainer.core import paths
 from guitrainer.core.events import Control
+from guitrainer.presets import DEMO_PRESET
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent
 
 

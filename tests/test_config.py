@@ -237,7 +237,7 @@ def test_folder_table_typo_warns_and_bad_repeats_name_the_item():
         ("[[network]]\nrank = 3\n", "network", "must be a table"),
         ("[sampling]\nprompts = [{a = 1}]\n", "sampling.prompts[0]", "text"),
         ('[sampling]\nprompts = "one"\n', "sampling.prompts", None),  # plain text is one prompt: valid
-        ("[sampling]\nprompts = " + "[" * 300 + "]" * 300 + "\n", "sampling.prompts[0]", "text"),
+        ("[sampling]\nprompts = " + "[" * 300 + "]" * 300 + "\n", "sampling.prompts[0]", "nested more than"),
         ("[dataset]\nfolders = [3]\n", "dataset.folders[0]", "folder path"),
         ("[dataset]\nfolders = [{path = {a = 1}}]\n", "dataset.folders[0]", "`path` must be text"),
         ('[dataset]\nfolders = ["/a\\u0000b"]\n', "dataset.folders[0]", "must not contain a NUL"),

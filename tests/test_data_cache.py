@@ -14,7 +14,7 @@ from guitrainer.core.events import NullReporter
 from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import demo_cfg  # noqa: E402
+from helpers import demo_cfg  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -70,32 +70,32 @@ def _run(out: Path, data: Path, **kw):
 def test_caches_are_reused_and_rebuilt_when_dtype_or_image_changes(tmp_path, encodes):
     data = _dataset(tmp_path / "data")
     first = _run(tmp_path / "o1", data)
-    assert first.latent_store.misses == 3 and first.latent_store.hits == 0 and encodes["n"] == 3
-    assert first.text_store.misses == 3
-    files = list(first.latent_store.folder.rglob("*.safetensors"))
-    assert len(files) == 3 and not list(first.latent_store.folder.rglob("*.tmp"))
+    assert first.caches.latent_store.misses == 3 and first.caches.latent_store.hits == 0 and encodes["n"] == 3
+    assert first.caches.text_store.misses == 3
+    files = list(first.caches.latent_store.folder.rglob("*.safetensors"))
+    assert len(files) == 3 and not list(first.caches.latent_store.folder.rglob("*.tmp"))
 
     again = _run(tmp_path / "o2", data)  # a new run (as after a restart): everything from disk
-    assert again.latent_store.hits == again.latent_store.disk_hits == 3 and again.latent_store.misses == 0
-    assert again.text_store.misses == 0 and again.text_store.hits == 3
+    assert again.caches.latent_store.hits == again.caches.latent_store.disk_hits == 3 and again.caches.latent_store.misses == 0
+    assert again.caches.text_store.misses == 0 and again.caches.text_store.hits == 3
     assert encodes["n"] == 3
-    for k, v in first.latents.items():
-        assert torch.equal(v, again.latents[k])
+    for k, v in first.caches.latents.items():
+        assert torch.equal(v, again.caches.latents[k])
 
     bf16 = _run(tmp_path / "o3", data, precision__training="bf16")  # other dtype: never reused
-    assert bf16.latent_store.misses == 3 and bf16.latent_store.hits == 0 and encodes["n"] == 6
-    assert bf16.text_store.misses == 3
-    assert next(iter(bf16.latents.values())).dtype == torch.bfloat16
+    assert bf16.caches.latent_store.misses == 3 and bf16.caches.latent_store.hits == 0 and encodes["n"] == 6
+    assert bf16.caches.text_store.misses == 3
+    assert next(iter(bf16.caches.latents.values())).dtype == torch.bfloat16
 
     img = data / "1.png"
     Image.new("RGB", (96, 48), (250, 250, 0)).save(img)
     st = img.stat()
     os.utime(img, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     changed = _run(tmp_path / "o4", data)
-    assert changed.latent_store.misses == 1 and changed.latent_store.hits == 2 and encodes["n"] == 7
+    assert changed.caches.latent_store.misses == 1 and changed.caches.latent_store.hits == 2 and encodes["n"] == 7
 
     flipped = _run(tmp_path / "o5", data, dataset__flip_augment=True)  # mirrored variants are their own entries
-    assert flipped.latent_store.misses == 3 and flipped.latent_store.hits == 3
+    assert flipped.caches.latent_store.misses == 3 and flipped.caches.latent_store.hits == 3
     assert set(flipped.latents) == {(i, f) for i in range(3) for f in (False, True)}
 
 
@@ -125,12 +125,12 @@ def test_stop_during_latent_caching_ends_before_training_and_keeps_the_cache(tmp
     assert "caching latents (2 of 3" in summary.message and "nothing was trained" in summary.message
     assert not rep.steps and summary.lora_path is None and summary.state_path is None
     assert not list((tmp_path / "out").rglob("*.safetensors"))  # no LoRA of an untrained network
-    assert encodes["n"] == 2 and tr.latent_store.misses == 3  # the 3rd image was never encoded
-    assert len(list(tr.latent_store.folder.rglob("*.safetensors"))) == 2
+    assert encodes["n"] == 2 and tr.caches.latent_store.misses == 3  # the 3rd image was never encoded
+    assert len(list(tr.caches.latent_store.folder.rglob("*.safetensors"))) == 2
 
     monkeypatch.setattr(AutoencoderKL, "encode", counting)  # the next run reuses the two and encodes one
     again = _run(tmp_path / "o2", data)
-    assert again.latent_store.disk_hits == 2 and again.latent_store.misses == 1 and encodes["n"] == 3
+    assert again.caches.latent_store.disk_hits == 2 and again.caches.latent_store.misses == 1 and encodes["n"] == 3
 
 
 def test_stop_before_setup_ends_after_loading(tmp_path):
@@ -156,10 +156,10 @@ def test_training_prunes_old_cache_entries_but_keeps_its_own(tmp_path, monkeypat
     monkeypatch.setattr(cache_store, "DEFAULT_BUDGET_BYTES", 0)  # everything old must go
     tr = _run(tmp_path / "o1", data)
     assert not stale.exists()
-    kept = list(tr.latent_store.folder.rglob("*.safetensors")) + list(tr.text_store.folder.rglob("*.safetensors"))
+    kept = list(tr.caches.latent_store.folder.rglob("*.safetensors")) + list(tr.caches.text_store.folder.rglob("*.safetensors"))
     assert len(kept) == 6  # this run's 3 latents and 3 captions survive a zero budget
     again = _run(tmp_path / "o2", data)  # and are reused by the next run
-    assert again.latent_store.disk_hits == 3
+    assert again.caches.latent_store.disk_hits == 3
 
 
 def test_caches_in_memory_only_write_nothing(tmp_path):
@@ -167,11 +167,11 @@ def test_caches_in_memory_only_write_nothing(tmp_path):
 
     data = _dataset(tmp_path / "data")
     tr = _run(tmp_path / "o1", data, precision__cache_to_disk=False)
-    assert tr.latent_store.folder is None and tr.latent_store.misses == 3 and len(tr.latents) == 3
-    assert tr.text_store.folder is None and tr.text_store.misses == 3
+    assert tr.caches.latent_store.folder is None and tr.caches.latent_store.misses == 3 and len(tr.caches.latents) == 3
+    assert tr.caches.text_store.folder is None and tr.caches.text_store.misses == 3
     assert not list(paths.cache_dir().rglob("*.safetensors"))  # nothing on disk
     again = _run(tmp_path / "o2", data, precision__cache_to_disk=False)
-    assert again.latent_store.disk_hits == 0 and again.latent_store.misses == 3  # encoded again
+    assert again.caches.latent_store.disk_hits == 0 and again.caches.latent_store.misses == 3  # encoded again
 
 
 def test_the_same_images_elsewhere_give_the_same_latents(tmp_path):
@@ -186,7 +186,7 @@ def test_the_same_images_elsewhere_give_the_same_latents(tmp_path):
     for f in copy.iterdir():
         os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 5_000_000_000))
     again = _run(tmp_path / "o2", copy)
-    assert again.latent_store.misses == 3 and again.latent_store.disk_hits == 0  # encoded afresh
-    assert first.latents.keys() == again.latents.keys()
-    for k, v in first.latents.items():
-        assert torch.equal(v, again.latents[k]), k
+    assert again.caches.latent_store.misses == 3 and again.caches.latent_store.disk_hits == 0  # encoded afresh
+    assert first.caches.latents.keys() == again.caches.latents.keys()
+    for k, v in first.caches.latents.items():
+        assert torch.equal(v, again.caches.latents[k]), k

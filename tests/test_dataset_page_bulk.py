@@ -11,6 +11,7 @@ from PIL import Image
 from PySide6.QtCore import QTimer
 
 from guitrainer.config import TrainingConfig
+from guitrainer.core import captions as caption_files
 from guitrainer.core import dataset as ds
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset_page import DatasetPage
@@ -70,7 +71,7 @@ def load(page: DatasetPage, qtbot, caps: dict[Path, bytes | None]) -> None:
 def slow_writes(monkeypatch, delay_s: float = 0.001, fail_at: int | None = None) -> list[int]:
     """Each caption write waits ``delay_s`` first (so the edit lasts, whatever the disk); optionally the
     ``fail_at``-th write raises "disk full". Returns the running count of writes."""
-    real = ds.atomic_write_bytes
+    real = caption_files.atomic_write_bytes  # the caption writes go through core/captions.py
     calls = [0]
 
     def write(path, data):
@@ -80,7 +81,7 @@ def slow_writes(monkeypatch, delay_s: float = 0.001, fail_at: int | None = None)
         time.sleep(delay_s)
         real(path, data)
 
-    monkeypatch.setattr(ds, "atomic_write_bytes", write)
+    monkeypatch.setattr(caption_files, "atomic_write_bytes", write)
     return calls
 
 

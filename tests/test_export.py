@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import config_with, demo_cfg
 
 from guitrainer.config import ModelConfig, TrainingConfig
 from guitrainer.core.events import NullReporter
@@ -264,11 +265,7 @@ def test_fp16_overflow_and_underflow_are_named_before_writing(sd15, tmp_path):
 # --------------------------------------------------------------------------- metadata
 
 
-def _config(**settings: object) -> TrainingConfig:
-    cfg = TrainingConfig()
-    for k, v in settings.items():
-        cfg.set(k.replace("__", "."), v)
-    return cfg
+_config = config_with
 
 
 def test_build_metadata_is_all_strings_as_kohya_writes_it():
@@ -441,15 +438,7 @@ def test_clear_errors_for_rank_mismatch_unknown_keys_and_non_lora(sd15):
 
 
 def _demo_cfg(out: Path, **settings: object) -> TrainingConfig:
-    from guitrainer.presets import PresetStore
-
-    cfg = PresetStore().get("Demo — tiny built-in model (CPU, seconds)").config()
-    cfg.output.folder = str(out)
-    cfg.precision.save = "fp32"
-    cfg.network.rank, cfg.network.alpha = RANK, ALPHA
-    for key, value in settings.items():
-        cfg.set(key.replace("__", "."), value)
-    return cfg
+    return demo_cfg(out, network__rank=RANK, network__alpha=ALPHA, **settings)
 
 
 def test_continue_training_starts_from_the_loaded_weights(tmp_path):
@@ -475,12 +464,13 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     ref = Trainer(ref_cfg, ref_rep)
     setup = ref._setup
 
-    def setup_then_copy() -> None:
-        setup()
-        pairs = zip(first.params, ref.params)
+    def setup_then_copy():
+        session = setup()
+        pairs = zip(first.session.params, ref.session.params)
         with torch.no_grad():
             for a, b in pairs:
                 b.copy_(a)
+        return session
 
     ref._setup = setup_then_copy
     assert ref.run().status == "finished"

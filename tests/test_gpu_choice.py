@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch
+from helpers import fake_device
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.hardware import (
@@ -17,11 +18,12 @@ from guitrainer.core.hardware import (
     GpuChoice,
     GpuChoiceError,
     choose_training_gpu,
-    fake_device,
     gpu_missing_message,
 )
+from guitrainer.engine import session as session_module
 from guitrainer.engine import trainer as T
 from guitrainer.engine.models import ModelLoadError
+from guitrainer.presets import DEMO_PRESET
 
 TWO = ("NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 4090")
 TWO_MISSING = "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090)"
@@ -103,7 +105,7 @@ def _run(monkeypatch, gpu_index: int, *, in_thread: bool = False):
     cfg.set("precision.training", "fp32")
     cfg.set("precision.gpu_index", gpu_index)
     stop = _StopAtModel()
-    monkeypatch.setattr(T, "load_base_model", stop)
+    monkeypatch.setattr(session_module, "load_base_model", stop)
     trainer = T.Trainer(cfg)
     stop.trainer = trainer
     if not in_thread:
@@ -181,7 +183,7 @@ def test_cli_set_reaches_the_config_and_check_reports_a_missing_gpu(capsys):
 
     from guitrainer.cli import main
 
-    demo = "Demo — tiny built-in model (CPU, seconds)"
+    demo = DEMO_PRESET
     rc = main(["--preset", demo, "--set", "precision.gpu_index=1", "--check"])
     out = capsys.readouterr().out
     data = tomllib.loads("\n".join(line for line in out.splitlines() if not line.startswith("#")))

@@ -1,36 +1,71 @@
-"""DESIGN.md §1 rules, checked in fresh interpreters so other tests cannot pollute sys.modules."""
+"""DESIGN.md §1 layering, in one place.
+
+The import contracts (pyproject.toml ``[tool.importlinter]``, also run by CI as ``lint-imports``) check
+every import statement; the fresh interpreters below check what a static check cannot: importing core,
+the config and the presets loads neither torch nor Qt, and the window opens without torch.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def _run(code: str) -> str:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
-def test_core_imports_neither_qt_nor_torch():
+def _lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
+
+
+def test_import_contracts_hold():
+    out = _lint_imports(ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_import_contracts_fail_when_the_engine_imports_qt(tmp_path):
+    """The contracts can fail: a copy of the package whose engine imports PySide6 breaks one of them."""
+    shutil.copytree(ROOT / "guitrainer", tmp_path / "guitrainer", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    optim = tmp_path / "guitrainer" / "engine" / "optim.py"
+    optim.write_text(optim.read_text(encoding="utf-8") + "\nimport PySide6  # noqa\n", encoding="utf-8")
+    out = _lint_imports(tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert out.returncode != 0
+    assert "engine never imports Qt or the UI BROKEN" in out.stdout
+    assert "guitrainer.engine.optim -> PySide6" in out.stdout
+
+
+def test_core_config_and_presets_load_neither_torch_nor_qt():
+    """Import every core module, the config and the presets, then run the precision rules, the VRAM
+    estimate and the model detection: torch, Qt and bitsandbytes stay out (they load only in the probe)."""
     code = (
-        "import sys, pkgutil, importlib, guitrainer.core as c\n"
+        f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+        "import pkgutil, importlib, guitrainer.core as c\n"
         "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('guitrainer.core.' + m.name)\n"
         "import guitrainer.config, guitrainer.presets\n"
-        "print('PySide6' in sys.modules, 'torch' in sys.modules)"
+        "from guitrainer.core import checkpoint, precision, vram\n"
+        "from helpers import fake_device\n"
+        "from guitrainer.config import TrainingConfig\n"
+        "d = fake_device('t4'); cfg = TrainingConfig()\n"
+        "precision.advise(d, cfg); vram.estimate(cfg, device=d); vram.hints(cfg, device=d)\n"
+        "checkpoint.detect_model('demo')\n"
+        "print('torch' in sys.modules, 'PySide6' in sys.modules, 'bitsandbytes' in sys.modules)"
     )
-    assert _run(code) == "False False"
-
-
-def test_engine_imports_no_qt():
-    code = (
-        "import sys, pkgutil, importlib, guitrainer.engine as e\n"
-        "for m in pkgutil.iter_modules(e.__path__): importlib.import_module('guitrainer.engine.' + m.name)\n"
-        "print('PySide6' in sys.modules)"
-    )
-    assert _run(code) == "False"
+    assert _run(code) == "False False False"
 
 
 def test_app_window_opens_without_torch():

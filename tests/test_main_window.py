@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from helpers import fake_device
 from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QPlainTextEdit, QSpinBox
 
-from guitrainer.presets import PresetStore
+from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import bound_editors
 from guitrainer.ui.main_window import MainWindow
 
@@ -64,7 +65,7 @@ def test_loading_a_preset_updates_widgets(window):
     assert editors["network.rank"].value() == 64
     assert editors["schedule.batch_size"].value() == 4
     assert editors["model.base"].text() == "stabilityai/stable-diffusion-xl-base-1.0"
-    window.load_preset("Demo — tiny built-in model (CPU, seconds)")
+    window.load_preset(DEMO_PRESET)
     assert editors["network.rank"].value() == 4
     assert window.binding.config.network.train_text_encoder is False
     assert "•" not in window.windowTitle()
@@ -144,12 +145,10 @@ def test_second_launch_hands_files_to_running_instance(qtbot, tmp_path):
 
 
 def test_vram_meter_follows_detected_device(window, qtbot):
-    from guitrainer.core import hardware
-
     window.load_preset("SDXL quality — 24 GB")
-    window.model_page.device_detected.emit(hardware.fake_device("rtx3060"))  # as when the probe finishes
+    window.model_page.device_detected.emit(fake_device("rtx3060"))  # as when the probe finishes
     qtbot.waitUntil(lambda: window.vram_meter.level == "over", timeout=3000)  # 24 GB preset on a 12 GB card
-    window.model_page.device_detected.emit(hardware.fake_device("h100"))
+    window.model_page.device_detected.emit(fake_device("h100"))
     qtbot.waitUntil(lambda: window.vram_meter.level == "ok", timeout=3000)
 
 
@@ -164,13 +163,11 @@ def test_fp16_overflow_warning_reaches_output_page(window):
 
 
 def test_error_advice_disables_train_with_the_reason(window, qtbot):
-    from guitrainer.core import hardware
-
     window.nav.setCurrentRow(2)
     qtbot.wait(20)
     train = window.training_page.train_button
     assert train.isEnabled()
-    window.model_page.precision_picker.set_device(hardware.fake_device("t4"))  # compute capability 7.5
+    window.model_page.precision_picker.set_device(fake_device("t4"))  # compute capability 7.5
     window.binding.set("precision.training", "bf16")
     qtbot.waitUntil(lambda: not train.isEnabled(), timeout=2000)
     assert "bf16" in train.toolTip()

@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from helpers import config_with
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core import vram
@@ -23,11 +24,7 @@ torch.set_num_threads(1)
 needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")
 
 
-def cfg(**values: object) -> TrainingConfig:
-    c = TrainingConfig()
-    for path, value in values.items():
-        c.set(path.replace("__", "."), value)
-    return c
+cfg = config_with  # the default config with section__field=value overrides
 
 
 def _engine_lora_shapes(family: str, config: TrainingConfig) -> list[tuple[int, ...]]:

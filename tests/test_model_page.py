@@ -10,13 +10,13 @@ import time
 
 import numpy as np
 import pytest
+from helpers import fake_device
 from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QLabel
 from safetensors.numpy import save_file
 
 from guitrainer.core import hardware
-from guitrainer.core.hardware import fake_device
 from guitrainer.ui.binding import ConfigBinding, bound_editors
 from guitrainer.ui.model_page import ModelPage
 from guitrainer.ui.model_picker import MAX_RECENT, RECENT_KEY, ModelPicker

@@ -10,11 +10,13 @@ import torch
 from PIL import Image
 
 from guitrainer.core.events import Control, NullReporter
+from guitrainer.engine.amp_step import AmpStep
 from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import StopAt, demo_cfg  # noqa: E402
+from helpers import demo_cfg
+from helpers.doubles import StopAt  # noqa: E402
 from tiny_models import build_tiny  # noqa: E402
 
 
@@ -29,14 +31,14 @@ def _images(folder: Path) -> Path:
 def test_sdxl_trains_text_encoders_and_samples_every_n_steps(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     captured: list[torch.Tensor] = []
-    orig = Trainer._added_cond
+    orig = AmpStep.added_cond
 
     def spy(self, pooled, batch, dtype):
         out = orig(self, pooled, batch, dtype)
         captured.append(out["time_ids"].clone())
         return out
 
-    monkeypatch.setattr(Trainer, "_added_cond", spy)
+    monkeypatch.setattr(AmpStep, "added_cond", spy)
     model = build_tiny(tmp_path / "sdxl", "sdxl")
     cfg = demo_cfg(
         tmp_path / "out",
@@ -60,7 +62,7 @@ def test_sdxl_trains_text_encoders_and_samples_every_n_steps(tmp_path, monkeypat
     tr = Trainer(cfg, rep)
     summary = tr.run()
     assert summary.status == "finished", summary.message
-    assert tr.model.family == "sdxl" and len(tr.model.text_encoders) == 2
+    assert tr.session.model.family == "sdxl" and len(tr.session.model.text_encoders) == 2
     tensors, _meta = read_lora(summary.lora_path)
     for prefix in ("lora_unet_", "lora_te1_", "lora_te2_"):
         assert any(k.startswith(prefix) for k in tensors), prefix

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+from guitrainer.presets import DEMO_PRESET
+
+DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 120  # a hang (a process left in a collective) fails the test instead of blocking it
 

@@ -17,7 +17,7 @@ from guitrainer.core.measurements import MeasurementStore
 from guitrainer.core.precision_lab import Candidate, LabProgress, all_candidates, format_table
 from guitrainer.engine import data as D
 from guitrainer.engine import lora as L
-from guitrainer.engine.precision_lab import compare_precisions, engine_supports_fp8
+from guitrainer.engine.precision_lab import compare_precisions, engine_supports_fp8, trainer_model
 from guitrainer.engine.trainer import Trainer
 from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
@@ -59,11 +59,11 @@ class _Spy:
         self.rec, self.name, self.inner, self.stepped = rec, name, inner, False
 
     def on_status(self, text):
-        t = self.rec.trainer
-        if not self.stepped and getattr(t, "model", None) is not None and L.lora_layers(t.model.unet):
-            self.rec.initial[self.name] = {k: v.clone() for k, v in L.kohya_state_dict(t.model.unet).items()}
-            if not any(r() is t.model.unet for r in self.rec.unets):
-                self.rec.unets.append(weakref.ref(t.model.unet))
+        model = trainer_model(self.rec.trainer)
+        if not self.stepped and model is not None and L.lora_layers(model.unet):
+            self.rec.initial[self.name] = {k: v.clone() for k, v in L.kohya_state_dict(model.unet).items()}
+            if not any(r() is model.unet for r in self.rec.unets):
+                self.rec.unets.append(weakref.ref(model.unet))
         self.inner.on_status(text)
 
     def on_step(self, metrics):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import fake_device
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
-from guitrainer.core.hardware import fake_device
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.precision_picker import DETECTING, AdviceRow, PrecisionPicker
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, parse_toml_text
-from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
+from guitrainer.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore, read_preset
 
 SHIPPED = [
-    "Demo — tiny built-in model (CPU, seconds)",
+    DEMO_PRESET,
     "SD 1.5 character — 6 GB",
     "SD 1.5 style — 8 GB",
     "SDXL character — 12 GB",
@@ -42,7 +42,7 @@ def test_every_shipped_preset_round_trips(store, name):
 def test_overlay_semantics_every_field_filled(store):
     """Loading B after A leaves nothing of A: presets apply to the defaults, not to the current config."""
     a = store.get("SDXL quality — 24 GB").config()
-    b = store.get("Demo — tiny built-in model (CPU, seconds)").config()
+    b = store.get(DEMO_PRESET).config()
     assert a.network.train_text_encoder is True
     assert b.network.train_text_encoder is False  # not in the demo file: the default, not A's value
     assert b.model.base == "demo" and b.precision.training == "fp32"

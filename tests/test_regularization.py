@@ -3,7 +3,6 @@ class-image generation with the demo model (resume is pixel-exact, cancel stops 
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,20 +10,10 @@ import pytest
 
 from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig
 from guitrainer.core import regularization as reg
-from guitrainer.core.regularization import Batch, Draw
+from guitrainer.core.regularization import Draw
 
 TRAIN = [("t0", 2), ("t1", 2), ("t2", 2)]  # 3 training images × repeats 2 = 6 draws per epoch
 CLASS = [("c0", 1), ("c1", 1), ("c2", 1), ("c3", 1)]  # 4 class images × repeats 1
-
-
-def test_layering_no_qt_no_torch():
-    import subprocess
-
-    code = "import sys, guitrainer.core.regularization; print('PySide6' in sys.modules, 'torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "False"]
-    engine_src = (Path(reg.__file__).parents[1] / "engine" / "class_images.py").read_text()
-    assert "PySide6" not in engine_src
 
 
 def test_kohya_schedule_hand_computed_two_epochs():
@@ -77,30 +66,6 @@ def test_more_class_draws_than_needed_and_repeats():
     assert "2 of 3 class images used" in usage.describe()
 
 
-def test_pair_batches_pairs_equal_sizes():
-    plan = reg.epoch_schedule(TRAIN, CLASS, 0, seed=5)
-    batches = reg.pair_batches(plan, 4)
-    assert [len(b.instance_ids) for b in batches] == [4, 2]
-    assert all(len(b.instance_ids) == len(b.class_ids) for b in batches)
-    assert sum((b.instance_ids for b in batches), ()) == plan.train
-    assert sum((b.class_ids for b in batches), ()) == plan.classes
-    no_class = reg.pair_batches(reg.epoch_schedule(TRAIN, [], 0, seed=5), 2)
-    assert all(b.class_ids == () for b in no_class) and len(no_class) == 3
-    assert isinstance(batches[0], Batch)
-    with pytest.raises(ValueError):
-        reg.pair_batches(plan, 0)
-
-
-def test_mixed_batches_kohya_layout_inside_buckets():
-    plan = reg.epoch_schedule(TRAIN, CLASS, 0, seed=5)
-    flat = reg.mixed_batches(plan, 4)
-    assert [len(b) for b in flat] == [4, 4, 4]
-    assert [d for b in flat for d in b] == list(plan.mixed)
-    bucketed = reg.mixed_batches(plan, 4, bucket_of=lambda d: d.item in ("t0", "c0"))
-    assert all(len({d.item in ("t0", "c0") for d in b}) == 1 for b in bucketed)  # never two buckets in one batch
-    assert Counter(d for b in bucketed for d in b) == Counter(plan.mixed)
-
-
 def test_class_caption_and_losses():
     assert reg.class_caption("a dog, sitting", "a photo of a dog") == "a dog, sitting"
     assert reg.class_caption("  \n", "a photo of a dog ") == "a photo of a dog"
@@ -108,8 +73,6 @@ def test_class_caption_and_losses():
     assert reg.combined_loss(0.25, 0.5, 1.0) == pytest.approx(0.75)
     assert reg.combined_loss(0.25, 0.5, 0.3) == pytest.approx(0.25 + 0.15)
     assert reg.combined_loss(0.25, None, 1.0) == 0.25
-    # kohya's mixed batch: mean of weighted per-sample losses
-    assert reg.mixed_loss([0.2, 0.4, 0.6, 0.8], [False, False, True, True], 0.5) == pytest.approx((0.2 + 0.4 + 0.3 + 0.4) / 4)
 
 
 def test_regularization_folder_that_is_also_a_training_folder_is_refused(tmp_path):

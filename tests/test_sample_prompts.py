@@ -46,8 +46,8 @@ def test_config_reports_a_bad_prompt_before_the_run():
 
 def test_sampler_honours_per_prompt_size_and_seed(tmp_path):
     import torch
+    from helpers import demo_cfg  # tests/ is on sys.path
     from PIL import Image
-    from test_engine import demo_cfg  # tests/ is on sys.path
 
     from guitrainer.core.events import NullReporter
     from guitrainer.engine.trainer import Trainer

@@ -12,7 +12,7 @@ import torch
 from guitrainer.core.events import Control, NullReporter
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import demo_cfg  # noqa: E402
+from helpers import demo_cfg  # noqa: E402
 
 
 class _RedirectOnFailure(NullReporter):

@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from guitrainer.engine import trainer as T
+from guitrainer.core import run_state
+from guitrainer.engine.amp_step import AmpStep
 from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 from guitrainer.engine.verify import verify_lora
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine import HashingReporter, demo_cfg  # noqa: E402
+from helpers import demo_cfg
+from helpers.doubles import HashingReporter  # noqa: E402
 
 RANK, ALPHA = 4, 8.0
 FILE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -41,7 +43,7 @@ def test_lora_written_by_the_trainer_verifies_in_diffusers(tmp_path, save):
     assert all(float(v) == ALPHA for k, v in tensors.items() if k.endswith(".alpha"))
     assert all(t.dtype == FILE_DTYPES[save] for k, t in tensors.items() if not k.endswith(".alpha"))
 
-    v = verify_lora(path, cfg, reference=tr.model)
+    v = verify_lora(path, cfg, reference=tr.session.model)
     assert v.reference == "trained model" and v.save_precision == save
     assert v.keys_total == len(tensors) and v.keys_unused == ()
     assert v.lora_effect > 0.05 and v.lora_effect_te > 1e-3, (v.lora_effect, v.lora_effect_te)  # 3 steps really trained
@@ -54,15 +56,15 @@ def test_lora_written_by_the_trainer_verifies_in_diffusers(tmp_path, save):
 def test_nan_loss_in_bf16_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
     """As test_engine's fp32 case: bf16 AMP has no grad scaler to skip the step, so a NaN loss must stop the run."""
     torch.set_num_threads(1)
-    orig = Trainer._forward_loss
+    orig = AmpStep.forward_loss
     seen: list[torch.dtype] = []
 
     def nan_at_6(self, batch):
         loss = orig(self, batch)
-        seen.append(next(self.model.unet.parameters()).dtype)
+        seen.append(next(self.session.model.unet.parameters()).dtype)
         return loss * float("nan") if self.progress.global_step == 5 else loss
 
-    monkeypatch.setattr(Trainer, "_forward_loss", nan_at_6)
+    monkeypatch.setattr(AmpStep, "forward_loss", nan_at_6)
     rep = HashingReporter()
     cfg = demo_cfg(
         tmp_path, precision__training="bf16", schedule__max_steps=8, output__save_every_n_epochs=1,
@@ -81,7 +83,7 @@ def test_nan_loss_in_bf16_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch)
     tensors, meta = read_lora(ckpt)
     assert meta["ss_mixed_precision"] == "bf16"
     assert all(torch.isfinite(t).all() for t in tensors.values())
-    assert all(torch.isfinite(p).all() for p in tr.params)  # the NaN step changed nothing
-    state = json.loads((tr.state_dir() / T.STATE_FILE).read_text())
+    assert all(torch.isfinite(p).all() for p in tr.session.params)  # the NaN step changed nothing
+    state = json.loads((tr.saver.state_dir() / run_state.STATE_FILE).read_text())
     assert state["global_step"] == 4
     assert not (tmp_path / "demo_lora.safetensors").exists()

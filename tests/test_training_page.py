@@ -10,19 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import fake_device
+from helpers.doubles import FakeTrainer, fake_factory
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QMessageBox
-from test_training_worker import FakeTrainer, fake_factory  # tests/ is on sys.path (rootdir conftest)
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
-from guitrainer.presets import PresetStore
+from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.training_page import TrainingPage, TrainState, check_start, find_state
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = DEMO_PRESET
 
 
 def demo_config(tmp_path: Path, **schedule) -> TrainingConfig:
@@ -52,7 +53,7 @@ def _reset_fakes():
 @pytest.fixture
 def cpu_device(monkeypatch):
     """A known CPU machine, so no test waits for the real device probe (it imports bitsandbytes: seconds)."""
-    dev = hardware.fake_device("cpu")
+    dev = fake_device("cpu")
     monkeypatch.setattr(hardware, "cached", lambda: dev)
     return dev
 
@@ -359,7 +360,7 @@ def test_start_checks_list_problems_in_plain_words(qtbot, make_page, tmp_path):
 
 
 def test_memory_estimate_above_the_gpu_asks_first(qtbot, make_page, tmp_path, monkeypatch):
-    small_gpu = hardware.fake_device("gtx1080")
+    small_gpu = fake_device("gtx1080")
     monkeypatch.setattr(hardware, "cached", lambda: small_gpu)
     cfg = demo_config(tmp_path)
     cfg.model.family = "sdxl"  # estimated as SDXL: far above 8 GiB in fp32
@@ -381,7 +382,7 @@ def test_unknown_device_is_probed_in_the_background(qtbot, make_page, monkeypatc
 
     def probe():
         calls.append(threading.current_thread().name)
-        return hardware.fake_device("cpu")
+        return fake_device("cpu")
 
     monkeypatch.setattr(hardware, "cached", lambda: None)
     monkeypatch.setattr(hardware, "probe", probe)

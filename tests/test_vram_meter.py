@@ -88,7 +88,7 @@ def test_widget_module_does_not_import_torch() -> None:
 
 
 def test_probed_device_filters_hints_and_cpu_status(qtbot) -> None:
-    from guitrainer.core.hardware import fake_device
+    from helpers import fake_device
 
     binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
     gpu = fake_device("rtx3060", bitsandbytes=False)

@@ -12,8 +12,8 @@ Import rules (what :func:`scan` does with the paths it is given):
 - The same file reached twice (same resolved path, or ``os.path.samefile``: hard links) is imported
   once and reported as a duplicate.
 
-Captions are ``<image stem><caption_extension>`` beside the image, written atomically. A caption
-that is not UTF-8 is shown with replacement characters and never rewritten unless the user edits it.
+Captions (:mod:`guitrainer.core.captions`) and tag operations (:mod:`guitrainer.core.tags`) have their own
+modules; their names are re-exported here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,84 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guitrainer.core.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
-from guitrainer.core.fileio import atomic_write_bytes
+from guitrainer.core.captions import (  # re-exported: the caption helpers lived here before
+    CaptionChange,
+    CaptionEdit,
+    CaptionEncodingError,
+    CaptionFileError,
+    CaptionText,
+    apply_tag_operation,
+    caption_path_for,
+    decode_caption,
+    encode_caption,
+    plan_edit,
+    read_caption,
+    restore_bytes,
+    save_caption,
+    write_caption,
+)
+from guitrainer.core.tags import (  # re-exported: the tag operations lived here before
+    add_trigger,
+    dedupe_tags,
+    find_replace,
+    join_tags,
+    remove_tag,
+    rename_tag,
+    sort_tags,
+    split_tags,
+    tag_frequency,
+)
+
+__all__ = [  # the module's own names and the caption / tag names re-exported from their new homes
+    "Candidate",
+    "CaptionChange",
+    "CaptionEdit",
+    "CaptionEncodingError",
+    "CaptionFileError",
+    "CaptionText",
+    "Collected",
+    "DatasetItem",
+    "DatasetSummary",
+    "FLAG_DESCRIPTIONS",
+    "Flag",
+    "IMAGE_EXTENSIONS",
+    "ImageInfo",
+    "LARGE_PIXELS",
+    "LARGE_SIDE",
+    "RESOLUTION_BINS",
+    "ScanResult",
+    "add_trigger",
+    "apply_tag_operation",
+    "caption_path_for",
+    "collect",
+    "decode_caption",
+    "encode_caption",
+    "dedupe_tags",
+    "file_key",
+    "find_replace",
+    "inspect_image",
+    "iter_items",
+    "join_tags",
+    "load_item",
+    "normalized",
+    "plan_edit",
+    "probe_image",
+    "read_caption",
+    "remove_tag",
+    "rename_tag",
+    "repeats_of",
+    "resolution_bin",
+    "restore_bytes",
+    "scan",
+    "scan_folders",
+    "size_flags",
+    "save_caption",
+    "sort_tags",
+    "split_tags",
+    "summarize",
+    "tag_frequency",
+    "write_caption",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +118,7 @@ _QUIET_EXTENSIONS = frozenset({".txt", ".caption", ".json", ".npz", ".toml", ".d
 _REPEATS_RE = re.compile(r"^(\d+)_(.+)$")
 
 
-class Flag(str, enum.Enum):  # noqa: UP042 - StrEnum needs 3.11, we support 3.10
+class Flag(str, enum.Enum):  # noqa: UP042 - str mix-in: a flag compares equal to its text
     """Something about an image (or its caption) the user should know before training."""
 
     UNREADABLE = "unreadable"
@@ -55,6 +132,7 @@ class Flag(str, enum.Enum):  # noqa: UP042 - StrEnum needs 3.11, we support 3.10
     PALETTE = "palette"
     EXIF_ROTATED = "rotated"
     CAPTION_NOT_UTF8 = "caption_encoding"
+    CAPTION_UNREADABLE = "caption_unreadable"
 
     @property
     def description(self) -> str:
@@ -77,63 +155,11 @@ FLAG_DESCRIPTIONS: dict[Flag, str] = {
     Flag.ALPHA: "Has transparency: transparent areas become a flat colour",
     Flag.PALETTE: "Palette image (e.g. GIF-style colours)",
     Flag.EXIF_ROTATED: "Rotated by its EXIF tag: trained upright, as shown here",
-    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8: shown with \ufffd, kept unchanged unless you edit it",
+    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8 (an older encoding): read as such, saved back in it when you "
+    "edit it; bulk tag operations leave it alone",
+    Flag.CAPTION_UNREADABLE: "The caption path is not a readable file (a folder, a pipe, a broken link)",
 }
 
-
-# --------------------------------------------------------------------------- captions
-
-
-@dataclass(frozen=True)
-class CaptionText:
-    """A caption as read from disk."""
-
-    text: str
-    was_utf8: bool = True
-    exists: bool = True
-
-
-def caption_path_for(image_path: str | Path, caption_extension: str = ".txt") -> Path:
-    """``photo.png`` -> ``photo.txt`` (the sidecar training reads)."""
-    ext = caption_extension if caption_extension.startswith(".") else f".{caption_extension}"
-    p = Path(image_path)
-    return p.with_name(p.stem + ext)
-
-
-def read_caption(path: str | Path) -> CaptionText:
-    """Read a caption; a missing file reads as empty, a non-UTF-8 one with replacement characters."""
-    return decode_caption(_read_bytes(Path(path)))
-
-
-def decode_caption(raw: bytes | None) -> CaptionText:
-    """A caption file's bytes (None: no file) as :func:`read_caption` reads them."""
-    if raw is None:
-        return CaptionText("", True, exists=False)
-    try:
-        return CaptionText(raw.decode("utf-8-sig"), True)
-    except UnicodeDecodeError:
-        return CaptionText(raw.decode("utf-8", errors="replace"), False)
-
-
-def write_caption(path: str | Path, text: str) -> None:
-    """Write a caption as UTF-8, atomically (the old file survives any failure)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def restore_bytes(path: str | Path, data: bytes | None) -> None:
-    """Put a caption file back exactly: ``data`` atomically, or remove the file when ``data`` is None."""
-    p = Path(path)
-    if data is None:
-        p.unlink(missing_ok=True)
-    else:
-        atomic_write_bytes(p, data)
 
 
 # --------------------------------------------------------------------------- images
@@ -253,6 +279,7 @@ class DatasetItem:
     height: int = 0
     caption_exists: bool = False
     caption_utf8: bool = True
+    caption_encoding: str = "utf-8"  # the caption file's codec (core.captions): a save keeps it
 
     @property
     def has_caption(self) -> bool:
@@ -269,10 +296,12 @@ class DatasetItem:
     def set_caption(self, c: CaptionText) -> None:
         """Show a caption known to be on disk now (e.g. just written), without reading the file."""
         self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
-        if c.was_utf8:
-            self.flags.discard(Flag.CAPTION_NOT_UTF8)
-        else:
-            self.flags.add(Flag.CAPTION_NOT_UTF8)
+        self.caption_encoding = c.encoding
+        for flag, on in ((Flag.CAPTION_NOT_UTF8, not c.was_utf8), (Flag.CAPTION_UNREADABLE, bool(c.problem))):
+            if on:
+                self.flags.add(flag)
+            else:
+                self.flags.discard(flag)
 
 
 @dataclass
@@ -469,156 +498,6 @@ def scan_folders(
         result.rejected.extend(col.rejected)
         result.duplicates.extend(col.duplicates)
     return result
-
-
-# --------------------------------------------------------------------------- tags
-
-
-def split_tags(text: str) -> list[str]:
-    """Comma-separated tags, stripped, empty ones dropped."""
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def join_tags(tags: Iterable[str]) -> str:
-    return ", ".join(tags)
-
-
-def _retag(text: str, new: list[str]) -> str:
-    """Keep the text byte for byte when the tags did not change."""
-    return text if new == split_tags(text) else join_tags(new)
-
-
-def add_trigger(text: str, word: str) -> str:
-    """Put ``word`` first (moving it there if it is elsewhere)."""
-    word = word.strip()
-    if not word:
-        return text
-    tags = split_tags(text)
-    return _retag(text, [word] + [t for t in tags if t != word])
-
-
-def find_replace(text: str, find: str, replace: str, *, regex: bool = False) -> str:
-    """Replace in the whole caption text (plain text, or a Python regular expression)."""
-    if not find:
-        return text
-    if regex:
-        return re.sub(find, replace, text)
-    return text.replace(find, replace)
-
-
-def remove_tag(text: str, tag: str) -> str:
-    tag = tag.strip()
-    return _retag(text, [t for t in split_tags(text) if t != tag])
-
-
-def rename_tag(text: str, old: str, new: str) -> str:
-    old, new = old.strip(), new.strip()
-    tags = [new if t == old else t for t in split_tags(text)]
-    return _retag(text, [t for t in tags if t])
-
-
-def sort_tags(text: str, keep_first: int = 0) -> str:
-    """Sort tags alphabetically, leaving the first ``keep_first`` (e.g. the trigger word) in place."""
-    tags = split_tags(text)
-    return _retag(text, tags[:keep_first] + sorted(tags[keep_first:], key=str.casefold))
-
-
-def dedupe_tags(text: str) -> str:
-    """Drop repeated tags, keeping the first of each."""
-    return _retag(text, list(dict.fromkeys(split_tags(text))))
-
-
-def tag_frequency(captions: Iterable[str]) -> list[tuple[str, int]]:
-    """Each tag and in how many captions it appears, most frequent first."""
-    counts: Counter[str] = Counter()
-    for c in captions:
-        counts.update(set(split_tags(c)))
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
-
-
-@dataclass(frozen=True)
-class CaptionChange:
-    """One caption file before and after an edit, as bytes (None: the file did not exist)."""
-
-    caption_path: Path
-    old: bytes | None
-    new: bytes | None
-
-
-@dataclass
-class CaptionEdit:
-    """One undoable change to any number of captions (a bulk tag operation, an autosave)."""
-
-    description: str
-    changes: list[CaptionChange] = field(default_factory=list)
-    skipped_not_utf8: int = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.changes)
-
-    def apply(self, progress: Callable[[int], None] | None = None) -> None:
-        """Write every new caption (atomically, file by file); if one fails, undo the ones written.
-
-        ``progress(n)`` is called after each file, with the number written so far.
-        """
-        self._write(self.changes, forward=True, progress=progress)
-
-    def revert(self, progress: Callable[[int], None] | None = None) -> None:
-        """Restore every caption exactly as it was before; if one fails, redo the ones restored."""
-        self._write(list(reversed(self.changes)), forward=False, progress=progress)
-
-    @staticmethod
-    def _write(changes: list[CaptionChange], forward: bool, progress: Callable[[int], None] | None) -> None:
-        done: list[CaptionChange] = []
-        try:
-            for ch in changes:
-                restore_bytes(ch.caption_path, ch.new if forward else ch.old)
-                done.append(ch)
-                if progress is not None:
-                    progress(len(done))
-        except BaseException:
-            for ch in reversed(done):
-                try:
-                    restore_bytes(ch.caption_path, ch.old if forward else ch.new)
-                except OSError:
-                    log.exception("could not restore %s", ch.caption_path)
-            raise
-
-
-def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], description: str) -> CaptionEdit:
-    """Run ``op`` on each item's caption and record the ones it changes (writes nothing).
-
-    Captions that are not UTF-8 are left alone (counted in ``skipped_not_utf8``): a bulk edit
-    would replace their unreadable bytes.
-    """
-    edit = CaptionEdit(description)
-    for item in items:
-        old_bytes = _read_bytes(item.caption_path)
-        if old_bytes is None:
-            old_text = ""
-        else:
-            try:
-                old_text = old_bytes.decode("utf-8-sig")
-            except UnicodeDecodeError:
-                edit.skipped_not_utf8 += 1
-                continue
-        new_text = op(old_text)
-        if new_text == old_text:
-            continue
-        edit.changes.append(CaptionChange(item.caption_path, old_bytes, new_text.encode("utf-8")))
-    return edit
-
-
-def apply_tag_operation(items: Sequence[DatasetItem], op: Callable[[str], str], description: str) -> CaptionEdit:
-    """Plan, write and return one undoable edit; the items' captions are refreshed. ``edit.count`` changed."""
-    edit = plan_edit(items, op, description)
-    edit.apply()
-    changed = {ch.caption_path for ch in edit.changes}
-    for item in items:
-        if item.caption_path in changed:
-            item.reload_caption()
-    return edit
 
 
 # --------------------------------------------------------------------------- summary

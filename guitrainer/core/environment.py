@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from guitrainer.core.hardware import DeviceInfo, format_bytes
+from guitrainer.core.hardware import DeviceInfo
+from guitrainer.core.units import format_bytes
 
 Level = Literal["ok", "info", "warning", "error"]
 

@@ -50,7 +50,7 @@ class SampleImage:
 class RunSummary:
     """How a run ended."""
 
-    status: str  # "finished", "stopped", "failed"
+    status: str  # "finished", "stopped", "failed", or "complete" (resumed a run that had no steps left)
     steps: int
     epochs: int
     final_loss: float | None

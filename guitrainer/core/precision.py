@@ -12,36 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
-from guitrainer.config import field_info
+from guitrainer.core.hardware import DeviceInfo
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: core never imports the config at run time (config imports core)
     from guitrainer.config import TrainingConfig
-    from guitrainer.core.hardware import DeviceInfo
 
 log = logging.getLogger(__name__)
 
 Level = Literal["info", "warning", "error"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")  # most severe first
 FP16_MAX = 65504.0
-
-
-class TrainingPrecision(str, Enum):  # noqa: UP042 - py310 has no StrEnum
-    """``precision.training``: how the forward and backward passes compute."""
-
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-
-
-class SavePrecision(str, Enum):  # noqa: UP042
-    """``precision.save``: the dtype the LoRA file is written in."""
-
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
 
 
 @dataclass(frozen=True)
@@ -68,23 +50,28 @@ SAVE_CHOICES: tuple[PrecisionChoice, ...] = (
 )
 
 
+#: user-facing names of the values precision advice suggests; the config's ``choice_labels`` for these
+#: fields are built from the same tables, so a name exists once
+CHOICE_LABELS: dict[str, dict[str, str]] = {
+    "precision.training": {c.value: c.label for c in TRAINING_CHOICES},
+    "precision.save": {c.value: c.label for c in SAVE_CHOICES},
+}
+
+
 def choice_label(path: str, value: Any) -> str:
-    """User-facing name of a config value, e.g. ("precision.training", "fp16") -> "fp16 AMP"."""
-    try:
-        labels = field_info(path).metadata.get("choice_labels") or {}
-    except Exception:  # noqa: BLE001 - unknown path: show the raw value
-        labels = {}
-    return str(labels.get(value, value))
+    """User-facing name of a suggested value, e.g. ("precision.training", "fp16") -> "fp16 AMP"."""
+    return str(CHOICE_LABELS.get(path, {}).get(value, value))
 
 
 def describe_suggestion(suggestion: Mapping[str, Any]) -> str:
-    """``{"precision.training": "fp16"}`` -> ``"use fp16 AMP"``; ``{"precision.save": "bf16"}`` -> ``"save as bf16"``."""
+    """``{"precision.training": "fp16"}`` -> ``"use fp16 AMP"``; ``{"precision.save": "bf16"}`` -> ``"save as bf16"``;
+    ``{"precision.gradient_checkpointing": True}`` -> ``"turn on gradient checkpointing"``."""
     parts = []
     for path, value in suggestion.items():
         if path == "precision.save":
             parts.append(f"save as {choice_label(path, value)}")
         elif isinstance(value, bool):
-            parts.append(f"turn {'on' if value else 'off'} {field_info(path).metadata.get('label', path).lower()}")
+            parts.append(f"turn {'on' if value else 'off'} {path.rpartition('.')[2].replace('_', ' ')}")
         else:
             parts.append(f"use {choice_label(path, value)}")
     return ", ".join(parts)
@@ -161,11 +148,7 @@ def training_choice_level(device: DeviceInfo | None, value: str) -> Level | None
     """The worst level the training-precision rules give ``value`` on ``device`` (None: no objection)."""
     if device is None:
         return None
-    from guitrainer.config import TrainingConfig
-
-    cfg = TrainingConfig()
-    cfg.precision.training = value  # type: ignore[assignment]
-    return worst(_rule_training_precision(device, cfg))
+    return worst(_training_precision_advice(device, value))
 
 
 def eight_bit_status(device: DeviceInfo) -> tuple[Level | None, str]:
@@ -259,97 +242,115 @@ def _rule_cpu_training(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advi
 
 
 def _rule_training_precision(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
-    choice = cfg.precision.training
-    topic = "precision.training"
+    return _training_precision_advice(device, cfg.precision.training)
+
+
+def _training_precision_advice(device: DeviceInfo, choice: str) -> Iterable[Advice]:
+    """What the rules say about training in ``choice`` on ``device``."""
     best = recommended_training(device)
     if device.kind == "cuda":
-        gpu = device.gpu
-        assert gpu is not None
-        cap = f"{gpu.capability[0]}.{gpu.capability[1]}"
-        if choice == "bf16" and not gpu.bf16_native:
-            yield Advice(
-                "error",
-                f"Your {gpu.name} (compute capability {cap}) has no bf16 hardware; bf16 needs an RTX 30-series "
-                "or newer card (8.0+). PyTorch would emulate it very slowly. fp16 AMP does the same job here.",
-                {topic: "fp16"},
-                code="bf16_not_native",
-                topic=topic,
-            )
-        elif choice == "fp16" and gpu.is_gtx16:
-            yield Advice(
-                "warning",
-                f"GTX 16-series cards ({gpu.name}) have no tensor cores and are known to produce NaN losses or black "
-                "samples in fp16. If that happens, train in fp32 (it needs more memory).",
-                {topic: "fp32"},
-                code="fp16_gtx16",
-                topic=topic,
-            )
-        elif choice == "fp16" and not gpu.tensor_cores:
-            yield Advice(
-                "info",
-                f"Your {gpu.name} has no tensor cores: fp16 AMP saves memory but will not be much faster than fp32.",
-                code="fp16_no_tensor_cores",
-                topic=topic,
-            )
-        elif choice == "fp16" and gpu.bf16_native:
-            yield Advice(
-                "info",
-                f"Your {gpu.name} does bf16 natively: bf16 AMP is as fast, needs no loss scaler and never overflows.",
-                {topic: "bf16"},
-                code="bf16_better",
-                topic=topic,
-            )
-        elif choice == "fp32" and gpu.tensor_cores:
-            yield Advice(
-                "info",
-                f"Your {gpu.name} has tensor cores: {choice_label(topic, best)} is about twice as fast as fp32 "
-                "and uses much less memory, with the same results in practice.",
-                {topic: best},
-                code="fp32_slow",
-                topic=topic,
-            )
+        yield from _cuda_precision_advice(device, choice, best)
     elif device.kind == "mps":
-        mps = device.mps
-        assert mps is not None
-        if choice == "fp16" and not mps.fp16_autocast:
-            yield Advice(
-                "error",
-                f"fp16 AMP on Apple GPUs needs PyTorch 2.5 or newer; this is {device.torch_version}. "
-                "Use fp32, or update PyTorch.",
-                {topic: "fp32"},
-                code="mps_fp16_old_torch",
-                topic=topic,
-            )
-        elif choice == "bf16" and not mps.bf16:
-            fallback = "fp16" if mps.fp16_autocast else "fp32"
-            yield Advice(
-                "error",
-                f"bf16 on Apple GPUs needs PyTorch 2.6+ and macOS 14+; this is PyTorch {device.torch_version} on "
-                f"macOS {mps.macos_version or '?'}.",
-                {topic: fallback},
-                code="mps_bf16_unsupported",
-                topic=topic,
-            )
-    else:  # CPU
-        if choice == "fp16":
-            yield Advice(
-                "warning",
-                "fp16 on the CPU works but is slow: CPUs have no fast fp16 math. "
-                + ("This CPU does bf16 natively, so bf16 AMP is the better choice." if best == "bf16" else "fp32 is faster here."),
-                {topic: best},
-                code="fp16_on_cpu",
-                topic=topic,
-            )
-        elif choice == "bf16" and not device.cpu.bf16_native:
-            known = device.cpu.bf16_native is not None
-            yield Advice(
-                "warning",
-                ("This CPU has no native bf16" if known else "Could not tell whether this CPU has native bf16")
-                + " (AVX512-BF16 or AMX): bf16 is emulated and slower than fp32.",
-                {topic: "fp32"},
-                code="bf16_on_cpu_emulated",
-                topic=topic,
-            )
+        yield from _mps_precision_advice(device, choice)
+    else:
+        yield from _cpu_precision_advice(device, choice, best)
+
+
+def _cuda_precision_advice(device: DeviceInfo, choice: str, best: str) -> Iterable[Advice]:
+    topic = "precision.training"
+    gpu = device.gpu
+    assert gpu is not None
+    cap = f"{gpu.capability[0]}.{gpu.capability[1]}"
+    if choice == "bf16" and not gpu.bf16_native:
+        yield Advice(
+            "error",
+            f"Your {gpu.name} (compute capability {cap}) has no bf16 hardware; bf16 needs an RTX 30-series "
+            "or newer card (8.0+). PyTorch would emulate it very slowly. fp16 AMP does the same job here.",
+            {topic: "fp16"},
+            code="bf16_not_native",
+            topic=topic,
+        )
+    elif choice == "fp16" and gpu.is_gtx16:
+        yield Advice(
+            "warning",
+            f"GTX 16-series cards ({gpu.name}) have no tensor cores and are known to produce NaN losses or black "
+            "samples in fp16. If that happens, train in fp32 (it needs more memory).",
+            {topic: "fp32"},
+            code="fp16_gtx16",
+            topic=topic,
+        )
+    elif choice == "fp16" and not gpu.tensor_cores:
+        yield Advice(
+            "info",
+            f"Your {gpu.name} has no tensor cores: fp16 AMP saves memory but will not be much faster than fp32.",
+            code="fp16_no_tensor_cores",
+            topic=topic,
+        )
+    elif choice == "fp16" and gpu.bf16_native:
+        yield Advice(
+            "info",
+            f"Your {gpu.name} does bf16 natively: bf16 AMP is as fast, needs no loss scaler and never overflows.",
+            {topic: "bf16"},
+            code="bf16_better",
+            topic=topic,
+        )
+    elif choice == "fp32" and gpu.tensor_cores:
+        yield Advice(
+            "info",
+            f"Your {gpu.name} has tensor cores: {choice_label(topic, best)} is about twice as fast as fp32 "
+            "and uses much less memory, with the same results in practice.",
+            {topic: best},
+            code="fp32_slow",
+            topic=topic,
+        )
+
+
+def _mps_precision_advice(device: DeviceInfo, choice: str) -> Iterable[Advice]:
+    topic = "precision.training"
+    mps = device.mps
+    assert mps is not None
+    if choice == "fp16" and not mps.fp16_autocast:
+        yield Advice(
+            "error",
+            f"fp16 AMP on Apple GPUs needs PyTorch 2.5 or newer; this is {device.torch_version}. "
+            "Use fp32, or update PyTorch.",
+            {topic: "fp32"},
+            code="mps_fp16_old_torch",
+            topic=topic,
+        )
+    elif choice == "bf16" and not mps.bf16:
+        fallback = "fp16" if mps.fp16_autocast else "fp32"
+        yield Advice(
+            "error",
+            f"bf16 on Apple GPUs needs PyTorch 2.6+ and macOS 14+; this is PyTorch {device.torch_version} on "
+            f"macOS {mps.macos_version or '?'}.",
+            {topic: fallback},
+            code="mps_bf16_unsupported",
+            topic=topic,
+        )
+
+
+def _cpu_precision_advice(device: DeviceInfo, choice: str, best: str) -> Iterable[Advice]:
+    topic = "precision.training"
+    if choice == "fp16":
+        yield Advice(
+            "warning",
+            "fp16 on the CPU works but is slow: CPUs have no fast fp16 math. "
+            + ("This CPU does bf16 natively, so bf16 AMP is the better choice." if best == "bf16" else "fp32 is faster here."),
+            {topic: best},
+            code="fp16_on_cpu",
+            topic=topic,
+        )
+    elif choice == "bf16" and not device.cpu.bf16_native:
+        known = device.cpu.bf16_native is not None
+        yield Advice(
+            "warning",
+            ("This CPU has no native bf16" if known else "Could not tell whether this CPU has native bf16")
+            + " (AVX512-BF16 or AMX): bf16 is emulated and slower than fp32.",
+            {topic: "fp32"},
+            code="bf16_on_cpu_emulated",
+            topic=topic,
+        )
 
 
 def _rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:

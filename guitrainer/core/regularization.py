@@ -26,14 +26,15 @@ this module:
 - Training and class draws live in one dataset (its length doubles), are put in aspect buckets
   together, shuffled per epoch inside each bucket, and batched per bucket; a batch may hold any mix.
   Each sample carries ``loss_weight = prior_loss_weight`` (class) or 1.0 (training), and the step's
-  loss is ``mean_i(loss_weight_i × mse_i)`` (``train_network.py``): see :func:`mixed_loss`.
+  loss is ``mean_i(loss_weight_i × mse_i)`` (``train_network.py``). The trainer does not use this mixed
+  layout; :attr:`EpochPlan.mixed` keeps kohya's draw order for comparison.
 
 Two deliberate differences, both documented where they apply:
 
 - kohya's first pass adds a class image's *whole* repeats before it checks ``n``, so it can overshoot
   the training draws by up to ``repeats - 1``. Here the last first-pass image gets only what is
   missing, so class draws == training draws exactly and the halves of the prior-preservation
-  layout (:func:`pair_batches`) always have the same size.
+  layout always have the same size.
 - ``mode="rotate"`` (not kohya's, opt-in) continues the cycle across epochs instead of restarting
   it, so a class set larger than one epoch's draws is used in full over the run (diffusers'
   ``train_dreambooth`` reaches all its class images too).
@@ -49,7 +50,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -64,14 +65,6 @@ class Draw(NamedTuple):
 
     item: ItemId
     is_class: bool
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One prior-preservation step: the instance half and the class half (same length)."""
-
-    instance_ids: tuple[ItemId, ...]
-    class_ids: tuple[ItemId, ...]
 
 
 @dataclass(frozen=True)
@@ -204,40 +197,6 @@ def epoch_schedule(
     return plan
 
 
-def pair_batches(plan: EpochPlan, batch_size: int) -> list[Batch]:
-    """Prior-preservation layout: training batch k (of ``batch_size``, the last may be smaller) with the
-    class draws at the same positions, so both halves have the same size. Without class images the
-    class halves are empty."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    out: list[Batch] = []
-    for start in range(0, len(plan.train), batch_size):
-        inst = plan.train[start : start + batch_size]
-        cls = plan.classes[start : start + batch_size] if plan.classes else ()
-        out.append(Batch(tuple(inst), tuple(cls)))
-    return out
-
-
-def mixed_batches(
-    plan: EpochPlan, batch_size: int, bucket_of: Callable[[Draw], Hashable] | None = None
-) -> list[list[Draw]]:
-    """kohya's layout: training and class draws together, batched inside aspect buckets.
-
-    ``bucket_of(draw)`` names a draw's bucket (None: one bucket). Draws keep ``plan.mixed``'s shuffled
-    order inside a bucket; the batches of all buckets are then interleaved in an order fixed by the
-    plan (kohya shuffles its list of bucket batches each epoch).
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    buckets: dict[Hashable, list[Draw]] = {}
-    for d in plan.mixed:
-        buckets.setdefault(bucket_of(d) if bucket_of else None, []).append(d)
-    batches = [draws[i : i + batch_size] for draws in buckets.values() for i in range(0, len(draws), batch_size)]
-    if len(buckets) > 1:
-        _rng(plan.seed, plan.epoch, "buckets").shuffle(batches)
-    return batches
-
-
 # --------------------------------------------------------------------------- captions and loss
 
 
@@ -256,13 +215,6 @@ def combined_loss(instance_loss: float, class_loss: float | None, weight: float)
     if class_loss is None:
         return float(instance_loss)
     return float(instance_loss) + float(weight) * float(class_loss)
-
-
-def mixed_loss(per_sample: Sequence[float], is_class: Sequence[bool], weight: float) -> float:
-    """kohya's rule for a mixed batch: ``mean_i(w_i × loss_i)``, ``w_i = weight`` for class samples, else 1."""
-    if len(per_sample) != len(is_class) or not per_sample:
-        raise ValueError("per_sample and is_class must be non-empty and of the same length")
-    return sum(float(v) * (float(weight) if c else 1.0) for v, c in zip(per_sample, is_class, strict=True)) / len(per_sample)
 
 
 # --------------------------------------------------------------------------- summaries

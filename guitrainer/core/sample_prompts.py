@@ -67,6 +67,8 @@ def parse(line: str, defaults: object, index: int = 0) -> SamplePrompt:
             raise SamplePromptError(f"--{key} needs a number, got {text!r}") from None
         if not lo <= value <= hi:
             raise SamplePromptError(f"--{key} {text} is outside {lo:g}–{hi:g}")
+        if field in ("width", "height") and value % 8:
+            raise SamplePromptError(f"--{key} {text} is not a multiple of 8 (the VAE's scale); use {value // 8 * 8}")
         values[field] = value
     prompt = pieces[0].strip()
     if not prompt:

@@ -11,11 +11,27 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from guitrainer.core.device_info import DeviceInfo
+from guitrainer.core.units import GiB, MiB, format_bytes
+
+if TYPE_CHECKING:  # annotations only: core never imports the config at run time
+    from guitrainer.config import TrainingConfig
 
 log = logging.getLogger(__name__)
 
-KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+class HasTotalMemory(Protocol):
+    """A device known only by its memory size (the VRAM meter before the probe, tests)."""
+
+    @property
+    def total_memory(self) -> int | None: ...
+
+
+#: what the estimator compares with: a probed DeviceInfo, a bare memory size, or None (unknown)
+Device = DeviceInfo | HasTotalMemory | None
+
 CUDA_BLOCK = 512  # the caching allocator rounds allocations up to this
 BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes keeps fp32 state for tensors with fewer elements
 BNB_BLOCKSIZE = 256  # blockwise quantisation: one fp32 absmax per block
@@ -217,13 +233,6 @@ class Hint:
         return f"{self.label} −{format_bytes(self.saving)}"
 
 
-def format_bytes(n: float) -> str:
-    """'2.4 GB' style (GiB, as drivers and nvidia-smi show it), 'MB' below one."""
-    if abs(n) >= GiB:
-        return f"{n / GiB:.1f} GB"
-    return f"{n / MiB:.0f} MB"
-
-
 # --------------------------------------------------------------------------- formulas
 
 
@@ -284,7 +293,7 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "fp32" else 2
 
 
-def _activation_bytes(spec: ModelSpec, config: Any) -> int:
+def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     p, net = config.precision, config.network
     px = (config.dataset.resolution // 8) ** 2
     key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
@@ -294,7 +303,7 @@ def _activation_bytes(spec: ModelSpec, config: Any) -> int:
     return int(config.schedule.batch_size * max(per_sample, 0.0))
 
 
-def _text_encoder_activation_bytes(spec: ModelSpec, config: Any) -> int:
+def _text_encoder_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     """Saved activations of trained text encoders (not calibrated: ~16 hidden-sized tensors per layer)."""
     if not config.network.train_text_encoder:
         return 0
@@ -307,12 +316,12 @@ def _text_encoder_activation_bytes(spec: ModelSpec, config: Any) -> int:
     )
 
 
-def _vae_encode_bytes(spec: ModelSpec, config: Any, vae_width: int) -> int:
+def _vae_encode_bytes(spec: ModelSpec, config: TrainingConfig, vae_width: int) -> int:
     res = config.dataset.resolution
     return int(config.schedule.batch_size * res * res * vae_width * VAE_ENCODE_FIT.get(spec.family, 0.0))
 
 
-def estimate(config: Any, spec: ModelSpec | None = None, device: Any = None) -> VramBreakdown:
+def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None) -> VramBreakdown:
     """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
 
     Args:
@@ -387,7 +396,7 @@ _OPT_TIPS = {
 }
 
 
-def peak_system_ram_loading(config: Any, spec: ModelSpec | None = None) -> int:
+def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
     """Peak system RAM while loading the base model (bytes).
 
     Loading materialises every component in fp32 on the CPU before the cast and move to the GPU; the
@@ -406,12 +415,12 @@ def peak_system_ram_loading(config: Any, spec: ModelSpec | None = None) -> int:
 # --------------------------------------------------------------------------- hints
 
 
-def _is_device_info(device: Any) -> bool:
-    """A probed ``core.hardware.DeviceInfo`` (as opposed to None or a bare ``total_memory`` holder)."""
-    return hasattr(device, "kind") and hasattr(device, "bitsandbytes")
+def _is_device_info(device: Device) -> bool:
+    """A probed :class:`DeviceInfo` (as opposed to None or a bare ``total_memory`` holder)."""
+    return isinstance(device, DeviceInfo)
 
 
-def _candidate_changes(config: Any, spec: ModelSpec, device: Any) -> list[tuple[str, dict[str, Any]]]:
+def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) -> list[tuple[str, dict[str, Any]]]:
     p, net, opt, s = config.precision, config.network, config.optimizer, config.schedule
     out: list[tuple[str, dict[str, Any]]] = []
     if not p.gradient_checkpointing:
@@ -444,7 +453,7 @@ def _candidate_changes(config: Any, spec: ModelSpec, device: Any) -> list[tuple[
     return out
 
 
-def _errors(device: Any, config: Any) -> set[str]:
+def _errors(device: Device, config: TrainingConfig) -> set[str]:
     """The error-level precision advice for ``config`` on ``device`` (none without a probed device)."""
     if not _is_device_info(device):
         return set()
@@ -453,7 +462,7 @@ def _errors(device: Any, config: Any) -> set[str]:
     return {a.message for a in advise(device, config) if a.level == "error"}
 
 
-def hints(config: Any, spec: ModelSpec | None = None, device: Any = None, minimum: int = 16 * MiB) -> list[Hint]:
+def hints(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, minimum: int = 16 * MiB) -> list[Hint]:
     """Changes that lower the estimate, biggest saving first; each is re-estimated on a modified copy.
 
     With a probed ``DeviceInfo`` a change is offered only if the precision rules raise no new error

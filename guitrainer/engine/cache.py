@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,213 @@ class TextCache(TensorCache):
 
     def key(self, caption: str) -> str:
         return _digest([*self.prefix, caption])
+
+
+# --------------------------------------------------------------------------- one run's caches
+
+#: (item index, flipped) -> cached latent
+LatentTable = dict[tuple[int, bool], torch.Tensor]
+
+
+class RunCaches:
+    """The latents and text embeddings of one run (memory + disk), and the frozen modules parked meanwhile.
+
+    ``session`` is the run's :class:`~guitrainer.engine.session.Session`, ``feedback`` its
+    :class:`~guitrainer.engine.feedback.Feedback`.
+    """
+
+    def __init__(self, session: Any, feedback: Any) -> None:
+        self.session = session
+        self.feedback = feedback
+        self.parked: list[torch.nn.Module] = []  # frozen modules moved to the CPU after caching
+        self.latents: LatentTable = {}
+        self.class_latents: LatentTable = {}
+        self.latent_store: LatentCache | None = None
+        self.text_store: TextCache | None = None
+        self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def prepare(self) -> None:
+        """Cache what the settings ask for (latents, then text embeddings) and prune the disk caches."""
+        s, fb = self.session, self.feedback
+        p = s.config.precision
+        if p.cache_latents:
+            self.cache_latents()
+        fb.stop_if_asked("setting up", every_process=True)
+        self.prune()
+        cache_text = bool(p.cache_text_encoder_outputs and not s.train_te)
+        if cache_text and s.config.dataset.shuffle_captions:
+            cache_text = False
+            fb.status("text embeddings are not cached: shuffled captions differ on every step")
+        if cache_text:
+            self.cache_text()
+            fb.stop_if_asked("caching text embeddings", every_process=True)
+
+    def folder(self, kind: str) -> Path | None:
+        from guitrainer.core.paths import cache_dir
+
+        s = self.session
+        if not s.config.precision.cache_to_disk:
+            return None  # memory only: nothing written
+        return cache_dir() / kind / s.model.identity if s.model.identity else None
+
+    def prune(self) -> None:
+        """Keep the disk caches under budget, least recently used first; never what this run uses."""
+        if not self.session.main:
+            return
+        from guitrainer.core import cache_store
+
+        try:
+            cache_store.prune(cache_store.DEFAULT_BUDGET_BYTES, keep_since=self.session.setup_started)
+        except OSError as e:  # a cache that cannot be tidied never stops training
+            log.warning("cache pruning failed: %s", e)
+
+    # ------------------------------------------------------------------ parking
+    def park(self, module: torch.nn.Module) -> None:
+        """Move a frozen module off the GPU once its outputs are cached (sampling brings it back)."""
+        if self.session.device.type == "cuda":
+            module.to("cpu")
+            self.parked.append(module)
+            torch.cuda.empty_cache()
+
+    def unpark(self) -> list[torch.nn.Module]:
+        moved, self.parked = self.parked, []
+        for module in moved:
+            module.to(self.session.device)
+        return moved
+
+    # ------------------------------------------------------------------ latents
+    def cache_latents(self) -> None:
+        """Encode every image variant once (memory + disk cache); the VAE then leaves the GPU.
+
+        The latent is ``mean + std * eps`` with ``eps`` from a generator seeded by the image variant
+        (:meth:`LatentCache.noise_seed`: file name, crop, flip), so an entry does not depend on which other
+        images were cached or where the dataset lives, and no global RNG is used. Class images are cached
+        the same way (into ``class_latents``), in the same store.
+        """
+        s = self.session
+        vae = s.model.vae
+        store = LatentCache(self.folder("latents"), s.model.identity or "anonymous", vae.dtype, s.dtype)
+        self.latent_store = store
+        flips = (False, True) if s.config.dataset.flip_augment else (False,)
+        jobs = [(s.dataset, self.latents)]
+        if s.class_dataset is not None:
+            jobs.append((s.class_dataset, self.class_latents))
+        todo: list[tuple[Any, LatentTable, int, bool, str]] = []
+        reused = 0
+        for ds, target in jobs:
+            for idx, item in enumerate(ds.items):
+                for flip in flips:
+                    key = store.key(item.image, ds.geometry(idx), flip)
+                    hit = store.get(key)
+                    if hit is None:
+                        todo.append((ds, target, idx, flip, key))
+                    else:
+                        target[(idx, flip)] = hit["latent"].to(s.device)
+                        reused += 1
+        self.feedback.status(f"caching latents: {len(todo)} to encode, {reused} reused")
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for n, (ds, target, idx, flip, key) in enumerate(todo, 1):
+                self.feedback.stop_if_asked(f"caching latents ({n - 1} of {len(todo)} encoded and kept for the next run)")
+                target[(idx, flip)] = self._encode_latent(ds, idx, flip, key)
+                if n % 50 == 0 and n < len(todo):
+                    self.feedback.status(f"caching latents: {n}/{len(todo)}")
+        if todo:
+            dt = time.perf_counter() - t0
+            log.info("cached %d latents in %.1f s (%.3f s each)", len(todo), dt, dt / len(todo))
+        for ds, _ in jobs:
+            ds._pixel_cache.clear()  # the pixels are not needed any more
+        self.park(vae)
+
+    def _encode_latent(self, ds: Any, idx: int, flip: bool, key: str) -> torch.Tensor:
+        s = self.session
+        store = self.latent_store
+        assert store is not None
+        vae = s.model.vae
+        px = ds.pixels(idx, flip).unsqueeze(0).to(s.device, vae.dtype)
+        dist = vae.encode(px).latent_dist
+        g = torch.Generator(device="cpu").manual_seed(store.noise_seed(ds.items[idx].image, ds.geometry(idx), flip))
+        eps = torch.randn(dist.mean.shape, generator=g).to(s.device, dist.mean.dtype)
+        lat = ((dist.mean + dist.std * eps) * vae.config.scaling_factor)[0].to(s.dtype)
+        store.put(key, {"latent": lat})
+        return lat
+
+    def latents_of(self, batch: dict[str, Any], cached: LatentTable | None = None) -> torch.Tensor:
+        """The batch's latents: from ``cached`` (default: the training images' cache) or the VAE."""
+        s = self.session
+        cached = self.latents if cached is None else cached
+        if cached:
+            flips = batch.get("flips") or [False] * len(batch["indices"])
+            return torch.stack([cached[(i, f)] for i, f in zip(batch["indices"], flips)])
+        vae = s.model.vae
+        with torch.no_grad():
+            px = batch["pixels"].to(s.device, vae.dtype)
+            lat = vae.encode(px).latent_dist.sample() * vae.config.scaling_factor
+        return lat.to(s.dtype)
+
+    # ------------------------------------------------------------------ text
+    def cache_text(self) -> None:
+        """Encode every caption once (frozen text encoders); the encoders then leave the GPU."""
+        s = self.session
+        self.text_store = TextCache(self.folder("text"), s.model.identity or "anonymous", s.model.family, s.dtype)
+        ds = s.dataset
+        captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
+        if s.config.dataset.caption_dropout > 0:
+            captions[""] = None
+        cds = s.class_dataset
+        if cds is not None:
+            captions.update(dict.fromkeys(cds.fixed_caption(i) for i in range(len(cds.items))))
+        self.feedback.status(f"caching text embeddings of {len(captions)} captions")
+        for n, c in enumerate(captions):
+            self.feedback.stop_if_asked(f"caching text embeddings ({n} of {len(captions)} encoded)")
+            self.text_entry(c)
+        for te in s.model.text_encoders:
+            self.park(te)
+
+    def text_entry(self, caption: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A caption's (hidden states, pooled embedding) from the text cache, encoding it on a miss."""
+        entry = self._text_mem.get(caption)
+        if entry is not None:
+            return entry
+        s = self.session
+        assert self.text_store is not None
+        key = self.text_store.key(caption)
+        value = self.text_store.get(key)
+        if value is None:
+            self.unpark()
+            with torch.no_grad():
+                h, pooled = self.encode_text_uncached([caption])
+            value = {"hidden": h[0]} if pooled is None else {"hidden": h[0], "pooled": pooled[0]}
+            self.text_store.put(key, value)
+        hidden = value["hidden"].to(s.device, s.dtype)
+        pooled_t = value["pooled"].to(s.device, s.dtype) if "pooled" in value else None
+        self._text_mem[caption] = (hidden, pooled_t)
+        return hidden, pooled_t
+
+    def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Encoder hidden states and (SDXL) pooled text embeddings for a batch of captions."""
+        if self.text_store is not None:
+            entries = [self.text_entry(c) for c in captions]
+            hidden = torch.stack([e[0] for e in entries])
+            pooled = [e[1] for e in entries]
+            return hidden, (torch.stack(pooled) if pooled[0] is not None else None)  # type: ignore[arg-type]
+        with contextlib.nullcontext() if self.session.train_te else torch.no_grad():
+            return self.encode_text_uncached(captions)
+
+    def encode_text_uncached(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        s = self.session
+        m = s.model
+        ids = [
+            tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True, return_tensors="pt")
+            .input_ids.to(s.device)
+            for tok in m.tokenizers
+        ]
+        if len(m.text_encoders) == 1:
+            return s.text_encoders[0](ids[0])[0], None
+        # SDXL: both encoders' penultimate hidden states side by side; the pooled embedding of the second
+        hidden, pooled = [], None
+        for te, i in zip(s.text_encoders, ids):
+            out = te(i, output_hidden_states=True)
+            hidden.append(out.hidden_states[-2])
+            pooled = getattr(out, "text_embeds", None)
+        return torch.cat(hidden, dim=-1), pooled

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from guitrainer.core import run_state
 from guitrainer.core.fileio import numbered_path
 from guitrainer.core.paths import expand
 
@@ -261,7 +262,7 @@ def planned_files(output: Any, epochs: int | None = None) -> list[tuple[str, str
         first = saved_item(lora_path(output, f"{n:06d}"), output.format)
         keep = f", newest {output.keep_last} kept" if output.keep_last else ""
         out.append((f"Every {n} epoch{'s' if n != 1 else ''}{keep}", str(first)))
-    out.append(("Training state (to resume)", str(expand(output.folder) / f"{output.name}_state")))
+    out.append(("Training state (to resume)", str(run_state.new_state_folder(output.folder, output.name))))
     return out
 
 

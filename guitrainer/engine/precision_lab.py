@@ -86,6 +86,17 @@ class _CandidateControl(Control):
         return self._stop.is_set() or self.lab.stop_requested
 
 
+def trainer_model(trainer: Any) -> Any:
+    """The trainer's loaded model (``LoadedModel``), or None before it is loaded or after it was freed."""
+    session = getattr(trainer, "session", None)
+    return session.model if session is not None else getattr(trainer, "model", None)
+
+
+def trainer_dataset(trainer: Any) -> Any:
+    session = getattr(trainer, "session", None)
+    return session.dataset if session is not None else getattr(trainer, "dataset", None)
+
+
 def _is_oom(e: BaseException) -> bool:
     if isinstance(e, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
         return True
@@ -109,7 +120,7 @@ class _LabReporter:
         self.lab.progress(LabProgress(self.index, self.lab.count, self.candidate, step, self.total_steps, message))
 
     def on_status(self, text: str) -> None:
-        if not self.steps and self.trainer is not None and getattr(self.trainer, "model", None) is not None:
+        if not self.steps and self.trainer is not None and trainer_model(self.trainer) is not None:
             self.lab.before_first_step(self.trainer)
             if self.lab.warmup == 0:  # every step is timed: the energy window opens before the first
                 self.energy_start = self.lab.energy.read()
@@ -192,7 +203,7 @@ class _Lab:
             return
         from guitrainer.engine import lora as L
 
-        model = trainer.model
+        model = trainer_model(trainer)
         if not L.lora_layers(model.unet):
             return
         tes = model.text_encoders if trainer.config.network.train_text_encoder else []
@@ -286,7 +297,7 @@ def _losses(rep: _LabReporter) -> tuple[float, ...]:
 
 def _evaluation_loss(trainer: Any) -> float | None:
     """The trained LoRA's loss on the first :data:`EVAL_IMAGES` images, with fixed noise and timesteps."""
-    ds = getattr(trainer, "dataset", None)
+    ds = trainer_dataset(trainer)
     if ds is None or not hasattr(trainer, "evaluation_loss"):
         return None
     items, buckets = ds.items, ds.buckets

@@ -153,3 +153,31 @@ def decode(vae: Any, latents: torch.Tensor, processor: Any) -> Any:
     image = vae.decode(lat).sample.float()
     image = torch.nan_to_num(image)
     return processor.postprocess(image, output_type="pil")[0]
+
+
+def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any, step: int) -> None:
+    """Sample images from ``sampling.prompts`` with a run's current LoRA; its training state is left untouched.
+
+    Parked modules come back for the pipeline and leave again; a failed sample only warns (the run goes on).
+    Only the main process samples.
+    """
+    if not session.main:
+        return
+    cfg, name = session.config.sampling, session.config.output.name
+    prompts = [p for p in cfg.prompts if p.strip()]
+    if not prompts:
+        feedback.status("no sample prompts are set (Sampling settings); no sample images were made")
+        return
+    feedback.status(f"making {len(prompts)} sample image{'s' if len(prompts) != 1 else ''} at step {step}")
+    moved = caches.unpark()
+    try:
+        samples = generate_samples(session.model, cfg, step=step, out_folder=out_folder, name=name, device=session.device)
+    except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
+        log.exception("sampling failed")
+        feedback.warn(f"sample images at step {step} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+        samples = []
+    finally:
+        for module in moved:
+            caches.park(module)
+    for sample in samples:
+        feedback.reporter.on_sample(sample)

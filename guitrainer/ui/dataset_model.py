@@ -45,6 +45,7 @@ BADGES: dict[Flag, str] = {
     Flag.PALETTE: "PAL",
     Flag.EXIF_ROTATED: "↻",
     Flag.CAPTION_NOT_UTF8: "ENC",
+    Flag.CAPTION_UNREADABLE: "CAP?",
 }
 _BADGE_ORDER = list(BADGES)
 

@@ -133,10 +133,8 @@ class MainWindow(QMainWindow):
             self.vram_meter.set_device(getattr(device, "total_memory", None), getattr(device, "name", ""), info=device)
 
     def _make_vram_meter(self) -> QWidget | None:
-        try:
-            from guitrainer.ui.vram_meter import VramMeter
-        except ImportError:  # the estimator lands with its own issue
-            return None
+        from guitrainer.ui.vram_meter import VramMeter
+
         return VramMeter(self.binding)
 
     def _build_toolbar(self) -> None:

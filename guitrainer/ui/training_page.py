@@ -14,7 +14,6 @@ import functools
 import html
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -47,9 +46,12 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import TrainingConfig
+from guitrainer.core import run_state
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.folder_check import look_at_folders
 from guitrainer.core.paths import expand
+from guitrainer.core.run_state import find_state
+from guitrainer.core.units import format_bytes
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
@@ -62,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "trainer_state.json"  # what the engine writes into <output>/<name>_state (engine.trainer.STATE_FILE)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROGRESS_INTERVAL_MS = 200
 LOG_TAIL_LINES = 40  # log lines put under "Show Details…" for a failure reported without details
@@ -128,17 +129,6 @@ def _check_folders(out: StartCheck, folders: Sequence[Any], dataset: Any, what: 
             out.notes.append(f"The {label} “{lk.path}” adds no {what}: {lk.reason()}.")
 
 
-def state_folder(config: TrainingConfig) -> Path:
-    """Where the engine keeps the resumable state of this config's output."""
-    return expand(config.output.folder) / f"{config.output.name}_state"
-
-
-def find_state(config: TrainingConfig) -> str | None:
-    """The resumable state folder for this config's output, if one exists."""
-    folder = state_folder(config)
-    return str(folder) if (folder / STATE_FILE).is_file() else None
-
-
 # Advice that an assumed CPU device cannot back: bitsandbytes was not looked at, and there may be a GPU.
 GUESS_UNSURE = frozenset(
     {"eight_bit_unusable", "eight_bit_cpu", "paged_without_cuda", "cpu_training", "torch_cpu_build", "gpu_missing"}
@@ -161,12 +151,10 @@ def assumed_cpu_device() -> Any:
     """A CPU-only ``DeviceInfo`` built without importing torch, for when the device probe failed.
 
     The precision rules then still see the choice (e.g. fp16 on the CPU); facts that need torch or
-    bitsandbytes stay unknown. None when ``core.hardware`` cannot be imported.
+    bitsandbytes stay unknown.
     """
-    try:
-        from guitrainer.core import hardware
-    except ImportError:
-        return None
+    from guitrainer.core import hardware
+
     why = "the device check did not finish"
     torch_version = _torch_version_without_import()
     return hardware.DeviceInfo(
@@ -218,7 +206,7 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
     except OSError as e:
         out.errors.append(f"Cannot write to the output folder “{folder}”: {e.strerror or e}.")
     # resume state
-    if config.schedule.resume_from and not (expand(config.schedule.resume_from) / STATE_FILE).is_file():
+    if config.schedule.resume_from and not run_state.is_state_folder(config.schedule.resume_from):
         out.errors.append(f"“{config.schedule.resume_from}” is not a saved training state.")
     guessed = device is None
     if device is None:
@@ -229,10 +217,8 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
     if for_gpu is not None:  # the memory check below compares with the GPU this run trains on
         device = for_gpu(config.precision.gpu_index)
     # precision advice
-    try:
-        from guitrainer.core import precision
-    except ImportError:
-        precision = None  # type: ignore[assignment]
+    from guitrainer.core import precision
+
     if precision is not None:
         try:
             for a in precision.advise(device, config):
@@ -248,10 +234,8 @@ def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
         except Exception:  # noqa: BLE001 - advice must not block a run by crashing
             log.exception("precision advice failed")
     # memory estimate
-    try:
-        from guitrainer.core import vram
-    except ImportError:
-        vram = None  # type: ignore[assignment]
+    from guitrainer.core import vram
+
     available = getattr(device, "total_memory", None)
     if vram is not None and available and getattr(device, "kind", "cuda") != "cpu":
         try:
@@ -287,12 +271,6 @@ def _fmt_duration(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 # --------------------------------------------------------------------------- the page
@@ -624,7 +602,7 @@ class TrainingPage(Page):
         self._set_state(TrainState.CHECKING)
         self._say("Checking the settings…")
         device = self._known_device()
-        if device is not None or not self._hardware_available():
+        if device is not None:
             self._continue_start(cfg, device)
             return
         worker = _ProbeWorker()
@@ -648,19 +626,9 @@ class TrainingPage(Page):
             self._continue_start(cfg, None, probe_error=message)
 
     @staticmethod
-    def _hardware_available() -> bool:
-        try:
-            from guitrainer.core import hardware  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
-    @staticmethod
     def _known_device() -> Any:
-        try:
-            from guitrainer.core import hardware
-        except ImportError:
-            return None
+        from guitrainer.core import hardware
+
         return hardware.cached()
 
     def _continue_start(self, cfg: TrainingConfig, device: Any, probe_error: str = "") -> None:
@@ -753,11 +721,7 @@ class TrainingPage(Page):
 
     @staticmethod
     def _resume_step(state_path: str) -> int | None:
-        try:
-            info = json.loads((expand(state_path) / STATE_FILE).read_text(encoding="utf-8"))
-            return int(info["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return run_state.saved_step(state_path)
 
     def resume_last(self) -> None:
         """Continue from the last saved state (of this run, or found in the output folder)."""
@@ -956,7 +920,7 @@ class TrainingPage(Page):
             f"ETA {eta_text}",
             f"{m.images_per_second:.1f} img/s",
             f"{m.seconds_per_step:.2f} s/step",
-            f"peak memory {_fmt_bytes(m.peak_memory_bytes)}" if m.peak_memory_bytes is not None else "peak memory n/a",
+            f"peak memory {format_bytes(m.peak_memory_bytes)}" if m.peak_memory_bytes is not None else "peak memory n/a",
         ]
         if m.skipped_total:
             parts.append(f"{m.skipped_total} skipped")

@@ -1,0 +1,295 @@
+"""The sections of :class:`~guitrainer.config.TrainingConfig`: one dataclass per ``[section]`` of a config file.
+
+Each field carries its label, help text, range and choices once (:func:`~guitrainer.config.fields.setting`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
+from guitrainer.core.precision import CHOICE_LABELS
+
+Precision = Literal["fp32", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+OPTIMIZERS: tuple[str, ...] = ("AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor")
+
+@dataclass
+class DatasetFolder:
+    """One image folder and how often each of its images is seen per epoch."""
+
+    path: str = setting("", label="Folder", help="A folder of images with .txt captions beside them.", kind="folder")
+    repeats: int = setting(
+        1, label="Repeats", help="How many times each image is used per epoch (kohya's N_name prefix).", minimum=1, maximum=1000
+    )
+
+    @classmethod
+    def from_value(cls, value: Any) -> DatasetFolder:
+        """Accept ``"path"`` or ``{path=, repeats=}``.
+
+        An explicit ``repeats`` wins; without one it comes from a kohya ``N_name`` folder name, else 1.
+        Raises TypeError / ValueError on anything else (the caller names the field).
+        """
+        if isinstance(value, DatasetFolder):
+            return value
+        if isinstance(value, str):
+            return cls(path=value, repeats=repeats_from_name(Path(value).name) or 1)
+        if isinstance(value, dict):
+            path = value.get("path", "")
+            if not isinstance(path, str):
+                raise TypeError(f"`path` must be text, got {short_repr(path)}")
+            extra = sorted(set(value) - {"path", "repeats"})
+            if extra:
+                warnings.warn(
+                    f"unknown key(s) {', '.join(map(repr, extra))} in the folder table for {short_repr(path)} ignored "
+                    "(a folder table has `path` and `repeats`)",
+                    UnknownKeyWarning,
+                    stacklevel=2,
+                )
+            if "repeats" not in value:
+                return cls(path=path, repeats=repeats_from_name(Path(path).name) or 1)
+            return cls(path=path, repeats=_whole_number(value["repeats"], "`repeats`"))
+        raise TypeError(f"expected a folder path or a table with `path` and `repeats`, got {short_repr(value)}")
+
+
+@dataclass
+class ModelConfig:
+    base: str = setting(
+        "demo",
+        label="Base model",
+        help="A diffusers folder, a single .safetensors checkpoint, a hub id (online only), "
+        "or 'demo' for the tiny built-in model that trains on a CPU in seconds.",
+        kind="model",
+    )
+    family: Literal["auto", "demo", "sd15", "sdxl"] = setting(
+        "demo",
+        label="Model family",
+        help="Architecture of the base model. 'auto' detects it from the files.",
+        choice_labels={"auto": "Detect", "demo": "Demo (tiny)", "sd15": "SD 1.5", "sdxl": "SDXL"},
+    )
+    init_lora: str = setting(
+        "",
+        label="Continue from LoRA",
+        help="Optional: an existing kohya LoRA file to continue training from.",
+        kind="file",
+        advanced=True,
+    )
+
+
+@dataclass
+class DatasetConfig:
+    folders: list[DatasetFolder] = setting(
+        label="Image folders",
+        help="Folders of training images. A folder named like '10_name' repeats its images 10 times per epoch.",
+        default_factory=list,
+    )
+    exclude: list[str] = setting(
+        label="Left-out images",
+        help="Images inside the folders above that training skips: the ones removed on the Dataset page "
+        "(their files stay on disk). One path per line.",
+        default_factory=list,
+        kind="multiline",
+        advanced=True,
+    )
+    resolution: int = setting(
+        512, label="Resolution", help="Training resolution (side of a square of the same area).", minimum=64, maximum=4096, unit="px"
+    )
+    bucketing: bool = setting(True, label="Aspect buckets", help="Train each image at its own aspect ratio instead of a square crop.")
+    min_bucket_resolution: int = setting(
+        256, label="Smallest bucket side", help="Lower bound of a bucket's side.", minimum=64, maximum=4096, unit="px", advanced=True
+    )
+    max_bucket_resolution: int = setting(
+        1024, label="Largest bucket side", help="Upper bound of a bucket's side.", minimum=64, maximum=8192, unit="px", advanced=True
+    )
+    bucket_step: int = setting(64, label="Bucket step", help="Bucket sides are multiples of this.", minimum=8, maximum=512, unit="px", advanced=True)
+    caption_extension: str = setting(".txt", label="Caption extension", help="File extension of the caption beside each image.")
+    trigger_word: str = setting("", label="Trigger word", help="Put at the front of every caption, so the LoRA answers to it.")
+    shuffle_captions: bool = setting(False, label="Shuffle tags", help="Shuffle the comma-separated tags of a caption each time it is used.")
+    keep_tokens: int = setting(
+        0, label="Keep first tags", help="Number of leading tags that shuffling never moves.", minimum=0, maximum=100
+    )
+    caption_dropout: float = setting(
+        0.0, label="Caption dropout", help="Fraction of steps on which the caption is left empty.", minimum=0.0, maximum=1.0
+    )
+    flip_augment: bool = setting(False, label="Random flip", help="Mirror images at random. Off for asymmetric subjects.", advanced=True)
+    regularization_folders: list[DatasetFolder] = setting(
+        label="Regularization folders",
+        help="Class images ('photo of a dog') trained with a prior-preservation loss so the model keeps its class.",
+        default_factory=list,
+        advanced=True,
+    )
+    class_prompt: str = setting(
+        "", label="Class prompt", help="Caption used for a class image that has none.", advanced=True
+    )
+    prior_loss_weight: float = setting(
+        1.0, label="Prior loss weight", help="Weight of the class images' loss.", minimum=0.0, maximum=100.0, advanced=True
+    )
+
+
+TARGETS = ("attention", "attention_ff", "attention_ff_proj")
+
+
+@dataclass
+class NetworkConfig:
+    rank: int = setting(16, label="Rank (dim)", help="Size of the LoRA. Larger learns more and makes bigger files.", minimum=1, maximum=1024)
+    alpha: float = setting(
+        16.0, label="Alpha", help="Scales the LoRA's effect by alpha / rank. Alpha = rank means scale 1.", minimum=0.0, maximum=4096.0,
+        positive=True,
+    )
+    dropout: float = setting(0.0, label="Dropout", help="Dropout on the LoRA path while training.", minimum=0.0, maximum=0.9, advanced=True)
+    target_modules: Literal["attention", "attention_ff", "attention_ff_proj"] = setting(
+        "attention",
+        label="Layers trained",
+        help="Which UNet layers get a LoRA: attention projections; plus feed-forward; plus the transformer's proj_in/out.",
+        choice_labels={"attention": "Attention", "attention_ff": "Attention + feed-forward", "attention_ff_proj": "Attention + FF + proj"},
+    )
+    train_text_encoder: bool = setting(
+        False, label="Train text encoder", help="Also train a LoRA on the text encoder(s). Uses more memory."
+    )
+
+
+@dataclass
+class OptimizerConfig:
+    name: Literal["AdamW", "AdamW8bit", "Lion8bit", "PagedAdamW8bit", "Adafactor"] = setting(
+        "AdamW",
+        label="Optimizer",
+        help="AdamW is the safe default; 8-bit variants (bitsandbytes) use a quarter of the optimizer memory.",
+    )
+    lr: float = setting(
+        1e-4, label="Learning rate", help="UNet learning rate.", minimum=0.0, maximum=1.0, kind="scientific", positive=True
+    )
+    text_encoder_lr: float = setting(
+        5e-5, label="Text encoder LR", help="Learning rate of the text encoder's LoRA.", minimum=0.0, maximum=1.0, kind="scientific"
+    )
+    weight_decay: float = setting(0.01, label="Weight decay", help="Decoupled weight decay.", minimum=0.0, maximum=1.0, advanced=True)
+    betas: list[float] = setting(
+        label="Betas", help="Adam's beta1 and beta2.", default_factory=lambda: [0.9, 0.999], advanced=True
+    )
+
+
+@dataclass
+class ScheduleConfig:
+    epochs: int = setting(10, label="Epochs", help="Passes over the dataset (with repeats).", minimum=1, maximum=100000)
+    max_steps: int = setting(
+        0, label="Max steps", help="Stop after this many optimizer steps; 0 means train for the epochs.", minimum=0, maximum=10_000_000
+    )
+    batch_size: int = setting(1, label="Batch size", help="Images per step. More needs more memory.", minimum=1, maximum=256)
+    gradient_accumulation: int = setting(
+        1, label="Gradient accumulation", help="Steps whose gradients add up before one update.", minimum=1, maximum=1024, advanced=True
+    )
+    lr_scheduler: Literal[
+        "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
+    ] = setting("constant", label="LR schedule", help="How the learning rate changes over training.")
+    warmup_steps: int = setting(0, label="Warm-up steps", help="Steps over which the learning rate ramps up.", minimum=0, maximum=1_000_000)
+    max_grad_norm: float = setting(
+        1.0, label="Max grad norm", help="Clip gradients to this norm; 0 turns clipping off.", minimum=0.0, maximum=1e6, advanced=True
+    )
+    seed: int = setting(42, label="Seed", help="Random seed; the same seed repeats the same run.", minimum=0, maximum=2**32 - 1)
+    resume_from: str = setting(
+        "", label="Resume from", help="A saved training state folder to continue from.", kind="folder", advanced=True
+    )
+
+
+@dataclass
+class PrecisionConfig:
+    training: Literal["fp32", "fp16", "bf16"] = setting(
+        "fp16",
+        label="Training precision",
+        help="fp16 AMP: fast on any NVIDIA card from 2018, with a loss scaler. bf16 AMP: RTX 30-series and newer, "
+        "no scaler needed. fp32: slowest, most memory, no surprises.",
+        choice_labels=CHOICE_LABELS["precision.training"],
+    )
+    save: Literal["fp32", "fp16", "bf16"] = setting(
+        "fp16",
+        label="Save precision",
+        help="Precision of the saved LoRA file. fp16 is what most tools expect and half the size of fp32.",
+    )
+    gradient_checkpointing: bool = setting(
+        False, label="Gradient checkpointing", help="Recompute activations in the backward pass: much less memory, ~20% slower."
+    )
+    cache_latents: bool = setting(
+        True, label="Cache latents", help="Encode every image once with the VAE, then free the VAE's memory."
+    )
+    cache_text_encoder_outputs: bool = setting(
+        False,
+        label="Cache text embeddings",
+        help="Encode captions once (only when the text encoder is not trained and captions are not shuffled).",
+        advanced=True,
+    )
+    cache_to_disk: bool = setting(
+        True,
+        label="Keep caches on disk",
+        help="Save cached latents and text embeddings in the app's cache folder, so the next run (after a "
+        "restart too) reuses them. Off: they live in memory for this run only and nothing is written.",
+        advanced=True,
+    )
+    gpu_index: int = setting(
+        -1,
+        label="GPU",
+        help="The GPU to train on, by its number as PyTorch counts them (the list on the Model page); "
+        "-1 means automatic: the first GPU. Ignored under `accelerate launch` with several processes, "
+        "where each process trains on its own GPU.",
+        minimum=-1,
+        maximum=1023,
+        advanced=True,
+    )
+
+
+@dataclass
+class SamplingConfig:
+    prompts: list[str] = setting(
+        label="Sample prompts",
+        help="One prompt per line; images are made with the current LoRA. Per prompt, as in kohya's scripts: "
+        "--w 512 --h 768 (size), --d 42 (seed), --l 7 (guidance), --s 28 (steps), --n … (negative prompt).",
+        default_factory=list,
+        kind="multiline",
+    )
+    every_n_steps: int = setting(0, label="Sample every", help="Make samples every N steps; 0 turns samples off.", minimum=0, maximum=1_000_000, unit="steps")
+    negative_prompt: str = setting("", label="Negative prompt", help="Used for every sample.", advanced=True)
+    steps: int = setting(20, label="Sampling steps", help="Denoising steps per sample.", minimum=1, maximum=200, advanced=True)
+    guidance_scale: float = setting(7.0, label="Guidance scale", help="Classifier-free guidance.", minimum=0.0, maximum=50.0, advanced=True)
+    size: int = setting(512, label="Sample size", help="Width and height of samples.", minimum=64, maximum=4096, unit="px", advanced=True)
+    seed: int = setting(1234, label="Sample seed", help="Fixed seed so samples are comparable over time.", minimum=0, maximum=2**32 - 1, advanced=True)
+
+
+@dataclass
+class OutputConfig:
+    folder: str = setting(
+        "~/guitrainer/output", label="Output folder", help="Where the LoRA files and training states are written.", kind="folder"
+    )
+    name: str = setting("my_lora", label="Name", help="File name of the LoRA, without extension.")
+    format: Literal["kohya", "diffusers"] = setting(
+        "kohya",
+        label="Format",
+        help="kohya: loads in ComfyUI, A1111/Forge and diffusers. diffusers: pytorch_lora_weights.safetensors for diffusers users.",
+    )
+    save_every_n_epochs: int = setting(
+        0, label="Save every", help="Also save a LoRA every N epochs; 0 saves only at the end.", minimum=0, maximum=100000, unit="epochs"
+    )
+    keep_last: int = setting(
+        0, label="Keep last", help="Keep only the newest K intermediate saves; 0 keeps all.", minimum=0, maximum=10000, advanced=True
+    )
+    overwrite: bool = setting(
+        False, label="Overwrite", help="Replace an existing file of the same name instead of numbering the new one.", advanced=True
+    )
+    title: str = setting("", label="Title", help="modelspec.title in the file's metadata.", advanced=True)
+    author: str = setting("", label="Author", help="modelspec.author.", advanced=True)
+    description: str = setting("", label="Description", help="modelspec.description.", advanced=True, kind="multiline")
+    trigger_words: str = setting("", label="Trigger words", help="Words that activate the LoRA, for the file's metadata.", advanced=True)
+    license: str = setting("", label="License", help="modelspec.license.", advanced=True)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "dataset": DatasetConfig,
+    "network": NetworkConfig,
+    "optimizer": OptimizerConfig,
+    "schedule": ScheduleConfig,
+    "precision": PrecisionConfig,
+    "sampling": SamplingConfig,
+    "output": OutputConfig,
+}
+

@@ -1,0 +1,136 @@
+"""TrainingConfig: the one settings object that flows through the whole app."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from guitrainer.config.checks import check_all
+from guitrainer.config.coerce import _check_field, _coerce, _split, field_info
+from guitrainer.config.fields import SCHEMA_VERSION, ConfigError
+from guitrainer.config.sections import (
+    SECTIONS,
+    DatasetConfig,
+    ModelConfig,
+    NetworkConfig,
+    OptimizerConfig,
+    OutputConfig,
+    PrecisionConfig,
+    SamplingConfig,
+    ScheduleConfig,
+)
+
+
+@dataclass
+class TrainingConfig:
+    """Everything a training run needs. Build with :meth:`from_dict` / :func:`load_toml`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    schema_version: int = SCHEMA_VERSION
+
+    # ------------------------------------------------------------------ access by path
+    def get(self, path: str) -> Any:
+        section, name = _split(path)
+        return getattr(getattr(self, section), name)
+
+    def set(self, path: str, value: Any, *, strict: bool = False) -> None:
+        """Set one field by dotted path, coercing and validating it; raises ConfigError.
+
+        ``strict``: a value from a file must already have the field's type (see :func:`_coerce`).
+        """
+        section, name = _split(path)
+        f = field_info(path)
+        coerced = _coerce(f, value, path, strict=strict)
+        _check_field(f, coerced, path)
+        setattr(getattr(self, section), name, coerced)
+
+    def copy(self) -> TrainingConfig:
+        return copy.deepcopy(self)
+
+    # ------------------------------------------------------------------ validation
+    def errors(self) -> list[ConfigError]:
+        """Every problem, each naming its field and the allowed range."""
+        out: list[ConfigError] = []
+        for sname in SECTIONS:
+            section = getattr(self, sname)
+            for f in dataclasses.fields(section):
+                path = f"{sname}.{f.name}"
+                try:
+                    _check_field(f, getattr(section, f.name), path)
+                except ConfigError as e:
+                    out.append(e)
+        d, p = self.dataset, self.precision
+        if d.min_bucket_resolution > d.max_bucket_resolution:
+            out.append(ConfigError("dataset.min_bucket_resolution", "must not exceed `dataset.max_bucket_resolution`"))
+        if d.keep_tokens and not d.shuffle_captions:
+            pass  # harmless: keep_tokens only matters with shuffling
+        train_paths = {_norm(f.path) for f in d.folders if f.path}
+        for reg in d.regularization_folders:
+            if reg.path and _norm(reg.path) in train_paths:
+                out.append(
+                    ConfigError("dataset.regularization_folders", f"{reg.path!r} is also a training folder; use it in one list only")
+                )
+        if p.cache_text_encoder_outputs and self.network.train_text_encoder:
+            out.append(
+                ConfigError("precision.cache_text_encoder_outputs", "cannot cache text embeddings while training the text encoder")
+            )
+        out.extend(check_all(self))
+        from guitrainer.core.sample_prompts import SamplePromptError, parse
+
+        for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):
+            try:
+                parse(str(line), self.sampling, i)
+            except SamplePromptError as e:
+                out.append(ConfigError("sampling.prompts", f"prompt {i + 1}: {e}"))
+        return out
+
+    def validate(self) -> TrainingConfig:
+        errs = self.errors()
+        if errs:
+            raise errs[0]
+        return self
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        version = d.pop("schema_version")
+        return {"schema_version": version, **d}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
+        """Build from a (possibly sparse) dict on top of the defaults; unknown keys warn and are dropped."""
+        from guitrainer.config.files import apply_overlay  # files builds on this module
+
+        return apply_overlay(cls(), data, source=source, text=text).validate_with_source(source, text)
+
+    def validate_with_source(self, source: str, text: str) -> TrainingConfig:
+        from guitrainer.config.files import find_line
+
+        errs = self.errors()
+        if errs:
+            e = errs[0]
+            raise ConfigError(e.field, e.message, source=source, line=find_line(text, e.field) if text else None)
+        return self
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+def _norm(p: str) -> str:
+    try:
+        return str(Path(p).expanduser().resolve())
+    except (OSError, ValueError, RuntimeError):  # a NUL byte in the text, no home folder, a symlink loop
+        return p
+

@@ -1,0 +1,210 @@
+"""The run-state folder: its file names, its JSON, where a run writes it and how to find the latest.
+
+A resumable state is a folder ``<output folder>/<run name>_state`` holding the trainable LoRA weights, the
+optimizer, lr-scheduler, GradScaler and RNG states, and :data:`STATE_FILE` (JSON: where the run is, its
+config). The engine writes it (``engine/resume.py``), the Training page finds and reads it, export lists
+it among the planned files: every one of them takes the names from here.
+
+Run names follow the LoRA's rule: a new run whose ``<name>_state`` is taken writes ``<name>_2_state``,
+``<name>_3_state`` ... (as its LoRA becomes ``name_2.safetensors``), so a second run never overwrites the
+first one's state. A resumed run keeps writing into the folder it resumed from.
+
+A state is written into a temp folder, then swapped in by two renames (:func:`swap_in`). A kill between
+them leaves no folder under the state's name; :func:`repair_interrupted` finds such swaps and leftover
+temp files and puts the newest complete state back under its name.
+
+No torch here: the GUI reads states without loading torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from guitrainer.core.paths import expand
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+STATE_FILE = "trainer_state.json"  # written last: a folder without it is incomplete
+WEIGHTS_FILE = "lora_params.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+SCHEDULER_FILE = "lr_scheduler.pt"
+SCALER_FILE = "scaler.pt"
+RNG_FILE = "rng.pt"
+STATE_SUFFIX = "_state"
+#: temp files of atomic writes (``core.fileio.atomic_path``) older than this are leftovers of a kill
+STALE_TEMP_SECONDS = 3600.0
+
+_SWAP = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")
+_TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.tmp$")
+
+
+class StateError(Exception):
+    """A state folder that cannot be used; the message says why in plain words."""
+
+
+def state_folder(output_folder: str | Path, run_name: str) -> Path:
+    """``<output folder>/<run name>_state``."""
+    return expand(str(output_folder)) / f"{run_name}{STATE_SUFFIX}"
+
+
+def base_state_folder(config: Any) -> Path:
+    """The state folder of a config's first run (``<output.name>_state``), before any numbering."""
+    return state_folder(config.output.folder, config.output.name)
+
+
+def new_state_folder(output_folder: str | Path, name: str) -> Path:
+    """The state folder of a new run named ``name``: ``<name>_state`` if free, else ``<name>_2_state`` ..."""
+    first = state_folder(output_folder, name)
+    if not first.exists():
+        return first
+    i = 2
+    while state_folder(output_folder, f"{name}_{i}").exists():
+        i += 1
+    return state_folder(output_folder, f"{name}_{i}")
+
+
+def is_state_folder(folder: str | Path) -> bool:
+    """A complete state: the folder holds :data:`STATE_FILE`."""
+    return (expand(str(folder)) / STATE_FILE).is_file()
+
+
+def run_states(config: Any) -> list[Path]:
+    """Every complete state of this config's runs (``<name>_state``, ``<name>_N_state``), oldest first."""
+    folder = expand(config.output.folder)
+    name = str(config.output.name)
+    pattern = re.compile(rf"^{re.escape(name)}(_\d+)?{STATE_SUFFIX}$")
+    try:
+        found = [p for p in folder.iterdir() if pattern.match(p.name) and is_state_folder(p)]
+    except OSError:
+        return []
+    return sorted(found, key=_written_at)
+
+
+def find_state(config: Any) -> str | None:
+    """The most recently written state of this config's runs, if one exists."""
+    found = run_states(config)
+    return str(found[-1]) if found else None
+
+
+def _written_at(folder: Path) -> float:
+    try:
+        return (folder / STATE_FILE).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def read_info(folder: str | Path) -> dict[str, Any]:
+    """The state's JSON; :class:`StateError` in plain words when it is missing or damaged."""
+    path = expand(str(folder)) / STATE_FILE
+    if not path.is_file():
+        raise StateError(f"{folder} is not a training state folder (no {STATE_FILE})")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise StateError(f"{path} is damaged and cannot be read ({type(e).__name__})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("global_step"), int):
+        raise StateError(f"{path} is damaged: it does not describe a training state")
+    return info
+
+
+def saved_step(folder: str | Path) -> int | None:
+    """The step a state was saved at, or None when it cannot be read."""
+    try:
+        return int(read_info(folder)["global_step"])
+    except StateError:
+        return None
+
+
+def temp_folder(target: Path, pid: int | None = None) -> Path:
+    """Where a state is written before :func:`swap_in` (beside the target, so the rename stays on one disk)."""
+    return target.with_name(f".{target.name}.tmp-{pid or os.getpid()}")
+
+
+def swap_in(tmp: Path, target: Path, *, between: Any = None) -> None:
+    """Replace ``target`` by the complete state in ``tmp``: two renames, then the old state is removed.
+
+    ``between`` (tests) runs between the renames, where a kill would leave neither under the target's
+    name; :func:`repair_interrupted` undoes that.
+    """
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
+    if between is not None:
+        between()
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else (or a platform without signal 0)
+        return True
+    return True
+
+
+def repair_interrupted(folder: str | Path) -> list[str]:
+    """Repair what a kill during a save left in ``folder`` (an output folder); returns what was done.
+
+    * a state swap cut between its two renames (no ``<run>_state``, but a complete ``.<run>_state.tmp-PID``
+      or the previous ``.<run>_state.old-PID``): the newest complete one goes back under the state's name;
+    * temp folders of finished processes, and their old states once the state is in place, are removed;
+    * temp files of atomic writes older than an hour (``.<file>.XXXXXXXX.tmp``) are removed.
+
+    Folders of a process still running are left alone. Never raises for an unreadable folder.
+    """
+    root = expand(str(folder))
+    done: list[str] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return done
+    swaps: dict[str, list[tuple[str, Path]]] = {}
+    for p in entries:
+        m = _SWAP.match(p.name)
+        if m and p.is_dir() and m["name"].endswith(STATE_SUFFIX) and not _pid_alive(int(m["pid"])):
+            swaps.setdefault(m["name"], []).append((m["kind"], p))
+        elif _TEMP_FILE.match(p.name) and p.is_file() and time.time() - _mtime(p) > STALE_TEMP_SECONDS:
+            with contextlib.suppress(OSError):
+                p.unlink()
+                done.append(f"removed the unfinished temp file {p}")
+    for name, leftovers in swaps.items():
+        target = root / name
+        if not target.exists():
+            complete = [p for kind, p in leftovers if is_state_folder(p)]
+            newest = max(complete, key=lambda p: (_written_at(p), p.name.count(".tmp-")), default=None)
+            if newest is not None:
+                try:
+                    os.replace(newest, target)
+                    done.append(f"restored the training state {target} (a save had been interrupted)")
+                except OSError as e:
+                    log.warning("could not restore %s from %s: %s", target, newest, e)
+                    continue
+        if target.exists():
+            for _kind, p in leftovers:
+                if p.exists():
+                    shutil.rmtree(p, ignore_errors=True)
+                    done.append(f"removed the leftover folder {p}")
+    for line in done:
+        log.info(line)
+    return done
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return time.time()

@@ -1,0 +1,185 @@
+"""The resumable state: what is written at a save and read back by ``schedule.resume_from``.
+
+The folder's names and JSON are :mod:`guitrainer.core.run_state`'s; this module fills it with tensors: the
+trainable LoRA weights (safetensors), the optimizer, lr-scheduler, GradScaler and RNG states
+(``torch.save``, read back with ``weights_only=True``), and :class:`Progress` (where the run is).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from guitrainer.config import TrainingConfig
+from guitrainer.core import run_state
+from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with
+from guitrainer.engine.errors import TrainingFailed
+
+#: settings a saved state must share with the run that resumes it
+RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
+DAMAGED_ADVICE = (
+    "resume from another saved state, or start the training again",
+    "a state is written by guitrainer only: never load one from an untrusted source",
+)
+
+
+@dataclass
+class Progress:
+    """Where the run is: what a resumable state stores besides weights, optimizer and RNG."""
+
+    global_step: int = 0
+    epoch: int = 0  # 0-based epoch being trained
+    batch_pos: int = 0  # next batch of ``epoch``
+    skipped_total: int = 0
+    consecutive_skips: int = 0
+    last_loss: float | None = None
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states, in a form ``torch.load(weights_only=True)`` accepts."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_parameters(session: Any) -> dict[str, torch.nn.Parameter]:
+    """The trainable parameters by their state name (``unet.<name>``, ``te<i>.<name>``)."""
+    m = session.model
+    named = {f"unet.{n}": p for n, p in m.unet.named_parameters() if p.requires_grad}
+    if session.train_te:
+        for i, te in enumerate(m.text_encoders):
+            named.update({f"te{i}.{n}": p for n, p in te.named_parameters() if p.requires_grad})
+    return named
+
+
+def trainable_state(session: Any) -> dict[str, torch.Tensor]:
+    """The trainable weights on the CPU, contiguous, as the state file holds them."""
+    return {k: p.detach().cpu().contiguous() for k, p in trainable_parameters(session).items()}
+
+
+def write_state(target: Path, session: Any, progress: Progress, intermediates: list[str], *, between: Any = None) -> None:
+    """Write the state into a temp folder beside ``target``, then swap it in (:func:`run_state.swap_in`).
+
+    Raises whatever the writers raise (``OSError``, safetensors' own errors); the previous state stays whole.
+    """
+    from safetensors.torch import save_file
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_state.temp_folder(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    s, p = session, progress
+    try:
+        weights = trainable_state(s)
+        atomic_write_with(tmp / run_state.WEIGHTS_FILE, lambda f: save_file(weights, str(f)))
+        atomic_write_with(tmp / run_state.OPTIMIZER_FILE, lambda f: torch.save(s.optimizer.state_dict(), f))
+        atomic_write_with(tmp / run_state.SCHEDULER_FILE, lambda f: torch.save(s.lr_scheduler.state_dict(), f))
+        if s.scaler is not None:
+            atomic_write_with(tmp / run_state.SCALER_FILE, lambda f: torch.save(s.scaler.state_dict(), f))
+        atomic_write_with(tmp / run_state.RNG_FILE, lambda f: torch.save(rng_state(), f))
+        info = {
+            "version": run_state.STATE_VERSION,
+            "global_step": p.global_step,
+            "epoch": p.epoch,
+            "batch_pos": p.batch_pos,
+            "skipped_total": p.skipped_total,
+            "last_loss": p.last_loss,
+            "total_steps": s.total_steps,
+            "dataset_len": len(s.dataset),
+            "class_dataset_len": len(s.class_dataset) if s.class_dataset is not None else 0,
+            "intermediates": intermediates,
+            "config": s.config.to_dict(),
+        }
+        atomic_write_bytes(tmp / run_state.STATE_FILE, json.dumps(info, indent=2).encode("utf-8"))
+        run_state.swap_in(tmp, target, between=between)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_checked_info(folder: Path, config: TrainingConfig) -> dict[str, Any]:
+    """The state's JSON, refused in plain words when damaged or made with settings that must match."""
+    try:
+        info = run_state.read_info(folder)
+    except run_state.StateError as e:
+        raise TrainingFailed(str(e), ("pick the <name>_state folder of a run", *DAMAGED_ADVICE[:1])) from None
+    try:
+        saved = TrainingConfig.from_dict(info["config"]) if "config" in info else None
+    except Exception:  # noqa: BLE001 - any damage to the stored config
+        raise TrainingFailed(f"{folder}: the settings stored in the state are damaged", DAMAGED_ADVICE) from None
+    if saved is not None:
+        for key in RESUME_MUST_MATCH:
+            if saved.get(key) != config.get(key):
+                raise TrainingFailed(
+                    f"cannot resume: `{key}` was {saved.get(key)!r} in the saved state and is {config.get(key)!r} now",
+                    (f"set `{key}` back to {saved.get(key)!r}",),
+                )
+    return info
+
+
+def _load(folder: Path, name: str, loader: Any) -> Any:
+    """One file of the state; a damaged or tampered one is refused in plain words (never PyTorch's advice
+    to retry with ``weights_only=False``, which would run a pickle from the file)."""
+    path = folder / name
+    try:
+        return loader(path)
+    except FileNotFoundError:
+        raise TrainingFailed(f"{folder}: {name} is missing; the state is incomplete", DAMAGED_ADVICE) from None
+    except Exception as e:  # noqa: BLE001 - truncated files, pickles with code, safetensors' own errors
+        kind = "refused: it holds more than plain tensors" if "weights_only" in str(e) else "damaged"
+        raise TrainingFailed(f"{folder}: {name} is {kind} and was not loaded", DAMAGED_ADVICE) from None
+
+
+def load_state(folder: Path, session: Any, progress: Progress, info: dict[str, Any]) -> list[str]:
+    """Load a state written by :func:`write_state` into the session and ``progress``; returns its
+    intermediate saves. Everything is read and checked before anything changes."""
+    from safetensors.torch import load_file
+
+    device = session.device
+    weights = _load(folder, run_state.WEIGHTS_FILE, lambda p: load_file(str(p)))
+    named = trainable_parameters(session)
+    if set(named) != set(weights):
+        raise TrainingFailed(f"{folder}: the saved LoRA does not match this network", ("check rank and layers trained",))
+    optimizer = _load(folder, run_state.OPTIMIZER_FILE, lambda p: torch.load(p, map_location=device, weights_only=True))
+    scheduler = _load(folder, run_state.SCHEDULER_FILE, lambda p: torch.load(p, weights_only=True))
+    scaler = None
+    if session.scaler is not None and (folder / run_state.SCALER_FILE).is_file():
+        scaler = _load(folder, run_state.SCALER_FILE, lambda p: torch.load(p, weights_only=True))
+    rng = _load(folder, run_state.RNG_FILE, lambda p: torch.load(p, weights_only=True))
+    try:
+        with torch.no_grad():
+            for k, prm in named.items():
+                prm.copy_(weights[k].to(prm.device, prm.dtype))
+        session.optimizer.load_state_dict(optimizer)
+        session.lr_scheduler.load_state_dict(scheduler)
+        if scaler is not None:
+            session.scaler.load_state_dict(scaler)
+        set_rng_state(rng)
+        p = progress
+        p.global_step, p.epoch, p.batch_pos = int(info["global_step"]), int(info["epoch"]), int(info["batch_pos"])
+        p.skipped_total, p.last_loss = int(info.get("skipped_total", 0)), info.get("last_loss")
+        return [str(x) for x in info.get("intermediates", [])]
+    except (KeyError, ValueError, TypeError, RuntimeError) as e:
+        raise TrainingFailed(f"{folder}: the state does not fit this run ({type(e).__name__})", DAMAGED_ADVICE) from None

@@ -1,0 +1,224 @@
+"""Saving: the LoRA (final, intermediate, on Save now), its metadata, the rescue folder, and the state.
+
+Only the main process writes. A failed write of an intermediate save only warns (training goes on, the
+next save tries again); a failed final save moves the LoRA to the rescue folder (:meth:`Saver.rescue`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import shutil
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from guitrainer.core import run_state
+from guitrainer.core.events import SavedFile
+from guitrainer.core.fileio import WriteError
+from guitrainer.core.fileio import explain as explain_write_error
+from guitrainer.core.paths import expand
+from guitrainer.engine import resume
+from guitrainer.engine.resume import Progress
+
+log = logging.getLogger(__name__)
+
+
+class Saver:
+    """Writes a session's LoRA and state; remembers what it wrote (``lora_path``, ``state_path``)."""
+
+    def __init__(self, session: Any, feedback: Any, progress: Progress) -> None:
+        self.session = session
+        self.feedback = feedback
+        self.progress = progress
+        self.config = session.config
+        self.started_at = datetime.now(UTC)
+        self.intermediates: list[str] = []
+        self.lora_path: str | None = None
+        self.state_path: str | None = None
+        self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
+        self._state_target: Path | None = None
+
+    # ------------------------------------------------------------------ the LoRA
+    def out_dir(self) -> Path:
+        return expand(self.config.output.folder)
+
+    def metadata(self) -> dict[str, str]:
+        """kohya ``ss_*`` + ``modelspec.*`` metadata of the LoRA as it is now (see :func:`export.build_metadata`)."""
+        from guitrainer.engine.export import build_metadata
+
+        s, cfg, p = self.session, self.config, self.progress
+        tags: dict[str, Counter[str]] = {}
+        for it in s.dataset.items:
+            folder = tags.setdefault(Path(it.image).parent.name or "dataset", Counter())
+            folder.update(t.strip() for t in it.caption.split(",") if t.strip())
+        spe = max(1, s.steps_per_epoch)
+        epochs = cfg.schedule.epochs if cfg.schedule.max_steps <= 0 else math.ceil(s.total_steps / spe)
+        return build_metadata(
+            cfg,
+            s.model.family,
+            num_images=len(s.dataset),
+            num_reg_images=len(s.class_dataset) if s.class_dataset is not None else 0,
+            epochs=epochs,
+            epoch=p.epoch,
+            steps=p.global_step,
+            started=self.started_at,
+            finished=datetime.now(UTC),
+            tag_frequency={k: dict(v) for k, v in tags.items()},
+            optimizer_name=s.optimizer_name,
+        )
+
+    def write_lora(self, path: Path) -> str | None:
+        """Export the LoRA to ``path`` in the configured format and save precision; returns what was written.
+
+        A failed write (full disk, read-only folder) is reported as a warning and returns None: the trained
+        LoRA stays in memory, training goes on, and the next save (e.g. ``Control.request_save()`` after
+        ``config.output.folder`` was changed) tries again. An fp16 overflow is reported with the advice and
+        that file is written as bf16 instead.
+        """
+        from guitrainer.engine.export import export_lora, saved_item
+
+        s = self.session
+        tes = s.model.text_encoders if s.train_te else []
+        o = self.config.output
+        try:
+            result = export_lora(
+                path,
+                s.model.unet,
+                tes,
+                fmt=o.format,
+                save_precision=self.config.precision.save,
+                alpha=self.config.network.alpha,
+                metadata=self.metadata(),
+                on_fp16_overflow="bf16",
+            )
+        except OSError as e:
+            err = explain_write_error(path, e)
+            self.save_error = err.strerror or str(err)
+            self.feedback.warn(
+                f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: "
+                "choose another output folder and press Save now."
+            )
+            return None
+        self.save_error = None
+        for w in result.warnings:
+            self.feedback.warn(w)
+        return str(saved_item(path, o.format))
+
+    def lora_target(self, tag: str = "") -> Path:
+        """The next free path for a LoRA (numbered unless ``output.overwrite``)."""
+        from guitrainer.engine.export import free_lora_path
+
+        return free_lora_path(self.config.output, tag)
+
+    def _announce(self, path: str) -> None:
+        p = self.progress
+        self.feedback.reporter.on_saved(SavedFile(path, "lora", p.global_step, p.epoch))
+
+    def save_final(self) -> str | None:
+        if not self.session.main:
+            return None
+        out = self.write_lora(self.lora_target())
+        if out is not None:
+            self._announce(out)
+        return out
+
+    def save_final_and_state(self) -> None:
+        """The end of a run or a stop: the final LoRA, then the resumable state.
+
+        Raises :class:`WriteError` when either could not be written (the state is still tried when the
+        LoRA failed, so that a resume can finish the job); the trainer turns it into a "failed" summary.
+        """
+        self.lora_path = self.save_final()
+        lora_error = self.save_error if self.session.main and self.lora_path is None else None
+        if lora_error:
+            self.rescue(lora_error)  # raises: the run ends "failed", saying where the LoRA went
+        self.state_path = self.save_state()
+
+    def rescue(self, reason: str) -> None:
+        """The final LoRA could not be written: save it and the state in the app's data folder instead.
+
+        Nothing trained is lost to a full disk or a read-only folder when another disk has room: the
+        LoRA lands in ``<user data>/rescued/<name>-<time>``, and the message says so. Always raises
+        :class:`WriteError` (the run still failed to save where asked).
+        """
+        from guitrainer.core.paths import user_data_dir
+
+        wanted = self.out_dir()
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        rescue = user_data_dir() / "rescued" / f"{self.config.output.name}-{stamp}"
+        self.config.output.folder = str(rescue)
+        self.feedback.warn(f"The LoRA was not saved in {wanted}: {reason} Saving it in {rescue} instead.")
+        self.lora_path = self.save_final()
+        if self.lora_path is None:
+            raise WriteError(
+                errno.EIO,
+                f"The LoRA could not be saved in {wanted} ({reason}) nor in {rescue} ({self.save_error}). "
+                "The trained weights are lost; free some disk space and train again.",
+            )
+        try:
+            self.state_path = self.save_state()
+        except WriteError as e:
+            self.feedback.warn(f"The training state was not saved in {rescue} either: {e.strerror or e}")
+        raise WriteError(
+            errno.EIO,
+            f"The LoRA could not be saved in {wanted}: {reason} It was saved in {rescue} instead "
+            f"({Path(self.lora_path).name}); move it where you want it.",
+        )
+
+    def save_intermediate(self, tag: str) -> None:
+        """An epoch's or Save now's LoRA (pruned to ``output.keep_last``) and the state; failures only warn."""
+        if not self.session.main:
+            return
+        o = self.config.output
+        out = self.write_lora(self.lora_target(tag))
+        if out is None:
+            return  # reported; the state would go to the same folder and fail the same way
+        self.intermediates.append(out)
+        self._announce(out)
+        if o.keep_last:
+            while len(self.intermediates) > o.keep_last:
+                old = Path(self.intermediates.pop(0))
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
+        try:
+            self.save_state()
+        except WriteError as e:
+            self.feedback.warn(f"The training state was not saved: {e.strerror or e}")
+
+    # ------------------------------------------------------------------ the state
+    def state_dir(self) -> Path:
+        """Where this run's resumable state is written, decided at its first save in an output folder.
+
+        A resumed run writes into the state it resumed from; a new run into ``<name>_state``, or, when an
+        earlier run's state is there, ``<name>_2_state`` ... (the LoRA's numbering rule): a second run with
+        the same name never overwrites the first one's state.
+        """
+        out = self.out_dir()
+        if self._state_target is None or self._state_target.parent != out:
+            resumed = self.config.schedule.resume_from
+            if resumed and self._state_target is None and expand(resumed).parent == out:
+                self._state_target = expand(resumed)
+            else:
+                self._state_target = run_state.new_state_folder(out, self.config.output.name)
+        return self._state_target
+
+    def save_state(self) -> str | None:
+        """Write the resumable state (:func:`resume.write_state`); a failure is raised as a
+        :class:`WriteError` whose message says why in plain words."""
+        if not self.session.main:
+            return None
+        target = self.state_dir()
+        try:
+            resume.write_state(target, self.session, self.progress, self.intermediates)
+        except OSError as e:
+            raise explain_write_error(target, e) from e
+        p = self.progress
+        self.feedback.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
+        return str(target)

@@ -1,0 +1,316 @@
+"""Building a run: ``build_session(config, feedback) -> Session``, one frozen object with everything a run trains with.
+
+The order is the trainer's contract (DESIGN §4): accelerate and the device first (:func:`place`), then the
+base model, the datasets, the frozen weights cast to the compute dtype, LoRA injected with fp32 master
+weights, gradient checkpointing, the optimizer, the lr schedule and (fp16 only) the GradScaler. A
+:class:`Session` exists only complete: nothing is half-built.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from guitrainer.config import DatasetFolder, TrainingConfig
+from guitrainer.core import regularization
+from guitrainer.core.paths import expand
+from guitrainer.engine import data, lora
+from guitrainer.engine.distributed import Processes, launched_processes
+from guitrainer.engine.errors import TrainingFailed
+from guitrainer.engine.feedback import Feedback
+from guitrainer.engine.models import LoadedModel, ensure_demo_dataset, ensure_demo_model, load_base_model
+from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
+
+COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+#: (instance batch: dataset positions, class draws: class item indices) -- one micro-batch
+Pair = tuple[list[int], list[int]]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run trains: accelerate, its processes and the torch device (decided before the model loads)."""
+
+    accelerator: Any
+    processes: Processes
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything a run trains with, built by :func:`build_session`."""
+
+    config: TrainingConfig
+    accelerator: Any
+    processes: Processes
+    device: torch.device
+    precision: str  # "fp32" | "fp16" | "bf16"
+    dtype: torch.dtype  # compute dtype (frozen weights, autocast)
+    model: LoadedModel
+    dataset: data.TrainDataset
+    class_dataset: data.TrainDataset | None
+    train_counts: list[tuple[int, int]]  # (item, repeats) of the training images (prior preservation)
+    class_counts: list[tuple[int, int]]  # the same for the class images
+    train_te: bool
+    unet: torch.nn.Module  # DDP-wrapped under several processes
+    text_encoders: list[torch.nn.Module]  # DDP-wrapped when trained under several processes
+    unet_params: list[torch.nn.Parameter]
+    te_params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    optimizer_name: str
+    lr_scheduler: Any
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    pos_buckets: list[Any]
+    batches_per_epoch: int
+    steps_per_epoch: int
+    total_steps: int
+    setup_started: float  # cache entries touched from then on belong to this run
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        """Every trainable LoRA parameter (UNet, then text encoders)."""
+        return self.unet_params + self.te_params
+
+    @property
+    def main(self) -> bool:
+        return self.processes.main
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This process's batches of ``epoch`` (each within one bucket), fixed by (seed, epoch)."""
+        s, procs = self.config.schedule, self.processes
+        return data.epoch_batches(self.pos_buckets, s.seed, epoch, s.batch_size, procs.count, procs.index)
+
+    def class_plan(self, epoch: int) -> regularization.EpochPlan | None:
+        """The class draws of ``epoch`` (:func:`~guitrainer.core.regularization.epoch_schedule`, kohya's
+        counts, shuffled by (seed, epoch)); item ids are indices into ``class_dataset.items``."""
+        if self.class_dataset is None:
+            return None
+        return regularization.epoch_schedule(self.train_counts, self.class_counts, epoch, self.config.schedule.seed)
+
+    def epoch_pairs(self, epoch: int) -> list[Pair]:
+        """This process's micro-batches of ``epoch``: (instance batch, class draws of the same size).
+
+        The instance batches are exactly :meth:`epoch_batches` (so class images never change the
+        training-image stream). The class draws of the whole epoch (:meth:`class_plan`, in its shuffled
+        order) are dealt to the batches of all processes in turn, then batches and their class draws are
+        sharded together, as the training draws alone would be.
+        """
+        s, procs = self.config.schedule, self.processes
+        batches = data.epoch_batches(self.pos_buckets, s.seed, epoch, s.batch_size)
+        plan = self.class_plan(epoch)
+        if plan is None:
+            pairs: list[Pair] = [(b, []) for b in batches]
+        else:
+            draws = iter(plan.classes)
+            pairs = [(b, [int(next(draws)) for _ in b]) for b in batches]  # type: ignore[call-overload]
+        return data.shard_batches(pairs, procs.count, procs.index)
+
+
+def place(config: TrainingConfig, feedback: Feedback) -> Placement:
+    """accelerate, the processes and the device; ``precision.gpu_index`` is checked before the model loads.
+
+    The current CUDA device is per thread, so ``set_device`` runs here, in the thread that trains (the GUI's
+    worker thread).
+    """
+    from accelerate import Accelerator
+
+    from guitrainer.core.hardware import GpuChoiceError, choose_training_gpu
+
+    # Several processes without CUDA (torchrun / accelerate launch on a CPU machine): accelerate makes a
+    # gloo process group only when told to use the CPU; otherwise every process would train alone.
+    launched = launched_processes()
+    acc = Accelerator(
+        gradient_accumulation_steps=config.schedule.gradient_accumulation,
+        mixed_precision="no",
+        cpu=launched > 1 and not torch.cuda.is_available(),
+    )
+    if launched > 1 and acc.num_processes == 1:
+        raise TrainingFailed(
+            f"{launched} processes were launched but accelerate set up only one: "
+            "each would train alone and write the same files",
+            ("launch with `accelerate launch --multi_gpu --num_processes N` or `torchrun --nproc_per_node N`",),
+        )
+    # several CPU processes: accelerate's device is "cpu:<rank>", which torch.load cannot map to
+    device = torch.device("cpu") if acc.device.type == "cpu" else acc.device
+    feedback.set_processes(Processes(acc, device))
+    wanted = config.precision.gpu_index
+    cuda_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if wanted >= 0 else []
+    try:
+        choice = choose_training_gpu(wanted, device_type=device.type, num_processes=acc.num_processes, gpu_names=cuda_names)
+    except GpuChoiceError as e:
+        raise TrainingFailed(str(e), ("set the GPU to automatic (precision.gpu_index = -1) or to one listed",)) from None
+    if choice.warning:
+        feedback.warn(choice.warning)
+    if choice.index is not None:
+        device = torch.device("cuda", choice.index)
+        torch.cuda.set_device(device)
+    if device.type == "cpu":  # one core left to the GUI; several processes share the rest
+        torch.set_num_threads(max(1, ((os.cpu_count() or 2) - 1) // acc.num_processes))
+    processes = Processes(acc, device)
+    feedback.set_processes(processes)
+    return Placement(acc, processes, device)
+
+
+def build_session(config: TrainingConfig, feedback: Feedback, placement: Placement | None = None) -> Session:
+    """Turn ``config`` into a :class:`Session`: load, place, inject, and build the optimizer and schedule."""
+    from accelerate.utils import set_seed
+
+    setup_started = time.time() - 2.0  # entries touched from now on belong to this run (mtime slack)
+    placement = placement or place(config, feedback)
+    acc, device = placement.accelerator, placement.device
+    set_seed(config.schedule.seed)
+    precision = config.precision.training
+    dtype = COMPUTE_DTYPES[precision]
+    feedback.status("loading the base model")
+    if acc.num_processes > 1 and str(config.model.base).strip() == "demo":
+        # the demo model and images are built on first use: by the main process, then the others read them
+        with acc.main_process_first():
+            ensure_demo_model()
+            if not config.dataset.folders:
+                ensure_demo_dataset()
+    model = load_base_model(config.model, progress=lambda what, done, total: _download_status(feedback, what, done, total))
+    feedback.stop_if_asked("loading the base model", every_process=True)
+    dataset = _build_dataset(config, feedback)
+    class_dataset = _build_class_dataset(config, feedback)
+    train_counts = [(i, max(1, it.repeats)) for i, it in enumerate(dataset.items)]
+    class_counts = [(i, max(1, it.repeats)) for i, it in enumerate(class_dataset.items)] if class_dataset else []
+    if class_dataset is not None:
+        usage = regularization.class_usage(train_counts, class_counts)
+        feedback.status(
+            f"{len(class_dataset.items)} class images, prior loss weight {config.dataset.prior_loss_weight:g}. "
+            + usage.describe()
+        )
+    train_te = _prepare_model(config, model, device, dtype, feedback)
+    unet_params = lora.lora_parameters(model.unet)
+    te_params = [p for te in model.text_encoders for p in lora.lora_parameters(te)] if train_te else []
+    opt = config.optimizer
+    groups = param_groups(unet_params, te_params, opt.lr, opt.text_encoder_lr)
+    optimizer, optimizer_name = build_optimizer(opt, groups, warn=feedback.warn)
+    pos_buckets = [dataset.bucket_of(i) for i in range(len(dataset))]
+    s = config.schedule
+    batches_per_epoch = len(data.epoch_batches(pos_buckets, s.seed, 0, s.batch_size, acc.num_processes, acc.process_index))
+    steps_per_epoch = math.ceil(batches_per_epoch / s.gradient_accumulation)
+    total_steps = s.max_steps if s.max_steps > 0 else s.epochs * steps_per_epoch
+    ddp = acc.num_processes > 1
+    return Session(
+        config=config,
+        accelerator=acc,
+        processes=placement.processes,
+        device=device,
+        precision=precision,
+        dtype=dtype,
+        model=model,
+        dataset=dataset,
+        class_dataset=class_dataset,
+        train_counts=train_counts,
+        class_counts=class_counts,
+        train_te=train_te,
+        unet=acc.prepare_model(model.unet) if ddp else model.unet,
+        text_encoders=[acc.prepare_model(te) if ddp and train_te else te for te in model.text_encoders],
+        unet_params=unet_params,
+        te_params=te_params,
+        optimizer=optimizer,
+        optimizer_name=optimizer_name,
+        lr_scheduler=build_lr_scheduler(s, optimizer, total_steps),
+        scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
+        pos_buckets=pos_buckets,
+        batches_per_epoch=batches_per_epoch,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        setup_started=setup_started,
+    )
+
+
+def _download_status(feedback: Feedback, what: str, done: int, total: int) -> None:
+    """Hub downloads: one status line per file (the bar counts files)."""
+    if total:
+        feedback.status(f"downloading the base model: {what} {done}/{total}")
+
+
+def _prepare_model(
+    config: TrainingConfig, m: LoadedModel, device: torch.device, dtype: torch.dtype, feedback: Feedback
+) -> bool:
+    """Place and cast the frozen weights, inject the LoRA (fp32 master weights), continue from
+    ``model.init_lora``, turn on checkpointing; returns whether the text encoders are trained."""
+    from diffusers.training_utils import cast_training_params
+
+    precision = config.precision.training
+    # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's VAE
+    # overflows in fp16, and CPUs have no fast fp16 convolutions (a 64 px demo step is 10x slower).
+    vae_fp32 = precision == "fp16" and (m.family == "sdxl" or device.type == "cpu")
+    # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
+    torch.nn.Module.to(m.unet, device, dtype)
+    torch.nn.Module.to(m.vae, device, torch.float32 if vae_fp32 else dtype)
+    for te in m.text_encoders:
+        te.to(device, dtype=dtype)
+    n = config.network
+    lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
+    train_te = bool(n.train_text_encoder)
+    if train_te:
+        for te in m.text_encoders:
+            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
+    cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
+    if config.model.init_lora and not config.schedule.resume_from:
+        _continue_from(config, m, train_te, feedback)
+    if config.precision.gradient_checkpointing:
+        m.unet.enable_gradient_checkpointing()
+        if train_te:
+            for te in m.text_encoders:
+                enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
+                enable()
+    m.unet.train()
+    for te in m.text_encoders:
+        te.train(train_te)
+    return train_te
+
+
+def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedback: Feedback) -> None:
+    """Load ``model.init_lora`` into the fresh LoRA (the layers it shares with this network)."""
+    left_out: list[str] = []
+    tes = m.text_encoders if train_te else []
+    init = config.model.init_lora
+    count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+    if not count:
+        raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
+    if left_out:
+        feedback.warn(f"{len(left_out)} modules of {init} are not trained here and were left out")
+    feedback.status(f"continuing from {init} ({count} LoRA modules)")
+
+
+def _build_dataset(config: TrainingConfig, feedback: Feedback) -> data.TrainDataset:
+    dcfg = config.dataset
+    if not dcfg.folders and config.model.base == "demo":
+        dcfg = copy.copy(dcfg)
+        dcfg.folders = [DatasetFolder(path=str(ensure_demo_dataset()), repeats=1)]
+        feedback.status(f"using the built-in demo dataset in {dcfg.folders[0].path}")
+    items = data.collect_items(dcfg, warn=feedback.warn)
+    ds = data.TrainDataset(items, dcfg)
+    feedback.status(f"{len(items)} images, {len(ds)} per epoch with repeats")
+    return ds
+
+
+def _build_class_dataset(config: TrainingConfig, feedback: Feedback) -> data.TrainDataset | None:
+    """The class (regularization) images, or None without ``dataset.regularization_folders``.
+
+    Each folder keeps its repeats; a class image's caption is its own, else ``dataset.class_prompt``
+    (:func:`~guitrainer.core.regularization.class_caption`), never with the trigger word, and never
+    shuffled or dropped. Buckets and flips follow the training settings.
+    """
+    dcfg = config.dataset
+    if not dcfg.regularization_folders:
+        return None
+    ccfg = copy.copy(dcfg)
+    ccfg.folders = list(dcfg.regularization_folders)
+    ccfg.trigger_word, ccfg.shuffle_captions, ccfg.caption_dropout = "", False, 0.0
+    found = data.collect_items(ccfg, warn=feedback.warn, what="class (regularization) images")
+    items = [dataclasses.replace(i, caption=regularization.class_caption(i.caption, dcfg.class_prompt)) for i in found]
+    if not all(it.caption for it in items):
+        feedback.warn("some class images have no caption and no class prompt is set: they train with an empty caption")
+    return data.TrainDataset(items, ccfg)

@@ -1,0 +1,26 @@
+"""Configs for tests: defaults or the Demo preset, with ``section__field=value`` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guitrainer.config import TrainingConfig
+from guitrainer.presets import DEMO_PRESET, PresetStore
+
+
+def config_with(**settings: object) -> TrainingConfig:
+    """The default config with ``section__field=value`` overrides (each set and checked as the UI sets it)."""
+    cfg = TrainingConfig()
+    for key, value in settings.items():
+        cfg.set(key.replace("__", "."), value)
+    return cfg
+
+
+def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
+    """The Demo preset writing into ``out``, fp32 files, with ``section__field=value`` overrides."""
+    cfg = PresetStore().get(DEMO_PRESET).config()
+    cfg.output.folder = str(out)
+    cfg.precision.save = "fp32"
+    for key, value in settings.items():
+        cfg.set(key.replace("__", "."), value)
+    return cfg
