@@ -28,3 +28,38 @@ def test_bad_steps(capsys):
     cfg = PresetStore().get(DEFAULT_PRESET).config()
     assert run(cfg, steps=0) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+def _cli(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    exe = [sys.executable, "-m", "guitrainer.cli", *args]
+    return subprocess.Popen(exe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_guitrainer_train_compare_precisions_json():
+    proc = _cli("--preset", "demo", "--compare-precisions", "--steps", "1", "--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    assert [r["status"] for r in data["results"][:3]] == ["ran", "ran", "ran"]
+    assert data["family"] == "demo" and data["steps"] == 1
+
+
+def test_ctrl_c_cancels_the_lab(tmp_path):
+    import signal
+
+    proc = _cli("--preset", "demo", "--compare-precisions", "--steps", "2")
+    lines = []
+    for line in proc.stderr:  # progress: "[i/n] ..."; Ctrl+C once the second candidate is setting up
+        lines.append(line)
+        if line.startswith("[2/"):
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, "".join(lines) + err
+    assert "cancelling after this step" in err
+    assert "cancelled" in out and "fp32" in out
