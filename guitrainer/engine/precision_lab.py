@@ -390,31 +390,37 @@ def compare_precisions(
     finally:
         lab.energy.close()
         shutil.rmtree(lab.folder, ignore_errors=True)
-    if tdev.type == "cpu" and any(r.ran for r in results):
+    report = _report(lab, config, device, results, time.perf_counter() - started)
+    try:
+        (store or MeasurementStore()).put(report)
+    except OSError as e:  # the measurement is still returned and shown
+        log.warning("the precision lab's result could not be kept: %s", e)
+    return report
+
+
+def _report(lab: _Lab, config: TrainingConfig, device: DeviceInfo, results: list[CandidateResult], seconds: float) -> LabReport:
+    """The comparison, with the drift from fp32 filled in and notes on how to read it."""
+    ran = any(r.ran for r in results)
+    if lab.device_type == "cpu" and ran:
         lab.notes.append(
             "on a CPU peak memory is the process's RSS growth: memory the allocator kept from an earlier "
             "candidate is reused, not counted again, so later candidates can read low"
         )
     if config.model.init_lora:
         lab.notes.append(f"every candidate continued from {config.model.init_lora}")
-    elif not lab.init_written and any(r.ran for r in results):
+    elif not lab.init_written and ran:
         lab.notes.append("the LoRA initialisation could not be shared; each candidate drew its own from the same seed")
-    report = LabReport(
+    return LabReport(
         device_key=device_key(device),
         device_name=device.name,
         family=config_family(config),
         resolution=int(config.dataset.resolution),
         batch_size=int(config.schedule.batch_size),
-        steps=steps,
-        warmup_steps=warmup,
+        steps=lab.steps,
+        warmup_steps=lab.warmup,
         results=tuple(_with_drift(results)),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        total_seconds=time.perf_counter() - started,
+        total_seconds=seconds,
         notes=tuple(lab.notes),
-        cancelled=control.stop_requested,
+        cancelled=lab.control.stop_requested,
     )
-    try:
-        (store or MeasurementStore()).put(report)
-    except OSError as e:  # the measurement is still returned and shown
-        log.warning("the precision lab's result could not be kept: %s", e)
-    return report
