@@ -113,7 +113,7 @@ def build_arch_folder(family: str, folder: Path, device: str) -> Path:
                 cls = CLIPTextModelWithProjection if "WithProjection" in (cfg.architectures or [""])[0] else CLIPTextModel
                 parts[name] = cls(cfg)
     for name, module in parts.items():
-        module.to(torch.float16).save_pretrained(folder / name)
+        torch.nn.Module.to(module, torch.float16).save_pretrained(folder / name)  # torch's: no diffusers warning
         del module
     parts.clear()
     free()
@@ -162,6 +162,12 @@ def train(cfg: Any, steps: int) -> tuple[Any, Any, Any]:
     return summary, rep, trainer
 
 
+def _session_attr(trainer: Any, name: str) -> Any:
+    """An attribute of the trainer's Session (the restructured engine), else of the trainer itself."""
+    session = getattr(trainer, "session", None)
+    return getattr(session if session is not None else trainer, name, None)
+
+
 def step_summary(rep: Any, warmup: int) -> dict[str, Any]:
     timed = [s.seconds_per_step for s in rep.steps[warmup:]] or [s.seconds_per_step for s in rep.steps]
     peaks = [s.peak_memory_bytes for s in rep.steps if s.peak_memory_bytes]
@@ -200,7 +206,7 @@ def fp16_scaler(base: str, family: str, resolution: int, steps: int, tmp: Path) 
             row["scales"] = [s.grad_scale for s in rep.steps]
             row["skipped"] = [s.skipped for s in rep.steps]
             row["skipped_total"] = summary.skipped_steps
-            params = getattr(trainer, "params", None) or []
+            params = _session_attr(trainer, "params") or []
             row["lora_param_dtypes"] = sorted({str(p.dtype) for p in params})
             row["all_lora_fp32"] = bool(params) and all(p.dtype == torch.float32 for p in params)
         out[prec] = row
@@ -231,7 +237,7 @@ def bnb_8bit(base: str, family: str, resolution: int, steps: int, tmp: Path) -> 
         out[name] = {
             "status": summary.status,
             "message": summary.message,
-            "optimizer_used": getattr(trainer, "optimizer_name", "?"),
+            "optimizer_used": _session_attr(trainer, "optimizer_name") or "?",
             "warnings": list(summary.warnings),
             **step_summary(rep, 2),
         }
