@@ -225,7 +225,7 @@ class Tracer:
         import gc
         import threading
 
-        from guitrainer.ui import dataset_model, dataset_page, thumbnails
+        from guitrainer.ui import dataset_model, dataset_page, dataset_summary, thumbnails
 
         main = threading.get_ident()
 
@@ -257,8 +257,9 @@ class Tracer:
             (thumbnails.ThumbnailLoader, "_take_results"),
             (dataset_model.DatasetModel, "flush_thumbnails"),
             (dataset_model.DatasetFilterProxy, "filterAcceptsRow"),
-            (dataset_page.DatasetPage, "_summary_step"),
-            (dataset_page.DatasetPage, "_start_summary"),
+            (dataset_summary.SummaryRunner, "_step"),
+            (dataset_summary.SummaryRunner, "_start"),
+            (dataset_summary.SummaryRunner, "update_now"),
         ):
             if hasattr(cls, name):
                 setattr(cls, name, self._wrap(getattr(cls, name), f"{cls.__name__}.{name}"))

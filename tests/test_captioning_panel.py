@@ -11,6 +11,7 @@ from PIL import Image
 from PySide6.QtCore import Qt
 
 from guitrainer.engine import captioners as cap
+from guitrainer.ui import captioning
 from guitrainer.ui.dataset_page import DatasetPage
 
 TAGGED = "my char, long hair, ^_^"  # what the tiny tagger writes at general threshold 0.9
@@ -192,6 +193,7 @@ def test_bad_model_folders_show_an_error_and_the_page_keeps_working(page, qtbot,
 
 
 def test_hub_download_progress_shows_in_the_panel(page, qtbot, tmp_path, tagger, monkeypatch):
+    monkeypatch.setattr(captioning, "hub_reachable", lambda *a, **k: True)  # the fake hub needs no network
     images = load_images(page, qtbot, tmp_path / "set", 3)
     hold = threading.Event()
     hub = FakeHub.from_folder(monkeypatch, tmp_path / "cache", tagger, pause={"selected_tags.csv": hold})
@@ -214,6 +216,7 @@ def test_hub_download_progress_shows_in_the_panel(page, qtbot, tmp_path, tagger,
 
 
 def test_cancel_during_download_stops_it(page, qtbot, tmp_path, tagger, monkeypatch):
+    monkeypatch.setattr(captioning, "hub_reachable", lambda *a, **k: True)  # the fake hub needs no network
     images = load_images(page, qtbot, tmp_path / "set", 2)
     hold = threading.Event()
     hub = FakeHub.from_folder(monkeypatch, tmp_path / "cache", tagger, pause={"model.onnx": hold})
@@ -229,3 +232,35 @@ def test_cancel_during_download_stops_it(page, qtbot, tmp_path, tagger, monkeypa
     assert blocker.args[0].cancelled and hub.fetched == []  # stopped inside the first file
     assert panel.status.text() == "Cancelled: wrote 0 captions."
     assert captions(images) == [None, None]
+
+
+def test_known_captioners_fill_the_source_and_offline_says_so_at_once(page, qtbot, tmp_path, monkeypatch):
+    """A known model is picked from the list (hub id filled in); offline, the panel says "No network" at
+    once, with no download tried and no raw socket error."""
+    images = load_images(page, qtbot, tmp_path / "set", 2)
+    panel = page.captioning
+    panel.kind.setCurrentIndex(panel.kind.findData("wd14"))
+    texts = [panel.suggested.itemText(i) for i in range(panel.suggested.count())]
+    assert any("SmilingWolf/" in t and "MB download" in t for t in texts)
+    panel.kind.setCurrentIndex(panel.kind.findData("blip"))
+    texts = [panel.suggested.itemText(i) for i in range(panel.suggested.count())]
+    assert any("Salesforce/blip" in t for t in texts) and not any("SmilingWolf" in t for t in texts)
+    panel.kind.setCurrentIndex(panel.kind.findData("wd14"))
+    panel.suggested.setCurrentIndex(1)
+    panel.suggested.activated.emit(1)
+    hub_id = panel.suggested.itemData(1)
+    assert panel.source.text() == hub_id
+
+    import huggingface_hub
+
+    tried: list[str] = []
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda *a, **k: tried.append("list") or [])
+    monkeypatch.setattr(captioning, "hub_reachable", lambda *a, **k: False)
+    panel.scope.setCurrentIndex(panel.scope.findData("all"))
+    with qtbot.waitSignal(panel.run_failed, timeout=10000):
+        panel.start_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=5000)
+    text = panel.status.text()
+    assert text.startswith("Captioning failed: No network:") and hub_id in text and "Errno" not in text
+    assert tried == [] and captions(images) == [None, None]
+

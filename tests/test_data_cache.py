@@ -96,7 +96,7 @@ def test_caches_are_reused_and_rebuilt_when_dtype_or_image_changes(tmp_path, enc
 
     flipped = _run(tmp_path / "o5", data, dataset__flip_augment=True)  # mirrored variants are their own entries
     assert flipped.caches.latent_store.misses == 3 and flipped.caches.latent_store.hits == 3
-    assert set(flipped.latents) == {(i, f) for i in range(3) for f in (False, True)}
+    assert set(flipped.caches.latents) == {(i, f) for i in range(3) for f in (False, True)}
 
 
 def test_stop_during_latent_caching_ends_before_training_and_keeps_the_cache(tmp_path, encodes, monkeypatch):

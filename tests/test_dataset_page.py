@@ -377,7 +377,7 @@ def test_thumbnail_loader_hands_results_over_in_batches(qtbot, tmp_path):
 def test_summary_in_slices_equals_one_summarize(tmp_path):
     import random
 
-    from guitrainer.ui.dataset_page import SummaryBuilder, SummaryParams
+    from guitrainer.core.dataset_report import SummaryBuilder, SummaryParams
 
     rng = random.Random(7)
     sizes = [(1024, 1024), (1024, 768), (768, 1024), (640, 1536), (300, 200), (0, 0), (2000, 900)]

@@ -165,7 +165,7 @@ def test_trainer_on_this_machine_without_cuda(monkeypatch):
 
 
 def test_start_check_advises_for_the_chosen_gpu(tmp_path):
-    from guitrainer.ui.training_page import check_start
+    from guitrainer.core.start_check import check_start
 
     cfg = TrainingConfig()
     cfg.set("output.folder", str(tmp_path / "out"))

@@ -19,9 +19,10 @@ from PySide6.QtWidgets import QMessageBox
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
+from guitrainer.core.start_check import check_start
 from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.training_page import TrainingPage, TrainState, check_start, find_state
+from guitrainer.ui.training_page import TrainingPage, TrainState, find_state
 
 DEMO = DEMO_PRESET
 

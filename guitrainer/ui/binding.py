@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from PySide6.QtCore import QObject, QSignalBlocker, Qt, Signal
@@ -130,6 +130,40 @@ def label_for(path: str) -> str:
     return field_info(path).metadata.get("label", path)
 
 
+def _text_editor(binding: ConfigBinding, path: str, t: Any, parent: QWidget | None) -> tuple[QWidget, Callable[[], None]]:
+    """A multi-line editor for a text or a list field (one item a line): the widget and its pull()."""
+    text = QPlainTextEdit(parent)
+    text.setTabChangesFocus(True)
+    text.setMaximumHeight(90)
+    is_list = typing.get_origin(t) is list
+    item_type = typing.get_args(t)[0] if is_list else str
+
+    def push() -> None:
+        raw = text.toPlainText()
+        if not is_list:
+            binding.set(path, raw)
+            return
+        lines = [ln.strip() for ln in raw.splitlines() if ln.strip()]
+        if item_type is DatasetFolder:
+            binding.set(path, [_parse_folder_line(ln) for ln in lines])
+        else:
+            binding.set(path, lines)
+
+    text.textChanged.connect(push)
+
+    def pull() -> None:
+        value = binding.get(path)
+        if is_list:
+            shown = "\n".join(_folder_line(v) if isinstance(v, DatasetFolder) else str(v) for v in value)
+        else:
+            shown = str(value)
+        if text.toPlainText() != shown:
+            with QSignalBlocker(text):
+                text.setPlainText(shown)
+
+    return text, pull
+
+
 def make_editor(binding: ConfigBinding, path: str, parent: QWidget | None = None) -> QWidget:
     """A widget for one config field, kept in sync with ``binding`` in both directions."""
     f = field_info(path)
@@ -188,36 +222,7 @@ def make_editor(binding: ConfigBinding, path: str, parent: QWidget | None = None
 
         w = dspin
     elif typing.get_origin(t) is list or meta.get("kind") == "multiline":
-        text = QPlainTextEdit(parent)
-        text.setTabChangesFocus(True)
-        text.setMaximumHeight(90)
-        is_list = typing.get_origin(t) is list
-        item_type = typing.get_args(t)[0] if is_list else str
-
-        def push() -> None:
-            raw = text.toPlainText()
-            if not is_list:
-                binding.set(path, raw)
-                return
-            lines = [ln.strip() for ln in raw.splitlines() if ln.strip()]
-            if item_type is DatasetFolder:
-                binding.set(path, [_parse_folder_line(ln) for ln in lines])
-            else:
-                binding.set(path, lines)
-
-        text.textChanged.connect(push)
-
-        def pull() -> None:
-            value = binding.get(path)
-            if is_list:
-                shown = "\n".join(_folder_line(v) if isinstance(v, DatasetFolder) else str(v) for v in value)
-            else:
-                shown = str(value)
-            if text.toPlainText() != shown:
-                with QSignalBlocker(text):
-                    text.setPlainText(shown)
-
-        w = text
+        w, pull = _text_editor(binding, path, t, parent)
     else:
         line = QLineEdit(parent)
         line.editingFinished.connect(lambda: binding.set(path, line.text()))

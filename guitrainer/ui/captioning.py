@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import traceback
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QThread, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -23,6 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.core.captioner_catalog import hub_reachable, known_for, looks_like_hub_id, offline_message
+from guitrainer.core.dataset_report import plural
+from guitrainer.ui.workers import BaseWorker, run_in_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -34,15 +37,17 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
-class CaptionWorker(QObject):
-    """Loads a captioner and runs :func:`engine.captioners.run_captioning`; lives in a QThread."""
+class CaptionWorker(BaseWorker):
+    """Loads a captioner and runs :func:`engine.captioners.run_captioning` (through ``run_in_thread``).
+
+    ``finished(CaptionRunResult)`` when it ran or was cancelled; ``failed(message, traceback)`` when the
+    model could not be loaded or the run broke (the message in plain words, the traceback for the log).
+    """
 
     progressed = Signal(int, int)  # done, total
     # file, number (1-based), files, bytes received, file size (64-bit: weights can pass 2 GB)
     downloading = Signal(str, int, int, "qlonglong", "qlonglong")
     captioned = Signal(str, str)  # image path, new caption
-    finished = Signal(object)  # CaptionRunResult
-    failed = Signal(str)  # message with traceback
 
     def __init__(self, kind: str, source: str, paths: list[Path], mode: str, caption_extension: str, options: dict[str, Any]):
         super().__init__()
@@ -66,46 +71,34 @@ class CaptionWorker(QObject):
             raise CaptioningCancelled("cancelled while downloading the model")
         self.downloading.emit(file, number, count, received, size)
 
-    @Slot()
-    def work(self) -> None:
-        try:
-            from guitrainer.engine.captioners import (
-                CaptionerError,
-                CaptioningCancelled,
-                CaptionRunResult,
-                load_captioner,
-                run_captioning,
-            )
+    def work(self) -> Any:
+        from guitrainer.engine.captioners import (
+            CaptionerError,
+            CaptioningCancelled,
+            CaptionRunResult,
+            load_captioner,
+            run_captioning,
+        )
 
-            try:
-                captioner = load_captioner(
-                    self.kind,  # type: ignore[arg-type]
-                    self.source,
-                    progress=self._on_download,
-                    **self.options,
-                )
-            except CaptioningCancelled:
-                self.finished.emit(CaptionRunResult(cancelled=True))
-                return
-            except CaptionerError as e:
-                self.failed.emit(str(e))
-                return
-            try:
-                result = run_captioning(
-                    captioner,
-                    self.paths,
-                    mode=self.mode,  # type: ignore[arg-type]
-                    caption_extension=self.caption_extension,
-                    batch_size=4,
-                    should_stop=self._stop.is_set,
-                    on_progress=self.progressed.emit,
-                    on_caption=lambda p, t: self.captioned.emit(str(p), t),
-                )
-            finally:
-                captioner.close()
-            self.finished.emit(result)
-        except Exception:
-            self.failed.emit(traceback.format_exc())
+        if looks_like_hub_id(self.source) and not hub_reachable():
+            raise CaptionerError(offline_message(self.source))
+        try:
+            captioner = load_captioner(self.kind, self.source, progress=self._on_download, **self.options)  # type: ignore[arg-type]
+        except CaptioningCancelled:
+            return CaptionRunResult(cancelled=True)
+        try:
+            return run_captioning(
+                captioner,
+                self.paths,
+                mode=self.mode,  # type: ignore[arg-type]
+                caption_extension=self.caption_extension,
+                batch_size=4,
+                should_stop=self._stop.is_set,
+                on_progress=self.progressed.emit,
+                on_caption=lambda p, t: self.captioned.emit(str(p), t),
+            )
+        finally:
+            captioner.close()
 
 
 class CaptioningPanel(QWidget):
@@ -124,7 +117,7 @@ class CaptioningPanel(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         intro = QLabel(
             "Write captions with a model. BLIP writes a sentence; a WD14 tagger writes booru-style tags. "
-            "Choose the model's folder (or type a hub id when online).",
+            "Pick a known model (downloaded once, then it works offline) or choose the folder of one you have.",
             self,
         )
         intro.setWordWrap(True)
@@ -145,6 +138,11 @@ class CaptioningPanel(QWidget):
         rl.addWidget(self.source, 1)
         rl.addWidget(browse)
         form.addRow("Model", row)
+        self.suggested = QComboBox(self)
+        self.suggested.setObjectName("known_captioners")
+        self.suggested.setToolTip("Models known to work here, with their download size. Choosing one fills in its hub id.")
+        self.suggested.activated.connect(self._suggestion_chosen)
+        form.addRow("Known models", self.suggested)
         self.general = QDoubleSpinBox(self)
         self.general.setRange(0.01, 1.0)
         self.general.setSingleStep(0.05)
@@ -189,7 +187,20 @@ class CaptioningPanel(QWidget):
         self.cancel_button.clicked.connect(self.cancel)
         self._kind_changed()
 
+    def _fill_suggestions(self) -> None:
+        self.suggested.clear()
+        self.suggested.addItem("Choose a known model…", "")
+        for c in known_for(self.kind.currentData()):
+            self.suggested.addItem(c.text(), c.hub_id)
+
+    def _suggestion_chosen(self, index: int) -> None:
+        hub_id = self.suggested.itemData(index)
+        if hub_id:
+            self.source.setText(hub_id)
+            self.status.setText("Downloaded on the first start, then kept: later runs work offline.")
+
     def _kind_changed(self) -> None:
+        self._fill_suggestions()
         wd = self.kind.currentData() == "wd14"
         for w in (self.general, self.character, self._general_label, self._character_label):
             w.setVisible(wd)
@@ -220,25 +231,20 @@ class CaptioningPanel(QWidget):
         worker = CaptionWorker(
             self.kind.currentData(), self.source.text().strip(), paths, self.mode.currentData(), caption_extension, self.options()
         )
-        thread = QThread(self)
-        worker.moveToThread(thread)
-        thread.started.connect(worker.work)
         worker.progressed.connect(self._on_progress)
         worker.downloading.connect(self._on_download)
         worker.captioned.connect(self.captioned)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
-        worker.finished.connect(thread.quit)
-        worker.failed.connect(thread.quit)
-        thread.finished.connect(self._cleanup)
-        self._thread, self._worker = thread, worker
         self.progress.setRange(0, len(paths))
         self.progress.setValue(0)
         self.progress.setVisible(True)
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        self.status.setText(f"Loading the model, then captioning {len(paths)} images…")
-        thread.start()
+        self.status.setText(f"Loading the model, then captioning {plural(len(paths), 'image')}…")
+        self._worker = worker
+        self._thread = run_in_thread(worker, name="CaptionThread")
+        self._thread.finished.connect(self._cleanup)
         return True
 
     def cancel(self) -> None:
@@ -263,6 +269,7 @@ class CaptioningPanel(QWidget):
             text += f" ({_size_text(received)} of {_size_text(size)})"
         self.status.setText(text + "…")
 
+    @Slot(object)
     def _on_finished(self, result: Any) -> None:
         parts = [f"{'Cancelled' if result.cancelled else 'Done'}: wrote {len(result.changes)} captions"]
         if result.skipped:
@@ -272,17 +279,17 @@ class CaptioningPanel(QWidget):
         self.status.setText(", ".join(parts) + ".")
         self.run_finished.emit(result)
 
-    def _on_failed(self, message: str) -> None:
-        log.error("auto-captioning failed: %s", message)
-        self.status.setText(f"Captioning failed: {message.strip().splitlines()[-1]}")
+    @Slot(str, str)
+    def _on_failed(self, message: str, _details: str) -> None:
+        # the worker logged the traceback; the panel shows the message in plain words
+        text = message.strip().splitlines()[-1] if message.strip() else "unknown error"
+        self.status.setText(f"Captioning failed: {text}")
+        self.status.setToolTip("The Log (Training page) has the details.")
         self.run_failed.emit(message)
 
+    @Slot()
     def _cleanup(self) -> None:
-        if self._worker is not None:
-            self._worker.deleteLater()
-        if self._thread is not None:
-            self._thread.deleteLater()
-        self._thread, self._worker = None, None
+        self._thread, self._worker = None, None  # both deleted by run_in_thread's wiring
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
         self.progress.setVisible(False)
@@ -291,5 +298,4 @@ class CaptioningPanel(QWidget):
         """Cancel and wait for the worker (window closing)."""
         if self._thread is not None:
             self.cancel()
-            self._thread.quit()
             self._thread.wait(10000)

@@ -242,7 +242,12 @@ class TrainingCharts(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(6)
+        outer.addLayout(self._build_bar())
+        self._build_plots()
+        outer.addWidget(self.plots_area, 1)
 
+    def _build_bar(self) -> QHBoxLayout:
+        """Smoothing, the readout of the latest values, CSV / PNG export."""
         bar = QHBoxLayout()
         bar.setSpacing(8)
         bar.addWidget(QLabel("Smoothing"))
@@ -277,8 +282,10 @@ class TrainingCharts(QWidget):
         self.png_button.clicked.connect(self._export_png_dialog)
         bar.addWidget(self.csv_button)
         bar.addWidget(self.png_button)
-        outer.addLayout(bar)
+        return bar
 
+    def _build_plots(self) -> None:
+        """Loss (wide), learning rate, GradScaler scale (or a note when there is none), seconds per step."""
         self.plots_area = QWidget()
         grid = QGridLayout(self.plots_area)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -320,7 +327,6 @@ class TrainingCharts(QWidget):
         grid.setRowStretch(1, 2)
         for column in range(3):
             grid.setColumnStretch(column, 1)
-        outer.addWidget(self.plots_area, 1)
 
     def _fg(self) -> QColor:
         return self.palette().color(QPalette.ColorRole.WindowText)

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
@@ -23,49 +23,11 @@ from PySide6.QtWidgets import (
 
 from guitrainer.core import cache_store
 from guitrainer.core.vram import format_bytes
+from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.icons import level_icon
+from guitrainer.ui.workers import call_in_thread
 
 log = logging.getLogger(__name__)
-
-
-class _ProbeSignals(QObject):
-    done = Signal(object)
-
-
-class _Probe(QRunnable):
-    """Runs the device probe (imports torch) off the GUI thread."""
-
-    def __init__(self, folders: dict[str, Path | str]):
-        super().__init__()
-        self.folders = folders
-        self.signals = _ProbeSignals()
-
-    def run(self) -> None:
-        from guitrainer.core import environment, hardware
-
-        try:
-            items = environment.check(hardware.probe(), self.folders)
-        except Exception as e:  # noqa: BLE001 - shown to the user, never a crash
-            log.exception("environment check failed")
-            items = [environment.EnvItem("Check", f"failed: {e}", "error", "Please report this.")]
-        self.signals.done.emit(items)
-
-
-class _Job(QRunnable):
-    """Runs ``fn()`` on the thread pool and emits its result (or the exception) on the GUI thread."""
-
-    def __init__(self, fn: Callable[[], object]):
-        super().__init__()
-        self.fn = fn
-        self.signals = _ProbeSignals()
-
-    def run(self) -> None:
-        try:
-            result: object = self.fn()
-        except Exception as e:  # noqa: BLE001 - shown to the user
-            log.exception("cache job failed")
-            result = e
-        self.signals.done.emit(result)
 
 
 KIND_NAMES = {"latents": "latents", "text": "text embeddings", "thumbs": "thumbnails"}
@@ -76,8 +38,16 @@ class EnvironmentDialog(QDialog):
 
     checked = Signal(str)  # the worst level found
 
-    def __init__(self, folders: dict[str, Path | str], parent: QWidget | None = None, *, first_run: bool = False):
+    def __init__(
+        self,
+        folders: dict[str, Path | str],
+        parent: QWidget | None = None,
+        *,
+        first_run: bool = False,
+        device_service: DeviceService | None = None,
+    ):
         super().__init__(parent)
+        self.folders = folders
         self.setWindowTitle("Environment")
         self.resize(820, 380)
         lay = QVBoxLayout(self)
@@ -108,7 +78,6 @@ class EnvironmentDialog(QDialog):
         lay.addLayout(cache_row)
         self.cache_usage: list = []
         self.cleared_text = ""
-        self._jobs: list[_Job] = []
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self.copy_button = buttons.addButton("Copy report", QDialogButtonBox.ButtonRole.ActionRole)
         self.copy_button.clicked.connect(self._copy)
@@ -116,18 +85,30 @@ class EnvironmentDialog(QDialog):
         lay.addWidget(buttons)
         self.items: list = []
         self._intro = intro
-        probe = _Probe(folders)
-        probe.signals.done.connect(self.show_items)
-        self._probe = probe  # keep the signals object alive
-        QThreadPool.globalInstance().start(probe)
+        # the window's one device probe (its result, or its error, is checked off the GUI thread)
+        self.devices = device_service or DeviceService(parent=self)
+        self.devices.when_known(self._check_device, self._probe_failed)
         self._start_job(cache_store.usage, self._show_cache)
+
+    # ------------------------------------------------------------------ the environment check
+    def _check_device(self, device: object) -> None:
+        from guitrainer.core import environment
+
+        folders = self.folders
+        call_in_thread(lambda: environment.check(device, folders), self.show_items, self._check_failed, parent=self)
+
+    def _probe_failed(self, message: str) -> None:
+        self._check_failed(f"the device could not be probed ({message})", "")
+
+    def _check_failed(self, message: str, _details: str) -> None:
+        from guitrainer.core import environment
+
+        self.show_items([environment.EnvItem("Check", f"failed: {message}", "error", "Please report this.")])
 
     # ------------------------------------------------------------------ disk cache
     def _start_job(self, fn: Callable[[], object], done: Callable[[object], None]) -> None:
-        job = _Job(fn)
-        job.signals.done.connect(done)
-        self._jobs.append(job)  # keep the signals object alive until it reports
-        QThreadPool.globalInstance().start(job)
+        """``fn()`` off the GUI thread; ``done`` gets its result, or the exception when it raised."""
+        call_in_thread(fn, done, lambda message, _details: done(RuntimeError(message)), parent=self)
 
     def _show_cache(self, result: object) -> None:
         if isinstance(result, Exception):

@@ -71,6 +71,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ layout
     def _build_pages(self) -> None:
         from guitrainer.ui.dataset_page import DatasetPage
+        from guitrainer.ui.device_service import DeviceService
         from guitrainer.ui.model_page import ModelPage
         from guitrainer.ui.output_page import OutputPage
         from guitrainer.ui.training_page import TrainingPage
@@ -81,9 +82,10 @@ class MainWindow(QMainWindow):
         self.nav.setFixedWidth(190)
         self.nav.setSpacing(2)
         self.stack = QStackedWidget()
+        self.devices = DeviceService(parent=self)  # the one device probe every page listens to
         self.dataset_page = DatasetPage(self.binding)
-        self.model_page = ModelPage(self.binding)
-        self.training_page = TrainingPage(self.binding)
+        self.model_page = ModelPage(self.binding, device_service=self.devices)
+        self.training_page = TrainingPage(self.binding, device_service=self.devices)
         self.output_page = OutputPage(self.binding)
         style = self.style()
         icons = [
@@ -424,7 +426,9 @@ class MainWindow(QMainWindow):
         """Help ▸ Environment: the machine's facts, each problem with its fix (probe in the background)."""
         from guitrainer.ui.environment_dialog import EnvironmentDialog, default_folders
 
-        dlg = EnvironmentDialog(default_folders(self.binding.config.output.folder), self, first_run=first_run)
+        dlg = EnvironmentDialog(
+            default_folders(self.binding.config.output.folder), self, first_run=first_run, device_service=self.devices
+        )
         dlg.setObjectName("environment_dialog")
         dlg.open()
         return dlg

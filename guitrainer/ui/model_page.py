@@ -1,24 +1,23 @@
 """Model & Precision page: the base model, training and save precision, and the memory savers.
 
-The device probe imports torch, so it never runs while the window opens: it starts on a worker
-thread :data:`PROBE_DELAY_MS` after the page is first shown (or when :meth:`ModelPage.start_probe`
-is called, e.g. by the main window once it is up), and the precision picker shows
+The device probe imports torch, so it never runs while the window opens: the window's one
+:class:`~guitrainer.ui.device_service.DeviceService` starts it :data:`PROBE_DELAY_MS` after the page is
+first shown (or when :meth:`ModelPage.start_probe` is called), and the precision picker shows
 "Detecting device…" until the result arrives as a queued signal.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QSettings, QTimer, Signal
+from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from guitrainer.core import hardware
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
+from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.model_picker import ModelPicker
 from guitrainer.ui.pages import Page
 from guitrainer.ui.precision_picker import PrecisionPicker
@@ -28,13 +27,6 @@ log = logging.getLogger(__name__)
 #: after the event loop starts, wait this long before probing, so the window paints first
 PROBE_DELAY_MS = 400
 MEMORY_FIELDS = ("gradient_checkpointing", "cache_latents", "cache_text_encoder_outputs", "cache_to_disk")
-
-
-class _ProbeRelay(QObject):
-    """Carries the probe result from the worker thread to the GUI thread (queued signals)."""
-
-    finished = Signal(object)  # DeviceInfo
-    failed = Signal(str)
 
 
 class ModelPage(Page):
@@ -62,6 +54,7 @@ class ModelPage(Page):
         probe: Callable[[], DeviceInfo] | None = None,
         auto_probe: bool = True,
         settings: QSettings | None = None,
+        device_service: DeviceService | None = None,
     ):
         """Build the page.
 
@@ -69,15 +62,13 @@ class ModelPage(Page):
             probe: returns the DeviceInfo, run on a worker thread (default :func:`hardware.probe`; tests pass fakes).
             auto_probe: probe when the page is first shown; else only when :meth:`start_probe` is called.
             settings: where the model picker keeps recently used models (default: the app's QSettings).
+            device_service: the window's one device probe (default: a service of this page, with ``probe``).
         """
         super().__init__(binding, parent)
-        self._probe_fn = probe or hardware.probe
-        self._probe_started = False
+        self.devices = device_service or DeviceService(probe, self, use_cache=probe is None)
+        self.devices.device_ready.connect(self._on_probe_finished)
+        self.devices.probe_failed.connect(self._on_probe_failed)
         self._probe_scheduled = False
-        self._probe_thread: threading.Thread | None = None
-        self._relay = _ProbeRelay()
-        self._relay.finished.connect(self._on_probe_finished)
-        self._relay.failed.connect(self._on_probe_failed)
         self._had_errors = False
 
         model_box = QGroupBox("Base model", self)
@@ -95,7 +86,7 @@ class ModelPage(Page):
 
         precision_box = QGroupBox("Precision", self)
         pb = QVBoxLayout(precision_box)
-        cached = hardware.cached() if probe is None else None
+        cached = self.devices.device()
         self.precision_picker = PrecisionPicker(binding, cached, precision_box)
         pb.addWidget(self.precision_picker)
         self.body.addWidget(precision_box)
@@ -108,38 +99,19 @@ class ModelPage(Page):
         self.model_picker.detected.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
-        if cached is not None:
-            self._probe_started = True
 
     # ------------------------------------------------------------------ device probe
     def start_probe(self) -> bool:
         """Probe the device on a worker thread (once). Returns False when it already ran or is running."""
-        if self._probe_started:
-            return False
-        self._probe_started = True
-        relay, fn = self._relay, self._probe_fn
-
-        def work() -> None:
-            try:
-                device = fn()
-            except Exception as e:  # noqa: BLE001 - reported to the GUI thread, never swallowed
-                log.exception("device probe failed")
-                relay.failed.emit(f"{type(e).__name__}: {e}")
-                return
-            relay.finished.emit(device)
-
-        # a daemon thread: a probe stuck in a driver call never keeps the app from quitting
-        self._probe_thread = threading.Thread(target=work, name="guitrainer-device-probe", daemon=True)
-        self._probe_thread.start()
-        return True
+        return self.devices.start()
 
     def probe_running(self) -> bool:
-        return self._probe_thread is not None and self._probe_thread.is_alive()
+        return self.devices.running()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
         """First shown: probe :data:`PROBE_DELAY_MS` later, so the window paints before torch loads."""
         super().showEvent(event)
-        if self._auto_probe and not self._probe_started and not self._probe_scheduled:
+        if self._auto_probe and not self.devices.started() and not self._probe_scheduled:
             self._probe_scheduled = True
             QTimer.singleShot(PROBE_DELAY_MS, self.start_probe)
 

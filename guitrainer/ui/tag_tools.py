@@ -108,7 +108,10 @@ class TagToolsPanel(QWidget):
         tl.addStretch(1)
         form.addRow("Tidy", tidy)
         lay.addWidget(ops)
+        lay.addWidget(self._build_frequency(), 1)
 
+    def _build_frequency(self) -> QGroupBox:
+        """The tag frequency table: click a tag to filter the grid by it."""
         freq = QGroupBox("Tag frequency", self)
         fl = QVBoxLayout(freq)
         hint = QLabel("Click a tag to show only images that have it.", self)
@@ -128,7 +131,7 @@ class TagToolsPanel(QWidget):
         clear = QPushButton("Show all tags", self)
         clear.clicked.connect(lambda: (self.table.clearSelection(), self.tag_clicked.emit("")))
         fl.addWidget(clear, 0, Qt.AlignmentFlag.AlignLeft)
-        lay.addWidget(freq, 1)
+        return freq
 
     def _with_button(self, edit: QLineEdit, text: str, slot: Callable[[], None]) -> QWidget:
         w = QWidget(self)

@@ -10,36 +10,22 @@ No torch and no pyqtgraph at import time: the charts are built when the page is 
 
 from __future__ import annotations
 
-import functools
-import html
-import importlib.metadata
-import importlib.util
 import logging
 import math
-import os
-import platform
-import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
-    QHBoxLayout,
     QLabel,
     QMessageBox,
-    QProgressBar,
-    QPushButton,
     QScrollArea,
     QSizePolicy,
     QSplitter,
-    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -48,229 +34,32 @@ from PySide6.QtWidgets import (
 from guitrainer.config import TrainingConfig
 from guitrainer.core import run_state
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.folder_check import look_at_folders
+from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
 from guitrainer.core.run_state import find_state
-from guitrainer.core.units import format_bytes
+from guitrainer.core.start_check import check_start
 from guitrainer.ui.binding import ConfigBinding, build_form
+from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import prior_loss_box
 from guitrainer.ui.sample_gallery import SampleGallery
-from guitrainer.ui.workers import BaseWorker, TrainerFactory, TrainingWorker, run_in_thread
+from guitrainer.ui.training_controls import ACTIVE, ProgressPanel, RunControls, TrainState
+from guitrainer.ui.training_dialogs import ask_close, error_box, start_confirm_box, start_problems_box
+from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
 
 if TYPE_CHECKING:
     from guitrainer.ui.charts import TrainingCharts
 
 log = logging.getLogger(__name__)
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROGRESS_INTERVAL_MS = 200
 LOG_TAIL_LINES = 40  # log lines put under "Show Details…" for a failure reported without details
 
 
-class TrainState(str, Enum):  # noqa: UP042 - the value doubles as the name shown in tests and logs
-    IDLE = "idle"
-    CHECKING = "checking"  # validating before a start (the device probe may run in the background)
-    RUNNING = "running"
-    PAUSED = "paused"
-    STOPPING = "stopping"
-    FINISHED = "finished"
-    FAILED = "failed"
+# --------------------------------------------------------------------------- pre-start checks (core.start_check)
 
 
-ACTIVE = (TrainState.CHECKING, TrainState.RUNNING, TrainState.PAUSED, TrainState.STOPPING)
-STATE_TEXT = {
-    TrainState.IDLE: ("Ready", "#5c677d"),
-    TrainState.CHECKING: ("Checking…", "#5c677d"),
-    TrainState.RUNNING: ("Training", "#2b8a3e"),
-    TrainState.PAUSED: ("Paused", "#e67700"),
-    TrainState.STOPPING: ("Stopping…", "#e67700"),
-    TrainState.FINISHED: ("Done", "#1971c2"),
-    TrainState.FAILED: ("Failed", "#c92a2a"),
-}
-
-
-# --------------------------------------------------------------------------- pre-start checks
-
-
-@dataclass
-class StartCheck:
-    """What stands between the settings and a run: ``errors`` block it, ``confirm`` needs a yes."""
-
-    errors: list[str] = field(default_factory=list)
-    confirm: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # warnings worth logging, not asking about
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def _check_folders(out: StartCheck, folders: Sequence[Any], dataset: Any, what: str, label: str) -> None:
-    """Errors for ``folders`` that training could not load (missing, or no usable image at all), notes for
-    single folders that add nothing. ``what`` names the images, ``label`` one folder ("image folder")."""
-    missing = [f.path for f in folders if not expand(str(f.path)).is_dir()]
-    for p in missing:
-        out.errors.append(f"The {label} “{p}” does not exist.")
-    if missing:
-        return
-    looks = look_at_folders(folders, dataset.caption_extension, getattr(dataset, "exclude", ()))
-    empty = [lk for lk in looks if not lk.images]
-    if len(empty) == len(looks):
-        if len(looks) == 1:
-            out.errors.append(f"No usable {what} in “{looks[0].path}”: {looks[0].reason()}.")
-        else:
-            out.errors.append(
-                f"No usable {what} in the {label}s: " + "; ".join(f"“{lk.path}”: {lk.reason()}" for lk in looks) + "."
-            )
-    else:
-        for lk in empty:
-            out.notes.append(f"The {label} “{lk.path}” adds no {what}: {lk.reason()}.")
-
-
-# Advice that an assumed CPU device cannot back: bitsandbytes was not looked at, and there may be a GPU.
-GUESS_UNSURE = frozenset(
-    {"eight_bit_unusable", "eight_bit_cpu", "paged_without_cuda", "cpu_training", "torch_cpu_build", "gpu_missing"}
-)
-
-
-@functools.lru_cache(maxsize=1)
-def _torch_version_without_import() -> str:
-    """torch's version from its package metadata ("unknown" when only the module is found, "" when absent)."""
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        try:
-            return "unknown" if importlib.util.find_spec("torch") is not None else ""
-        except (ImportError, ValueError):
-            return ""
-
-
-def assumed_cpu_device() -> Any:
-    """A CPU-only ``DeviceInfo`` built without importing torch, for when the device probe failed.
-
-    The precision rules then still see the choice (e.g. fp16 on the CPU); facts that need torch or
-    bitsandbytes stay unknown.
-    """
-    from guitrainer.core import hardware
-
-    why = "the device check did not finish"
-    torch_version = _torch_version_without_import()
-    return hardware.DeviceInfo(
-        cpu=hardware.CpuInfo(name=platform.machine() or "CPU", cores=os.cpu_count() or 1),
-        bitsandbytes=hardware.BitsAndBytesInfo(False, reason=f"not checked: {why}"),
-        torch_version=torch_version,
-        unknown=(("device", why),) + (() if torch_version else (("torch", "it is not installed"),)),
-    )
-
-
-def check_start(config: TrainingConfig, device: Any = None) -> StartCheck:
-    """Everything worth knowing before a run starts, in plain words.
-
-    Args:
-        config: the settings about to be trained.
-        device: a ``core.hardware.DeviceInfo``; None (the device probe failed) checks against
-            :func:`assumed_cpu_device`.
-    """
-    out = StartCheck()
-    for e in config.errors():
-        out.errors.append(f"Setting “{e.field}”: {e.message}.")
-    base = config.model.base.strip()
-    # dataset
-    if not config.dataset.folders:
-        if base != "demo":
-            out.errors.append("No training images: add an image folder on the Dataset page.")
-    else:
-        _check_folders(out, config.dataset.folders, config.dataset, "training images", "image folder")
-    if config.dataset.regularization_folders:
-        _check_folders(
-            out, config.dataset.regularization_folders, config.dataset, "class images", "class image folder"
-        )
-    # base model
-    if not base:
-        out.errors.append("No base model chosen: pick one on the Model page.")
-    elif base != "demo" and not expand(base).exists():
-        looks_like_path = base.startswith(("/", ".", "~", "\\")) or ":" in base or base.lower().endswith(
-            (".safetensors", ".ckpt")
-        )
-        if looks_like_path or not HUB_ID.match(base):
-            out.errors.append(f"The base model “{base}” was not found. Choose a model folder or file on the Model page.")
-    # output folder
-    folder = expand(config.output.folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".guitrainer-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        out.errors.append(f"Cannot write to the output folder “{folder}”: {e.strerror or e}.")
-    # resume state
-    if config.schedule.resume_from and not run_state.is_state_folder(config.schedule.resume_from):
-        out.errors.append(f"“{config.schedule.resume_from}” is not a saved training state.")
-    guessed = device is None
-    if device is None:
-        device = assumed_cpu_device()
-        if device is None:
-            return out
-    for_gpu = getattr(device, "for_gpu_index", None)
-    if for_gpu is not None:  # the memory check below compares with the GPU this run trains on
-        device = for_gpu(config.precision.gpu_index)
-    # precision advice
-    from guitrainer.core import precision
-
-    if precision is not None:
-        try:
-            for a in precision.advise(device, config):
-                if guessed and a.code in GUESS_UNSURE:
-                    continue
-                line = a.message + (f" Suggestion: {a.suggestion_text}." if a.suggestion_text else "")
-                if guessed and a.topic != "device":
-                    line = "The device could not be checked, so the CPU is assumed: " + line
-                if a.level == "error":
-                    out.errors.append(line)
-                elif a.level == "warning":
-                    out.notes.append(line)
-        except Exception:  # noqa: BLE001 - advice must not block a run by crashing
-            log.exception("precision advice failed")
-    # memory estimate
-    from guitrainer.core import vram
-
-    available = getattr(device, "total_memory", None)
-    if vram is not None and available and getattr(device, "kind", "cuda") != "cpu":
-        try:
-            total = int(vram.estimate(config, None, device).total)
-        except Exception:  # noqa: BLE001
-            log.exception("VRAM estimate failed")
-        else:
-            if total > available:
-                out.confirm.append(
-                    f"The estimated memory need ({total / 2**30:.1f} GiB) is more than your GPU has "
-                    f"({available / 2**30:.1f} GiB). Training will probably run out of memory."
-                )
-    return out
-
-
-class _ProbeWorker(BaseWorker):
-    """Probes the device in the background (it imports torch: seconds)."""
-
-    def work(self) -> Any:
-        from guitrainer.core import hardware
-
-        return hardware.probe()
-
-
-def _bullets(lines: list[str] | tuple[str, ...]) -> str:
-    return "<ul style='margin-left:-20px'>" + "".join(f"<li>{html.escape(s)}</li>" for s in lines) + "</ul>"
-
-
-def _fmt_duration(seconds: float) -> str:
-    if not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 # --------------------------------------------------------------------------- the page
@@ -298,9 +87,11 @@ class TrainingPage(Page):
         parent: QWidget | None = None,
         *,
         trainer_factory: TrainerFactory | None = None,
+        device_service: DeviceService | None = None,
     ):
         super().__init__(binding, parent)
         self.trainer_factory = trainer_factory
+        self.devices = device_service or DeviceService(parent=self)
         self._state = TrainState.IDLE
         self._blocked_by = ""  # error-level precision advice that stops a start
         self.worker: TrainingWorker | None = None
@@ -315,8 +106,6 @@ class TrainingPage(Page):
         self._progress_dirty = False
         self._rate_origin: tuple[float, int] | None = None  # (time, step) the step rate is measured from
         self._steps_seen = 0
-        self._warnings: list[str] = []
-        self._probe_worker: _ProbeWorker | None = None
         self._pending_config: TrainingConfig | None = None
         self._cancel_start = False
         self._build()
@@ -390,108 +179,27 @@ class TrainingPage(Page):
         split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.body.addWidget(split, 1)
 
-    def _button(self, text: str, name: str, icon: QStyle.StandardPixmap | None, tip: str, slot: Any) -> QPushButton:
-        b = QPushButton(text)
-        b.setObjectName(name)
-        if icon is not None:
-            b.setIcon(self.style().standardIcon(icon))
-        b.setToolTip(tip)
-        b.clicked.connect(slot)
-        return b
-
     def _build_controls(self) -> QWidget:
-        sp = QStyle.StandardPixmap
-        self.train_button = self._button(
-            "Train", "train_button", sp.SP_MediaPlay, "Check the settings and start training a new LoRA.", lambda: self.start()
-        )
-        self.train_button.setDefault(True)
-        self.train_button.setMinimumWidth(110)
-        f = self.train_button.font()
-        f.setBold(True)
-        self.train_button.setFont(f)
-        self.pause_button = self._button(
-            "Pause", "pause_button", sp.SP_MediaPause, "Pause after the current step; Resume continues.", self.toggle_pause
-        )
-        self.stop_button = self._button(
-            "Stop", "stop_button", sp.SP_MediaStop, "Stop after the current step, saving the LoRA and a resumable state.", self.stop
-        )
-        self.sample_button = self._button(
-            "Sample now", "sample_button", None, "Make sample images with the LoRA as it is now.", self.sample_now
-        )
-        self.save_button = self._button(
-            "Save now", "save_button", sp.SP_DialogSaveButton, "Save the LoRA (and a resumable state) after this step.", self.save_now
-        )
-        self.resume_state_button = self._button(
-            "Resume from last state",
-            "resume_state_button",
-            sp.SP_BrowserReload,
-            "Continue the last stopped run from its saved state (same network and precision settings).",
-            self.resume_last,
-        )
-        self.open_output_button = self._button(
-            "Open output folder", "open_output_button", sp.SP_DirOpenIcon, "Show the LoRA files in your file manager.",
-            self.open_output_folder,
-        )
-        self.state_badge = QLabel()
-        self.state_badge.setObjectName("state_badge")
-        self.state_badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.state_badge.setMinimumWidth(96)
-
-        box = QWidget()
-        row = QHBoxLayout(box)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.setSpacing(6)
-        for w in (self.train_button, self.pause_button, self.stop_button):
-            row.addWidget(w)
-        row.addSpacing(12)
-        row.addWidget(self.sample_button)
-        row.addWidget(self.save_button)
-        row.addSpacing(12)
-        row.addWidget(self.resume_state_button)
-        row.addWidget(self.open_output_button)
-        row.addStretch(1)
-        row.addWidget(self.state_badge)
-        return box
+        self.controls = c = RunControls(self)
+        c.connect(
+            train=self.start, pause=self.toggle_pause, stop=self.stop, sample=self.sample_now, save=self.save_now,
+            resume_state=self.resume_last, open_output=self.open_output_folder,
+        )  # fmt: skip
+        self.train_button, self.pause_button, self.stop_button = c.train_button, c.pause_button, c.stop_button
+        self.sample_button, self.save_button = c.sample_button, c.save_button
+        self.resume_state_button, self.open_output_button = c.resume_state_button, c.open_output_button
+        self.state_badge, self.blocked_label = c.state_badge, c.blocked_label
+        return c
 
     def _build_progress(self) -> QWidget:
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setObjectName("progress_bar")
-        self.progress_bar.setRange(0, 1)
-        self.progress_bar.setValue(0)
-        self.progress_bar.setFormat("No run yet")
-        self.progress_bar.setTextVisible(True)
-        self.progress_bar.setMinimumWidth(260)
-        self.progress_label = QLabel("")
-        self.progress_label.setObjectName("progress_label")
-        self.status_label = QLabel("Press Train to start.")
-        self.status_label.setObjectName("status_label")
-        self.status_label.setStyleSheet("color: palette(placeholder-text);")
-        self.warning_label = QLabel("")
-        self.warning_label.setObjectName("warning_label")
-        self.warning_label.setStyleSheet("color: #d9480f;")
-        self.warning_label.hide()
-        # live texts never widen the page: one line each, clipped, the full text in the tooltip
-        for label in (self.progress_label, self.status_label, self.warning_label):
-            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-
-        box = QWidget()
-        lay = QVBoxLayout(box)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(3)
-        row = QHBoxLayout()
-        row.setSpacing(12)
-        row.addWidget(self.progress_bar, 2)
-        row.addWidget(self.progress_label, 3)
-        lay.addLayout(row)
-        lay.addWidget(self.status_label)
-        lay.addWidget(self.warning_label)
-        return box
+        self.progress = p = ProgressPanel(self)
+        self.progress_bar, self.progress_label = p.progress_bar, p.progress_label
+        self.status_label, self.warning_label = p.status_label, p.warning_label
+        return p
 
     def _say(self, text: str) -> None:
         """Show ``text`` in the status line (its tooltip holds it in full when it is clipped)."""
-        self.status_label.setText(text)
-        self.status_label.setToolTip(text)
+        self.progress.say(text)
 
     # ------------------------------------------------------------------ charts (built lazily: pyqtgraph is heavy)
     @property
@@ -541,35 +249,10 @@ class TrainingPage(Page):
 
     def _apply_state(self) -> None:
         s = self._state
-        running = s == TrainState.RUNNING
-        live = s in (TrainState.RUNNING, TrainState.PAUSED)
-        self.train_button.setEnabled(s not in ACTIVE and not self._blocked_by)
-        self.train_button.setToolTip(
-            f"Fix this first (Model & Precision page):\n{self._blocked_by}"
-            if self._blocked_by
-            else "Check the settings and start training a new LoRA."
-        )
-        self.pause_button.setEnabled(live)
-        self.pause_button.setText("Resume" if s == TrainState.PAUSED else "Pause")
-        sp = QStyle.StandardPixmap
-        self.pause_button.setIcon(self.style().standardIcon(sp.SP_MediaPlay if s == TrainState.PAUSED else sp.SP_MediaPause))
-        self.stop_button.setEnabled(live)
         has_prompts = bool(self.run_config and self.run_config.sampling.prompts)
-        self.sample_button.setEnabled(running and has_prompts)
-        self.sample_button.setToolTip(
-            "Make sample images with the LoRA as it is now."
-            if has_prompts or not running
-            else "Add sample prompts (Samples settings) before the run to make samples."
-        )
-        self.save_button.setEnabled(live)
-        self.resume_state_button.setEnabled(s not in ACTIVE and self.last_state_path is not None)
+        self.controls.apply(s, self._blocked_by, has_prompts, self.last_state_path is not None)
         self.settings_panel.setEnabled(s not in ACTIVE)
         self.settings_scroll.setToolTip("Settings are locked while a run is active." if s in ACTIVE else "")
-        text, color = STATE_TEXT[s]
-        self.state_badge.setText(text)
-        self.state_badge.setStyleSheet(
-            f"QLabel {{ color: white; background: {color}; border-radius: 9px; padding: 3px 10px; font-weight: 600; }}"
-        )
         if s in (TrainState.RUNNING, TrainState.PAUSED, TrainState.STOPPING):
             self._progress_timer.start()
         else:
@@ -601,40 +284,23 @@ class TrainingPage(Page):
         cfg.schedule.resume_from = resume_from or ""
         self._set_state(TrainState.CHECKING)
         self._say("Checking the settings…")
-        device = self._known_device()
-        if device is not None:
-            self._continue_start(cfg, device)
-            return
-        worker = _ProbeWorker()
-        # bound methods of this page (not lambdas): Qt then queues the call to the GUI thread
-        worker.finished.connect(self._on_probe_finished)
-        worker.failed.connect(self._on_probe_failed)
-        self._probe_worker = worker
         self._pending_config = cfg
-        run_in_thread(worker, name="DeviceProbe")
+        # at once when the window's device service knows the machine, else when its probe ends
+        self.devices.when_known(self._on_probe_finished, self._on_probe_failed)
 
-    @Slot(object)
-    def _on_probe_finished(self, device: Any) -> None:
+    def _on_probe_finished(self, device: DeviceInfo) -> None:
         cfg, self._pending_config = self._pending_config, None
         if cfg is not None:
             self._continue_start(cfg, device)
 
-    @Slot(str, str)
-    def _on_probe_failed(self, message: str, _details: str) -> None:
+    def _on_probe_failed(self, message: str) -> None:
         cfg, self._pending_config = self._pending_config, None
         if cfg is not None:
             self._continue_start(cfg, None, probe_error=message)
 
-    @staticmethod
-    def _known_device() -> Any:
-        from guitrainer.core import hardware
-
-        return hardware.cached()
-
-    def _continue_start(self, cfg: TrainingConfig, device: Any, probe_error: str = "") -> None:
+    def _continue_start(self, cfg: TrainingConfig, device: DeviceInfo | None, probe_error: str = "") -> None:
         if QThread.currentThread() != self.thread():
             raise RuntimeError("the training page was driven from a background thread")
-        self._probe_worker = None
         if probe_error:
             log.warning("device probe failed: %s", probe_error)
         if self._cancel_start:
@@ -648,41 +314,18 @@ class TrainingPage(Page):
         if not check.ok:
             self._set_state(TrainState.IDLE)
             self._say("Training did not start: fix the problems listed.")
-            box = QMessageBox(
-                QMessageBox.Icon.Warning,
-                "Cannot start training",
-                "Training cannot start yet:",
-                QMessageBox.StandardButton.Ok,
-                self,
-            )
-            box.setObjectName("start_problems_box")
-            box.setInformativeText(_bullets(check.errors))
-            self.problems_box = box
-            box.open()
+            self.problems_box = start_problems_box(self, check.errors)
             return
         if check.confirm:
-            box = QMessageBox(
-                QMessageBox.Icon.Question,
-                "Start anyway?",
-                "Before you start:",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-                self,
-            )
-            box.setObjectName("start_confirm_box")
-            box.setInformativeText(_bullets(check.confirm) + "Start training anyway?")
-            box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
-            box.setDefaultButton(QMessageBox.StandardButton.Cancel)
 
-            def answered(result: int) -> None:
-                if result == QMessageBox.StandardButton.Yes:
+            def answered(yes: bool) -> None:
+                if yes:
                     self._launch(cfg)
                 else:
                     self._set_state(TrainState.IDLE)
                     self._say("Not started.")
 
-            box.finished.connect(answered)
-            self.confirm_box = box
-            box.open()
+            self.confirm_box = start_confirm_box(self, check.confirm, answered)
             return
         self._launch(cfg)
 
@@ -698,12 +341,7 @@ class TrainingPage(Page):
         self._metrics = None
         self._rate_origin = None
         self._steps_seen = 0
-        self._warnings.clear()
-        self.warning_label.hide()
-        self.progress_bar.setRange(0, max(1, cfg.schedule.max_steps))
-        self.progress_bar.setValue(0)
-        self.progress_bar.setFormat("Loading the model…")
-        self.progress_label.setText("")
+        self.progress.reset(cfg.schedule.max_steps, "Loading the model…")
         self.log_panel.attach("guitrainer")
         worker = TrainingWorker(cfg, trainer_factory=self.trainer_factory)
         worker.step_finished.connect(self._on_step)
@@ -815,11 +453,7 @@ class TrainingPage(Page):
 
     @Slot(str)
     def _on_warning(self, text: str) -> None:
-        self._warnings.append(text)
-        more = f"  (+{len(self._warnings) - 1} more in the log)" if len(self._warnings) > 1 else ""
-        self.warning_label.setText(f"⚠ {text}{more}")
-        self.warning_label.setToolTip("\n".join(self._warnings[-20:]))
-        self.warning_label.show()
+        self.progress.warn(text)
         self.warning_raised.emit(text)
 
     @Slot(object)
@@ -882,16 +516,8 @@ class TrainingPage(Page):
 
     def show_error(self, title: str, message: str, advice: tuple[str, ...] | list[str], details: str) -> QMessageBox:
         """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
-        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, self)
-        box.setObjectName("training_error_box")
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        if advice:
-            box.setInformativeText("<b>What to try:</b>" + _bullets(list(advice)))
-        if details:
-            box.setDetailedText(details)
-        self.error_box = box
-        box.open()
-        return box
+        self.error_box = error_box(self, title, message, advice, details)
+        return self.error_box
 
     # ------------------------------------------------------------------ progress (5 Hz)
     def _refresh_progress(self, force: bool = False) -> None:
@@ -901,30 +527,15 @@ class TrainingPage(Page):
         m = self._metrics
         if m is None:
             return
-        total = max(1, m.total_steps)
-        if self.progress_bar.maximum() != total:
-            self.progress_bar.setRange(0, total)
-        self.progress_bar.setValue(min(m.step, total))
-        self.progress_bar.setFormat(f"step {m.step} / {m.total_steps}  (%p%)")
         cfg = self.run_config
-        epoch = f"epoch {m.epoch}" + (f" / {cfg.schedule.epochs}" if cfg and not cfg.schedule.max_steps else "")
+        epochs = cfg.schedule.epochs if cfg and not cfg.schedule.max_steps else None
         eta = math.nan
-        if self._rate_origin is not None:
+        if self._rate_origin is not None and self._state == TrainState.RUNNING:
             t0, s0 = self._rate_origin
             dt, ds = time.perf_counter() - t0, m.step - s0
             if ds > 0 and dt > 0:
                 eta = (m.total_steps - m.step) * dt / ds
-        eta_text = _fmt_duration(eta) if self._state == TrainState.RUNNING else "—"
-        parts = [
-            epoch,
-            f"ETA {eta_text}",
-            f"{m.images_per_second:.1f} img/s",
-            f"{m.seconds_per_step:.2f} s/step",
-            f"peak memory {format_bytes(m.peak_memory_bytes)}" if m.peak_memory_bytes is not None else "peak memory n/a",
-        ]
-        if m.skipped_total:
-            parts.append(f"{m.skipped_total} skipped")
-        self.progress_label.setText("  ·  ".join(parts))
+        self.progress.show_step(m, epochs, eta)
 
     # ------------------------------------------------------------------ closing
     def wait_until_idle(self, timeout_s: float = 120.0) -> bool:
@@ -939,23 +550,7 @@ class TrainingPage(Page):
 
     def _ask_close(self) -> str:
         """Ask what to do with a running training: "stop", "keep" or "cancel"."""
-        box = QMessageBox(self)
-        box.setObjectName("close_box")
-        box.setIcon(QMessageBox.Icon.Question)
-        box.setWindowTitle("Training is running")
-        box.setText("Training is still running.")
-        box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
-        stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)
-        keep = box.addButton("Keep training", QMessageBox.ButtonRole.RejectRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(keep)
-        box.exec()
-        clicked = box.clickedButton()
-        if clicked is stop:
-            return "stop"
-        if clicked is keep:
-            return "keep"
-        return "cancel"
+        return ask_close(self)
 
     def confirm_close(self) -> bool:
         """Called by the main window before it closes: True when it may close."""

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from guitrainer.config import TrainingConfig
@@ -93,6 +94,67 @@ def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
     thread.finished.connect(janitor.release)
     thread.start()
     return thread
+
+
+class FunctionWorker(BaseWorker):
+    """A one-off job: ``fn()`` on a worker thread (see :func:`call_in_thread`)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        super().__init__()
+        self._fn = fn
+
+    def work(self) -> Any:
+        return self._fn()
+
+
+class _Callbacks(QObject):
+    """Lives in the calling (GUI) thread, so the worker's signals reach its slots queued there.
+
+    Owned by the application, not by ``owner``: when ``owner`` (a dialog, say) is gone by the time the
+    job ends, the callbacks are skipped instead of running on a deleted widget.
+    """
+
+    def __init__(self, done: Callable[[Any], None], failed: Callable[[str, str], None], owner: QObject | None):
+        super().__init__(QCoreApplication.instance())
+        self._done, self._failed, self._owner = done, failed, owner
+
+    def _owner_alive(self) -> bool:
+        return self._owner is None or shiboken6.isValid(self._owner)
+
+    @Slot(object)
+    def on_finished(self, result: Any) -> None:
+        self.deleteLater()
+        if self._owner_alive():
+            self._done(result)
+
+    @Slot(str, str)
+    def on_failed(self, message: str, details: str) -> None:
+        self.deleteLater()
+        if self._owner_alive():
+            self._failed(message, details)
+        else:
+            log.warning("a background job failed after its window closed: %s", message)
+
+
+def call_in_thread(
+    fn: Callable[[], Any],
+    done: Callable[[Any], None],
+    failed: Callable[[str, str], None],
+    *,
+    name: str = "",
+    parent: QObject | None = None,
+) -> QThread:
+    """Run ``fn()`` on a new thread; ``done(result)`` or ``failed(message, traceback)`` runs on the GUI thread.
+
+    Plain callables connected to a worker's signal would run in the worker's thread; here they are
+    called by a QObject of the calling thread, so they may touch widgets. ``parent``: the object
+    whose deletion skips the callbacks (e.g. the dialog that waits for the result).
+    """
+    worker = FunctionWorker(fn)
+    callbacks = _Callbacks(done, failed, parent)
+    worker.finished.connect(callbacks.on_finished)
+    worker.failed.connect(callbacks.on_failed)
+    return run_in_thread(worker, name=name or "FunctionWorker")
 
 
 class _Janitor(QObject):

@@ -1,0 +1,80 @@
+"""The dialogs the Training page opens: start problems, "start anyway?", a failed run, a run still going at close.
+
+Each is non-blocking (``open()``) except the close question, which must be answered before the window
+closes. Messages are plain words; a traceback goes under "Show Details…", never into a tooltip.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+
+def bullets(lines: Sequence[str]) -> str:
+    return "<ul style='margin-left:-20px'>" + "".join(f"<li>{html.escape(s)}</li>" for s in lines) + "</ul>"
+
+
+def start_problems_box(parent: QWidget, errors: Sequence[str]) -> QMessageBox:
+    """"Training cannot start yet:" and the problems (opened)."""
+    box = QMessageBox(
+        QMessageBox.Icon.Warning, "Cannot start training", "Training cannot start yet:", QMessageBox.StandardButton.Ok, parent
+    )
+    box.setObjectName("start_problems_box")
+    box.setInformativeText(bullets(errors))
+    box.open()
+    return box
+
+
+def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable[[bool], None]) -> QMessageBox:
+    """"Before you start:" the points, and Start anyway / Cancel (opened); ``answered(yes)`` follows."""
+    box = QMessageBox(
+        QMessageBox.Icon.Question,
+        "Start anyway?",
+        "Before you start:",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        parent,
+    )
+    box.setObjectName("start_confirm_box")
+    box.setInformativeText(bullets(points) + "Start training anyway?")
+    box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.finished.connect(lambda result: answered(result == QMessageBox.StandardButton.Yes))
+    box.open()
+    return box
+
+
+def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], details: str) -> QMessageBox:
+    """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
+    box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, parent)
+    box.setObjectName("training_error_box")
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    if advice:
+        box.setInformativeText("<b>What to try:</b>" + bullets(list(advice)))
+    if details:
+        box.setDetailedText(details)
+    box.open()
+    return box
+
+
+def ask_close(parent: QWidget) -> str:
+    """Ask what to do with a running training: "stop", "keep" or "cancel" (modal)."""
+    box = QMessageBox(parent)
+    box.setObjectName("close_box")
+    box.setIcon(QMessageBox.Icon.Question)
+    box.setWindowTitle("Training is running")
+    box.setText("Training is still running.")
+    box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
+    stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)
+    keep = box.addButton("Keep training", QMessageBox.ButtonRole.RejectRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(keep)
+    box.exec()
+    clicked = box.clickedButton()
+    if clicked is stop:
+        return "stop"
+    if clicked is keep:
+        return "keep"
+    return "cancel"
