@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from guitrainer.core.measurements import MeasurementStore
 from guitrainer.lab_cli import run
 from guitrainer.presets import DEFAULT_PRESET, PresetStore
+
+
+@pytest.fixture(autouse=True)
+def _no_measurements_left_behind():
+    """The lab keeps what it measured in the (session-wide) user data folder: remove it after each test,
+    so a measurement of this machine never steers another test's "recommended here"."""
+    yield
+    from guitrainer.core.measurements import FILE_NAME
+    from guitrainer.core.paths import user_data_dir
+
+    (user_data_dir() / FILE_NAME).unlink(missing_ok=True)
 
 
 def test_compare_prints_the_table_and_json(capsys, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from PySide6.QtCore import Qt
 
 from guitrainer.config import TrainingConfig
@@ -15,6 +16,17 @@ from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.precision_lab import PrecisionLabDialog
 
 THREE = [Candidate("fp32"), Candidate("fp16"), Candidate("bf16")]
+
+
+@pytest.fixture(autouse=True)
+def _no_measurements_left_behind():
+    """The lab keeps what it measured in the (session-wide) user data folder: remove it after each test,
+    so a measurement of this machine never steers another test's "recommended here"."""
+    yield
+    from guitrainer.core.measurements import FILE_NAME
+    from guitrainer.core.paths import user_data_dir
+
+    (user_data_dir() / FILE_NAME).unlink(missing_ok=True)
 
 
 def _result(training: str, s: float, drift: float, memory: int, **kw) -> CandidateResult:
@@ -160,3 +172,80 @@ def test_a_row_that_did_not_run_cannot_be_used(qtbot):
     assert button is not None and not button.isEnabled() and button.toolTip() == "no fp8 here"
     status_column = [c for c, _t in HEADERS].index("status") + 1  # after the "Use this" column
     assert dialog.table.item(3, status_column).text() == "not run: no fp8 here"
+
+
+# --------------------------------------------------------------------------- wired into the Model & Precision page
+
+
+def _page_with(qtbot, tmp_path, device):
+    from PySide6.QtCore import QSettings
+
+    from guitrainer.core.measurements import MeasurementStore
+    from guitrainer.ui.model_page import ModelPage
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    page = ModelPage(demo_binding(), settings=settings, probe=lambda: device, auto_probe=False)
+    qtbot.addWidget(page)
+    page.precision_picker.measurement_store = MeasurementStore(tmp_path / "lab.json")
+    page.start_probe()
+    qtbot.waitUntil(lambda: page.precision_picker.device() is not None, timeout=10_000)
+    return page
+
+
+def _measured_report(device, *, bf16_seconds: float) -> LabReport:
+    """fp32 at 0.30 s/step; bf16 at ``bf16_seconds`` with a 1 % drift; demo model, 64 px, for ``device``."""
+    from guitrainer.core.precision_lab import device_key
+
+    results = (_result("fp32", 0.30, 0.0, 3000), _result("bf16", bf16_seconds, 0.01, 1500))
+    return LabReport(device_key(device), device.name, "demo", 64, 2, 2, 1, results, "2026-12-01T15:00:00+00:00", 3.0)
+
+
+def test_measuring_from_the_model_page_makes_the_picker_follow_the_measurement(qtbot, tmp_path):
+    from helpers import fake_device
+
+    device = fake_device("cpu")
+    page = _page_with(qtbot, tmp_path, device)
+    picker = page.precision_picker
+    notes = picker.training_group.notes
+    assert notes["fp32"].text() == "recommended here"  # the rules: a CPU without native bf16
+    assert notes["bf16"].text() != "recommended here" and not picker.measured_label.isVisible()
+
+    def runner(config, candidates, steps, *, warmup, progress, control):
+        report = _measured_report(picker.device(), bf16_seconds=0.15)  # bf16 measured twice as fast
+        picker.measurement_store.put(report)  # what the engine's lab does when it finishes
+        return report
+
+    page.lab_runner = runner
+    page.show()
+    qtbot.mouseClick(page.measure_button, Qt.MouseButton.LeftButton)
+    dialog = page.lab_dialog
+    assert dialog is not None and dialog.isVisible()
+    with qtbot.waitSignal(dialog.measured, timeout=10_000):
+        qtbot.mouseClick(dialog.measure_button, Qt.MouseButton.LeftButton)
+    assert notes["bf16"].text() == "recommended here (measured)"
+    assert notes["fp32"].text() != "recommended here"
+    assert picker.measured_label.isVisible()
+    assert "measured 2026-12-01: 2.0x faster than fp32" in picker.measured_label.text()
+    assert "2.0x faster" in notes["bf16"].toolTip()
+    assert page.binding.config.precision.training == "fp32"  # measuring changed no setting
+    qtbot.mouseClick(dialog.use_button(Candidate("bf16")), Qt.MouseButton.LeftButton)
+    assert page.binding.config.precision.training == "bf16"
+    assert picker.training_group.buttons["bf16"].isChecked()  # the picker shows what "Use this" set
+
+
+def test_a_measurement_for_another_device_leaves_the_picker_on_the_rules(qtbot, tmp_path):
+    from helpers import fake_device
+
+    device = fake_device("cpu")
+    other = fake_device("rtx3060")  # another machine's measurement (an RTX 3060 where bf16 is 3x faster)
+    from guitrainer.core.measurements import MeasurementStore
+
+    MeasurementStore(tmp_path / "lab.json").put(_measured_report(other, bf16_seconds=0.10))
+    page = _page_with(qtbot, tmp_path, device)
+    notes = page.precision_picker.training_group.notes
+    assert notes["fp32"].text() == "recommended here" and notes["bf16"].text() != "recommended here (measured)"
+    assert not page.precision_picker.measured_label.isVisible()
+    # the same measurement for this device does change it, once the picker is told
+    page.precision_picker.measurement_store.put(_measured_report(device, bf16_seconds=0.10))
+    page.precision_picker.measurements_changed()
+    assert notes["bf16"].text() == "recommended here (measured)"
