@@ -184,7 +184,7 @@ class PrecisionPicker(QWidget):
         self.training_group = _ChoiceGroup(binding, "precision.training", "Training precision", precision.TRAINING_CHOICES, self)
         self.save_group = _ChoiceGroup(binding, "precision.save", "Save precision", precision.SAVE_CHOICES, self)
         left.addWidget(self.training_group)
-        self.measured_label = QLabel("", self)  # "Measured on this machine …" when a measurement decides
+        self.measured_label = QLabel("", self)  # "Precision lab: bf16 AMP, measured …" when a measurement decides
         self.measured_label.setObjectName("measured_note")
         self.measured_label.setWordWrap(True)
         self.measured_label.setVisible(False)
@@ -368,7 +368,7 @@ class PrecisionPicker(QWidget):
         rec = recommended_here(self._device, self.binding.config, self.measurement_store)
         best = rec.training if rec is not None else None
         measured = rec is not None and rec.measured is not None
-        self.measured_label.setText(f"Measured on this machine: {rec.reason}" if measured else "")  # type: ignore[union-attr]
+        self.measured_label.setText(f"Precision lab: {rec.reason}" if measured else "")  # type: ignore[union-attr]
         self.measured_label.setVisible(measured)
         for choice in precision.TRAINING_CHOICES:
             level = precision.training_choice_level(self._device, choice.value)
