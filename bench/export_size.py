@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from guitrainer.core.lora_format import UNET_LORA_TARGETS
 from guitrainer.engine import export as X
 from guitrainer.engine import lora as L
 
@@ -32,7 +33,7 @@ def attention_linears() -> dict[str, tuple[int, int]]:
     config = json.loads(CONFIG.read_text())
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(config)
-    leaves = tuple(L.UNET_TARGETS["attention"])
+    leaves = UNET_LORA_TARGETS["attention"]
     return {
         n: (m.in_features, m.out_features)
         for n, m in unet.named_modules()
@@ -75,7 +76,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     if precision == "fp16":
                         X.check_fp16(sd)
-                    L.save_lora(path, sd, {"ss_network_dim": str(rank)}, precision, check=False)
+                    X.save_lora(path, sd, {"ss_network_dim": str(rank)}, precision, check=False)
                     times.append(time.perf_counter() - t0)
                 size = path.stat().st_size
                 shown_check = f"{check * 1000:.0f} ms" if precision == "fp16" else "-"

@@ -83,10 +83,12 @@ def main(argv: list[str] | None = None) -> int:
             print("guitrainer is already running: handed it over" + (f" {len(files)} file(s)" if files else ""))
             return 0
         server = InstanceServer(name, app)
+    from guitrainer.core.run_state import repair_interrupted
     from guitrainer.ui.main_window import MainWindow
 
     window = MainWindow()
     window.show()
+    repair_interrupted(window.binding.config.output.folder)
     # Start-up objects live as long as the app: keep them out of full garbage-collection passes,
     # which otherwise stall the GUI thread for 25-60 ms now and then (bench/RESULTS.md, "Dataset grid").
     gc.collect()

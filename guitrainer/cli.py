@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
+from guitrainer.core.run_state import repair_interrupted
 from guitrainer.presets import PresetStore
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="validate, print the resolved config and device advice, then exit")
     p.add_argument("--list-presets", action="store_true", help="list the available presets and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-record", action="store_true", help="do not keep this run in the run history (the app's Runs page)")
     from guitrainer.lab_cli import add_arguments
 
     add_arguments(p)  # --compare-precisions [--steps N] [--json]: the precision lab
@@ -136,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         return max(inputs, _print_advice(cfg))
     if _print_inputs(cfg, captions=True, comment=False):
         return 2
-    return _train(cfg, quiet=args.quiet, once=once)
+    for line in repair_interrupted(cfg.output.folder):
+        print(f"note: {line}", file=sys.stderr)
+    return _train(cfg, quiet=args.quiet, once=once, record=not args.no_record)
 
 
 class _Once:
@@ -217,7 +221,7 @@ def _print_advice(cfg: TrainingConfig) -> int:
     return worst
 
 
-def _train(cfg: TrainingConfig, *, quiet: bool, once: _Once | None = None) -> int:
+def _train(cfg: TrainingConfig, *, quiet: bool, once: _Once | None = None, record: bool = True) -> int:
     """Run the engine. Exit status: 0 finished, 1 failed, 130 stopped by Ctrl+C (saved) or aborted."""
     try:
         from guitrainer.engine.trainer import Trainer
@@ -228,12 +232,17 @@ def _train(cfg: TrainingConfig, *, quiet: bool, once: _Once | None = None) -> in
         print(f"error: the training engine needs {e.name}, which is not installed ({e})", file=sys.stderr)
         return 3
     from guitrainer.core.events import Control
+    from guitrainer.engine.recording import recording
+
     reporter = _OnceReporter(quiet=quiet, once=once or _Once())
     control = Control()
     interrupted = threading.Event()
     try:
-        with _stop_on_sigint(control, interrupted):
-            summary = Trainer(cfg, reporter, control).run()
+        with _stop_on_sigint(control, interrupted), recording(reporter, cfg, source="cli", enabled=record) as rec:
+            trainer = Trainer(cfg, rec.reporter, control)
+            rec.attach(trainer)
+            summary = trainer.run()
+            rec.finish(summary)
     except KeyboardInterrupt:
         print("aborted: nothing more was saved", file=sys.stderr)
         return 130

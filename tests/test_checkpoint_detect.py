@@ -182,3 +182,36 @@ def test_header_only_read_is_instant_for_a_7gb_file(tmp_path):
     elapsed = time.perf_counter() - t0
     assert d.family == "sd15" and d.ok
     assert elapsed < 0.05, f"detection took {elapsed * 1000:.1f} ms"
+
+
+def _raw_header(path, header: dict, data: bytes = b"\0" * 64):
+    raw = json.dumps(header).encode("utf-8")
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": ["0", "8"]}}, "malformed data offsets"),
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0]}}, "malformed data offsets"),
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, "malformed data offsets"),
+        ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, None]}}, "malformed data offsets"),
+        ({"w": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}}, "malformed shape"),
+        ({"__metadata__": ["not", "a", "table"], "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+         "__metadata__ is not a table"),
+    ],
+)
+def test_malformed_safetensors_headers_are_refused_in_words(tmp_path, header, words):
+    path = _raw_header(tmp_path / "odd.safetensors", header)
+    with pytest.raises(CheckpointError, match=words) as ei:
+        read_safetensors_header(path)
+    assert "odd.safetensors" in str(ei.value)
+    d = detect_model(path)  # the Model page's check says the same, no traceback
+    assert d.ok is False and "odd.safetensors" in d.message
+
+
+def test_a_well_formed_header_with_metadata_still_reads(tmp_path):
+    header = {"__metadata__": {"ss_network_dim": "4"}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    tensors, meta = read_safetensors_header(_raw_header(tmp_path / "ok.safetensors", header))
+    assert meta == {"ss_network_dim": "4"} and tensors["w"]["shape"] == [2]

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from guitrainer import config as C
+from guitrainer import config
 from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig, UnknownKeyWarning
 
 
 def test_defaults_are_valid_and_round_trip():
     cfg = TrainingConfig()
     assert cfg.errors() == []
-    again = TrainingConfig.from_dict(C.parse_toml_text(cfg.to_toml(), "x"))
+    again = TrainingConfig.from_dict(config.parse_toml_text(cfg.to_toml(), "x"))
     assert again == cfg
 
 
@@ -30,8 +30,8 @@ def test_round_trip_is_lossless_for_non_default_values(tmp_path):
     cfg.set("precision.training", "bf16")
     cfg.set("output.description", "line one\nline two")
     p = tmp_path / "c.toml"
-    C.save_toml(cfg, p)
-    loaded = C.load_toml(p)
+    config.save_toml(cfg, p)
+    loaded = config.load_toml(p)
     assert loaded == cfg
     assert loaded.dataset.folders[0] == DatasetFolder("/data/10_cat", 10)
     assert loaded.dataset.folders[1].repeats == 1
@@ -45,14 +45,14 @@ def test_public_names_are_fixed():
         "schedule.seed", "precision.training", "precision.save", "precision.gradient_checkpointing",
         "precision.cache_latents", "precision.gpu_index", "output.folder", "output.name",
     ]:
-        C.field_info(path)  # raises if missing
-    assert C.field_choices(C.field_info("precision.training")) == ("fp32", "fp16", "bf16")
-    assert C.field_choices(C.field_info("precision.save")) == ("fp32", "fp16", "bf16")
+        config.field_info(path)  # raises if missing
+    assert config.field_choices(config.field_info("precision.training")) == ("fp32", "fp16", "bf16")
+    assert config.field_choices(config.field_info("precision.save")) == ("fp32", "fp16", "bf16")
 
 
 def test_every_field_has_label_and_help():
-    for path in C.field_paths():
-        meta = C.field_info(path).metadata
+    for path in config.field_paths():
+        meta = config.field_info(path).metadata
         assert meta.get("label"), path
         assert meta.get("help"), path
 
@@ -108,7 +108,7 @@ def test_error_in_file_names_file_line_and_field(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("[network]\nalpha = 4.0\n\nrank = -3\n", encoding="utf-8")
     with pytest.raises(ConfigError) as ei:
-        C.load_toml(p)
+        config.load_toml(p)
     e = ei.value
     assert e.field == "network.rank" and e.line == 4 and str(p) in str(e)
 
@@ -117,7 +117,7 @@ def test_broken_toml_names_line(tmp_path):
     p = tmp_path / "broken.toml"
     p.write_text("[network]\nrank = 4\nalpha = = 3\n", encoding="utf-8")
     with pytest.raises(ConfigError) as ei:
-        C.load_toml(p)
+        config.load_toml(p)
     assert ei.value.line == 3
     assert "not valid TOML" in str(ei.value)
 
@@ -125,12 +125,12 @@ def test_broken_toml_names_line(tmp_path):
 def test_overlay_is_sparse_and_lists_replace():
     base = TrainingConfig()
     base.set("sampling.prompts", ["a", "b"])
-    out = C.apply_overlay(base, {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}})
+    out = config.apply_overlay(base, {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}})
     assert out.sampling.prompts == ["c"]
     assert out.network.rank == 8
     assert out.network.alpha == base.network.alpha
     assert base.network.rank == 16  # base untouched
-    assert C.diff(TrainingConfig(), out) == {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}}
+    assert config.diff(TrainingConfig(), out) == {"sampling": {"prompts": ["c"]}, "network": {"rank": 8}}
 
 
 def test_migration_hook_runs(monkeypatch):
@@ -140,10 +140,10 @@ def test_migration_hook_runs(monkeypatch):
         d["network"] = {"rank": net.get("dim", 16)}
         return d
 
-    monkeypatch.setitem(C.MIGRATIONS, 0, v0_to_v1)
+    monkeypatch.setitem(config.MIGRATIONS, 0, v0_to_v1)
     cfg = TrainingConfig.from_dict({"schema_version": 0, "lora": {"dim": 48}})
     assert cfg.network.rank == 48
-    assert cfg.schema_version == C.SCHEMA_VERSION
+    assert cfg.schema_version == config.SCHEMA_VERSION
 
 
 def test_newer_schema_warns():
@@ -154,9 +154,9 @@ def test_newer_schema_warns():
 
 
 def test_repeats_from_kohya_folder_name():
-    assert C.repeats_from_name("10_mychar") == 10
-    assert C.repeats_from_name("mychar") is None
-    assert C.repeats_from_name("0_x") is None
+    assert config.repeats_from_name("10_mychar") == 10
+    assert config.repeats_from_name("mychar") is None
+    assert config.repeats_from_name("0_x") is None
     assert DatasetFolder.from_value("/x/5_style").repeats == 5
 
 
@@ -251,10 +251,10 @@ def test_malformed_files_are_config_errors_naming_file_and_field(tmp_path, toml,
     p = tmp_path / "odd.toml"
     p.write_text(toml, encoding="utf-8")
     if needle is None:
-        assert C.load_toml(p).sampling.prompts == ["one"]
+        assert config.load_toml(p).sampling.prompts == ["one"]
         return
     with pytest.raises(ConfigError) as ei:
-        C.load_toml(p)
+        config.load_toml(p)
     e = ei.value
     assert e.field == field and needle in e.message and str(p) in str(e)
     assert f"`{field}`" not in e.message  # the field is named once, in front
@@ -270,12 +270,12 @@ def test_unreadable_files_are_config_errors(tmp_path):
     folder.mkdir()
     for p in (garbage, deep, folder):
         with pytest.raises(ConfigError) as ei:
-            C.load_toml(p)
+            config.load_toml(p)
         assert ei.value.field == "(file)" and str(p) in str(ei.value)
 
 
 def test_sections_are_dataclasses_with_defaults():
-    for cls in C.SECTIONS.values():
+    for cls in config.SECTIONS.values():
         cls()  # every field has a default
         assert dataclasses.is_dataclass(cls)
 
@@ -284,23 +284,23 @@ def test_gpu_index_defaults_to_automatic_and_round_trips(tmp_path):
     from guitrainer.presets import PresetStore
 
     assert TrainingConfig().precision.gpu_index == -1
-    assert C.diff(TrainingConfig(), TrainingConfig()) == {}  # automatic is not written into presets
-    meta = C.field_info("precision.gpu_index").metadata
+    assert config.diff(TrainingConfig(), TrainingConfig()) == {}  # automatic is not written into presets
+    meta = config.field_info("precision.gpu_index").metadata
     assert (meta["minimum"], meta["maximum"]) == (-1, 1023) and "automatic" in meta["help"]
     cfg = TrainingConfig()
     cfg.set("precision.gpu_index", "1")  # as from `--set precision.gpu_index=1`
     assert cfg.precision.gpu_index == 1
     p = tmp_path / "c.toml"
-    C.save_toml(cfg, p)
+    config.save_toml(cfg, p)
     assert "gpu_index = 1" in p.read_text(encoding="utf-8")
-    assert C.load_toml(p) == cfg
-    assert C.diff(TrainingConfig(), cfg) == {"precision": {"gpu_index": 1}}
+    assert config.load_toml(p) == cfg
+    assert config.diff(TrainingConfig(), cfg) == {"precision": {"gpu_index": 1}}
     # a user preset keeps it; a preset written without it stays automatic
     store = PresetStore(user_dir=tmp_path / "presets")
     store.save("Second GPU", cfg)
     store.reload()
     assert store.get("Second GPU").config().precision.gpu_index == 1
-    sparse = C.apply_overlay(TrainingConfig(), C.parse_toml_text("[precision]\ntraining = 'bf16'\n", "p.toml"))
+    sparse = config.apply_overlay(TrainingConfig(), config.parse_toml_text("[precision]\ntraining = 'bf16'\n", "p.toml"))
     assert sparse.precision.gpu_index == -1
     for name in store.names():
         if store.get(name).shipped:
@@ -311,7 +311,7 @@ def test_gpu_index_error_in_a_file_names_its_line(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("[precision]\ntraining = 'fp16'\ngpu_index = -5\n", encoding="utf-8")
     with pytest.raises(ConfigError) as ei:
-        C.load_toml(p)
+        config.load_toml(p)
     assert ei.value.field == "precision.gpu_index" and ei.value.line == 3 and "between -1 and 1023" in ei.value.message
 
 
@@ -324,6 +324,6 @@ def test_the_readme_config_example_loads_without_errors(tmp_path):
     assert example, "the README has no TOML example"
     path = tmp_path / "readme.toml"
     path.write_text(example.group(1), encoding="utf-8")
-    cfg = C.load_toml(path)
+    cfg = config.load_toml(path)
     assert cfg.errors() == []
     assert cfg.dataset.folders[0].repeats == 10 and cfg.dataset.regularization_folders

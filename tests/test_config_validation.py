@@ -213,3 +213,35 @@ def test_fuzzed_presets_give_messages_naming_the_field_never_a_traceback():
                 accepted += 1
     assert accepted + refused == FUZZ_CASES and refused > FUZZ_CASES // 2
     print(f"fuzz: {FUZZ_CASES} mutations, {refused} refused naming the field, {accepted} accepted, 0 tracebacks")
+
+
+def test_fuzzed_config_files_through_the_cli_check(tmp_path, capsys):
+    """200 of the same mutations written as TOML files and run through ``guitrainer-train FILE --check`` itself:
+    exit 0 (valid), 1 (the device or the disk objects) or 2 (refused with `the field` named); never a traceback."""
+    import tomli_w
+
+    from guitrainer.cli import main
+
+    rng = random.Random(17)
+    store = PresetStore()
+    bases = [parse_toml_text(Path(p.path).read_text(encoding="utf-8"), p.path) for p in store.presets.values() if p.shipped]
+    codes: dict[int, int] = {}
+    written = 0
+    for i in range(200):
+        data = _mutations(rng, rng.choice(bases))
+        try:
+            text = tomli_w.dumps(data)
+        except (TypeError, ValueError, RecursionError):
+            continue  # not expressible as TOML (e.g. a top-level non-table); the dict fuzz covers it
+        path = tmp_path / f"fuzz{i}.toml"
+        path.write_text(text, encoding="utf-8")
+        written += 1
+        rc = main([str(path), "--check"])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+        assert rc in (0, 1, 2), err
+        if rc == 2:
+            assert err.startswith("error: ") and str(path) in err and "`" in err, err
+        codes[rc] = codes.get(rc, 0) + 1
+    assert written >= 150 and codes.get(2, 0) > written // 2
+    print(f"cli fuzz: {written} files, exit codes {dict(sorted(codes.items()))}")

@@ -11,6 +11,7 @@ import torch
 from guitrainer.config import DatasetConfig, DatasetFolder, ModelConfig
 from guitrainer.core.events import StepMetrics
 from guitrainer.engine import data as D
+from guitrainer.engine import export as X
 from guitrainer.engine import lora as L
 from guitrainer.engine import models as M
 from guitrainer.engine import optim as O
@@ -156,7 +157,7 @@ def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra)
 
     path = tmp_path / "x.safetensors"
     meta = {"ss_network_module": "networks.lora", "ss_network_dim": "4", "ss_network_alpha": "2"}
-    assert L.save_lora(path, sd, meta, "fp16") == []
+    assert X.save_lora(path, sd, meta, "fp16") == []
     tensors, read_meta = L.read_lora(path)
     assert read_meta["ss_save_precision"] == "fp16" and read_meta["ss_network_alpha"] == "2"
     assert all(t.dtype == torch.float16 for t in tensors.values())
@@ -169,7 +170,7 @@ def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
     L.inject_unet_lora(src.unet, rank=4, alpha=2.0)
     _randomise(L.lora_parameters(src.unet), 1)
     path = tmp_path / "l.safetensors"
-    L.save_lora(path, L.kohya_state_dict(src.unet, alpha=2.0), {}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(src.unet, alpha=2.0), {}, "fp32")
 
     same = M.load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(same.unet, rank=4, alpha=2.0)
@@ -193,9 +194,9 @@ def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
 
 
 def test_fp16_save_warns_about_overflow():
-    tensors, warnings = L.cast_for_save({"a.lora_up.weight": torch.tensor([70000.0])}, "fp16")
+    tensors, warnings = X.cast_for_save({"a.lora_up.weight": torch.tensor([70000.0])}, "fp16")
     assert warnings and "65504" in warnings[0]
-    assert L.cast_for_save({"a": torch.tensor([70000.0])}, "bf16")[1] == []
+    assert X.cast_for_save({"a": torch.tensor([70000.0])}, "bf16")[1] == []
 
 
 # --------------------------------------------------------------------------- optimizers
@@ -290,7 +291,7 @@ def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
     L.inject_text_encoder_lora(d.text_encoder, rank=4, alpha=2.0)
     _randomise(L.lora_parameters(d.unet) + L.lora_parameters(d.text_encoder), 3)
     path = tmp_path / "l.safetensors"
-    L.save_lora(path, L.kohya_state_dict(d.unet, [d.text_encoder], alpha=2.0), {"ss_network_alpha": "2"}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(d.unet, [d.text_encoder], alpha=2.0), {"ss_network_alpha": "2"}, "fp32")
     pipe = StableDiffusionPipeline.from_pretrained(
         str(M.demo_model_dir()), safety_checker=None, feature_extractor=None, requires_safety_checker=False
     )

@@ -150,7 +150,7 @@ def test_writing_alpha_equal_to_rank_would_fail_the_check(sd15, tmp_path):
     """What diffusers' convert_state_dict_to_kohya does (alpha = rank): the file no longer matches the model."""
     m = _trained(sd15, te=False)
     path = tmp_path / "wrong.safetensors"
-    L.save_lora(path, L.kohya_state_dict(m.unet, alpha=float(RANK)), {}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(m.unet, alpha=float(RANK)), {}, "fp32")
     v = verify_lora(path, sd15, reference=m)
     assert not v.ok and v.max_abs_diff_unet > 100 * v.tolerance
     assert "differ" in v.message
@@ -194,7 +194,7 @@ def test_every_key_is_consumed_and_leftovers_are_reported(sd15, tmp_path):
     extra["lora_unet_not_a_layer_to_q.lora_down.weight"] = torch.zeros(RANK, 32)
     extra["lora_unet_not_a_layer_to_q.lora_up.weight"] = torch.zeros(32, RANK)
     path = tmp_path / "extra.safetensors"
-    L.save_lora(path, extra, {}, "fp32")
+    X.save_lora(path, extra, {}, "fp32")
     v = verify_lora(path, sd15)
     assert not v.ok and len(v.keys_unused) == 2 and "not_a_layer" in v.keys_unused[0]
     assert "2 keys were not used" in v.message
@@ -288,10 +288,16 @@ def test_build_metadata_is_all_strings_as_kohya_writes_it():
     assert json.loads(meta["ss_tag_frequency"]) == {"10_ink": {"ink": 4, "cat": 1}}
     assert float(meta["ss_training_started_at"]) == 1700000000.0 and float(meta["ss_training_finished_at"]) == 1700003600.5
     assert float(meta["ss_learning_rate"]) == cfg.optimizer.lr and meta["modelspec.implementation"]
-    sd1 = X.build_metadata(_config(), "demo", num_images=1, epochs=1, steps=1, started=None, finished=None,
+    sd1 = X.build_metadata(_config(), "sd15", num_images=1, epochs=1, steps=1, started=None, finished=None,
                            tag_frequency={}, optimizer_name="AdamW")
     assert sd1["ss_base_model_version"] == "sd_v1" and sd1["modelspec.architecture"] == "stable-diffusion-v1/lora"
     assert "modelspec.author" not in sd1 and sd1["modelspec.title"] == "my_lora"
+    assert "modelspec.description" not in sd1
+    # a demo LoRA says it is one: not an SD 1.5 LoRA, and real clients will not load it
+    demo = X.build_metadata(_config(), "demo", num_images=1, epochs=1, steps=1, started=None, finished=None,
+                            tag_frequency={}, optimizer_name="AdamW")
+    assert demo["ss_base_model_version"] == "guitrainer_demo" and "stable-diffusion" not in demo["modelspec.architecture"]
+    assert "demo" in demo["modelspec.description"] and "not a Stable Diffusion LoRA" in demo["modelspec.description"]
 
 
 def test_file_names_preview_and_numbering(tmp_path):
@@ -336,7 +342,7 @@ _KILL_SCRIPT = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import torch, safetensors.torch as st
-    from guitrainer.engine import lora as L
+    from guitrainer.engine import export as X
 
     def slow_save(tensors, filename, metadata=None):
         data = st.save(tensors, metadata=metadata)
@@ -349,14 +355,14 @@ _KILL_SCRIPT = textwrap.dedent(
 
     st.save_file = slow_save
     big = {"lora_unet_x.lora_down.weight": torch.randn(4096, 4096), "lora_unet_x.lora_up.weight": torch.randn(4096, 4)}
-    L.save_lora(sys.argv[1], big, {}, "fp32")
+    X.save_lora(sys.argv[1], big, {}, "fp32")
     """
 )
 
 
 def test_killing_the_process_mid_write_leaves_the_old_file(tmp_path):
     path = tmp_path / "big.safetensors"
-    L.save_lora(path, {"lora_unet_x.lora_down.weight": torch.ones(2, 2)}, {"v": "old"}, "fp32")
+    X.save_lora(path, {"lora_unet_x.lora_down.weight": torch.ones(2, 2)}, {"v": "old"}, "fp32")
     proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(path)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "HALF"  # 32 MiB of a 64 MiB file are on disk
@@ -450,7 +456,7 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     assert s1.status == "finished", s1.message
     _, meta = L.read_lora(s1.lora_path)
     assert meta["ss_network_alpha"] == "8" and meta["ss_network_dim"] == "4" and "ss_training_finished_at" in meta
-    assert json.loads(meta["ss_tag_frequency"]) and meta["modelspec.architecture"] == "stable-diffusion-v1/lora"
+    assert json.loads(meta["ss_tag_frequency"]) and meta["modelspec.architecture"] == "guitrainer-demo/lora"
 
     cont_cfg = _demo_cfg(tmp_path / "b", schedule__max_steps=1, model__init_lora=s1.lora_path, network__train_text_encoder=True)
     cont_rep = NullReporter()

@@ -21,7 +21,7 @@ from guitrainer.core.hardware import (
     gpu_missing_message,
 )
 from guitrainer.engine import session as session_module
-from guitrainer.engine import trainer as T
+from guitrainer.engine import trainer as trainer_module
 from guitrainer.engine.models import ModelLoadError
 from guitrainer.presets import DEMO_PRESET
 
@@ -82,7 +82,7 @@ class _StopAtModel:
 
     def __init__(self) -> None:
         self.calls: list[torch.device] = []
-        self.trainer: T.Trainer | None = None
+        self.trainer: trainer_module.Trainer | None = None
 
     def __call__(self, *_a, **_k):
         assert self.trainer is not None
@@ -106,7 +106,7 @@ def _run(monkeypatch, gpu_index: int, *, in_thread: bool = False):
     cfg.set("precision.gpu_index", gpu_index)
     stop = _StopAtModel()
     monkeypatch.setattr(session_module, "load_base_model", stop)
-    trainer = T.Trainer(cfg)
+    trainer = trainer_module.Trainer(cfg)
     stop.trainer = trainer
     if not in_thread:
         return trainer.run(), stop

@@ -174,3 +174,19 @@ def test_error_advice_disables_train_with_the_reason(window, qtbot):
     window.binding.set("precision.training", "fp16")
     qtbot.waitUntil(train.isEnabled, timeout=2000)
     assert "Fix this first" not in train.toolTip()
+
+
+def test_a_failed_precise_check_writes_its_details_to_the_log(window, qtbot, monkeypatch):
+    """Issue 15 #5 (UI): the meter says what failed; the Log on the Training page has the traceback."""
+    import guitrainer.engine.memory as memory
+
+    def broken(_cfg):
+        raise ValueError("Adafactor state cannot be measured")
+
+    monkeypatch.setattr(memory, "measure_training_step", broken)
+    meter = window.vram_meter
+    with qtbot.waitSignal(meter.measurement_failed, timeout=30000):
+        qtbot.mouseClick(meter.check_button, Qt.MouseButton.LeftButton)
+    assert "Adafactor state cannot be measured" in meter.status_label.text() and "Log" in meter.status_label.text()
+    log_text = window.training_page.log_panel.text()
+    assert "Check precisely failed: Adafactor state cannot be measured" in log_text and "Traceback" in log_text

@@ -29,9 +29,9 @@ cfg = config_with  # the default config with section__field=value overrides
 
 def _engine_lora_shapes(family: str, config: TrainingConfig) -> list[tuple[int, ...]]:
     """Shapes of the LoRA tensors the engine injects into ``family``'s UNet (built on meta: no memory)."""
-    from guitrainer.engine import memory
+    from guitrainer.engine import memory, model_spec
 
-    unet = memory.build_on_meta(family, "unet")
+    unet = model_spec.build_on_meta(family, "unet")
     memory.inject_engine_lora(unet, [], config.network)
     return [tuple(p.shape) for p in memory.lora_parameters([unet])]
 
@@ -151,11 +151,20 @@ def test_tracker_peak_agrees_with_profiler() -> None:
 
 
 def test_lora_targets_are_the_engines() -> None:
+    """One table (core.lora_format) for the estimator and the engine, and the engine injects exactly its layers."""
+    from guitrainer.core import lora_format
     from guitrainer.engine import lora
 
-    assert {k: tuple(v) for k, v in lora.UNET_TARGETS.items()} == vram.UNET_LORA_TARGETS
-    assert set(vram.TEXT_ENCODER_LORA_TARGETS) == set(lora.UNET_TARGETS)
-    assert all(v == tuple(lora.TEXT_ENCODER_TARGETS) for v in vram.TEXT_ENCODER_LORA_TARGETS.values())
+    assert vram.UNET_LORA_TARGETS is lora_format.UNET_LORA_TARGETS
+    assert vram.TEXT_ENCODER_LORA_TARGETS is lora_format.TEXT_ENCODER_LORA_TARGETS
+    for targets, suffixes in vram.UNET_LORA_TARGETS.items():
+        unet, *tes = _engine_model(targets, 4)
+        names = list(lora.lora_layers(unet))
+        assert names and all(n.endswith(suffixes) for n in names), targets
+        assert {s for s in suffixes if any(n.endswith(s) for n in names)} == set(suffixes), targets
+        te_names = [n for te in tes for n in lora.lora_layers(te)]
+        te_suffixes = vram.TEXT_ENCODER_LORA_TARGETS[targets]
+        assert te_names and all(n.endswith(te_suffixes) for n in te_names), targets
 
 
 def test_measurement_lora_equals_engine_built_model() -> None:
@@ -182,3 +191,25 @@ def test_estimator_lora_counts_equal_engine_injection_sd15() -> None:
     modules, _ = memory._build(c)
     n = sum(p.numel() for p in memory.lora_parameters(modules))
     assert n == 4 * vram.MODEL_SPECS["sd15"].lora_params_per_rank("attention_ff_proj", text_encoder=True)
+
+
+@pytest.mark.parametrize("family", ["demo", "sd15"])
+def test_adafactor_measures_on_fake_tensors(family) -> None:
+    """"Check precisely" with Adafactor (it reads scalars with .item(), which fake tensors cannot answer).
+
+    The optimizer state is Adafactor's factored second moment: per LoRA matrix [rows, cols] one fp32 row
+    vector and one fp32 column vector, plus a 0-dim fp32 step count, each rounded up to 512-byte blocks.
+    """
+    from guitrainer.engine import memory
+
+    c = cfg(model__family=family, network__rank=4, optimizer__name="Adafactor", precision__training="fp16",
+            precision__cache_latents=True, precision__cache_text_encoder_outputs=True)
+    result = memory.measure_training_step(c, method="fake")
+    shapes = _engine_lora_shapes(family, c)
+
+    def block(nbytes: int) -> int:
+        return -(-nbytes // 512) * 512
+
+    expected = sum(block(4 * rows) + block(4 * cols) + block(4) for rows, cols in shapes)
+    assert result.optimizer_state == expected
+    assert result.peak > result.static > result.optimizer_state

@@ -123,6 +123,7 @@ def test_picker_detects_family_and_sets_it(qtbot, settings, tmp_path):
     assert binding.get("model.family") == "sdxl" and picker.detection().kind == "hub_id"
     picker.choose(str(tmp_path / "missing.safetensors"))
     assert "does not exist" in picker.message_label.text()
+    assert picker.family_badge.text() == "not found"  # not "unsupported"
 
 
 def test_preset_load_shows_detection_without_changing_family(qtbot, settings, tmp_path):
@@ -305,3 +306,13 @@ def test_probe_result_carries_the_configs_gpu(qtbot, settings):
     with qtbot.waitSignal(cpu_page.device_detected, timeout=5000) as blocker:
         cpu_page.start_probe()
     assert blocker.args[0].kind == "cpu" and cpu_page.precision_picker.device_combo.isHidden()
+
+
+def test_an_offline_hub_id_is_no_green_check(qtbot, settings, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    binding = ConfigBinding()
+    picker = ModelPicker(binding, settings=settings)
+    qtbot.addWidget(picker)
+    picker.choose("stabilityai/stable-diffusion-xl-base-1.0")
+    assert picker.property("detection_level") == "warning"
+    assert "No network" in picker.message_label.text() and "choose a model file or folder" in picker.message_label.text()

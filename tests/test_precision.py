@@ -7,6 +7,7 @@ import types
 
 import pytest
 from helpers import FAKE_DEVICES, config_with, fake_device
+from helpers.devices import MAC_DEVICES
 
 from guitrainer.config import OPTIMIZERS, TrainingConfig
 from guitrainer.core import hardware, precision
@@ -14,35 +15,70 @@ from guitrainer.core.hardware import BitsAndBytesInfo, DeviceInfo, arch_supporte
 from guitrainer.core.precision import Advice, advise, save_overflow_advice
 from guitrainer.presets import DEMO_PRESET
 
-# (level, suggested value) of the worst advice about `precision.training`; None = no advice
+# (level, suggested value) of the worst advice about `precision.training`; None = no advice.
+# Each row is reasoned from a cited fact, not read off the code's output:
+#   [bf16]  NVIDIA bf16 from compute capability 8.0 (A100 whitepaper); before it torch emulates bf16 very slowly.
+#   [tc]    fp16 tensor cores from 7.0 (V100 whitepaper), except TU116/TU117 (GTX 16, MX 450/550, T400-T1200).
+#   [p61]   CC 6.1 runs fp16 at 2 results/clock/SM against 128 for fp32 (CUDA Programming Guide throughput table);
+#           6.0 (P100) at 128 (full rate); Maxwell 5.2 has no fp16 arithmetic.
+#   [tu11x] TU116/TU117 give NaN losses / black images in fp16 (the peers' bug trackers, issue 17).
+#   [rdna]  AMD matrix cores (bf16) in CDNA (gfx908/90a/94x) and RDNA3 (gfx11); RDNA2 (gfx103x) has packed fp16
+#           math only (AMD ISA guides); ROCm's is_bf16_supported() is True everywhere, so it is not trusted.
+#   [xmx]   Intel Arc A-series has XMX engines for bf16 / fp16 (Arc product brief).
+#   [mps]   MPS fp16 autocast from torch 2.5, GradScaler from 2.8 (the trainer always scales fp16); bf16 autocast
+#           from torch 2.6 on macOS 14; native bf16 from M3, emulated on M1 / M2.
+#   [amx]   CPU bf16 beats fp32 only with AMX (TDPBF16PS); AVX512-BF16 alone measured 1.5x slower (bench/RESULTS.md).
 B, F16, F32 = "bf16", "fp16", "fp32"
 GOOD = None
-CUDA_BF16 = {F32: ("info", B), F16: ("info", B), B: GOOD}  # Ampere and newer
-CUDA_TURING = {F32: ("info", F16), F16: GOOD, B: ("error", F16)}  # sm_75 with tensor cores
+CUDA_BF16 = {F32: ("info", B), F16: ("info", B), B: GOOD}  # [bf16]: bf16 native, so bf16 is best
+CUDA_TC = {F32: ("info", F16), F16: GOOD, B: ("error", F16)}  # [tc] + [bf16]: tensor cores, no bf16
+NO_TC_TURING = {F32: GOOD, F16: ("warning", F32), B: ("error", F32)}  # [tu11x]: fp16 unsafe, so fp32 everywhere
+SLOW_FP16 = {F32: GOOD, F16: ("warning", F32), B: ("error", F32)}  # [p61]: fp16 slower than fp32, no bf16
 PRECISION_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
-    "cpu": {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)},
-    "cpu_bf16": {F32: GOOD, F16: ("warning", B), B: GOOD},
-    "gtx1080": {F32: GOOD, F16: ("info", None), B: ("error", F16)},
-    "gtx1660": {F32: GOOD, F16: ("warning", F32), B: ("error", F16)},
-    "t4": CUDA_TURING,
-    "rtx2080ti": CUDA_TURING,
+    "cpu": {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)},  # no bf16 hardware at all
+    "cpu_bf16": {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)},  # [amx]: AVX512-BF16 only
+    "cpu_amx": {F32: ("info", B), F16: ("warning", B), B: GOOD},  # [amx]: Sapphire Rapids
+    "gtx980": SLOW_FP16,  # [p61] Maxwell 5.2
+    "gtx1080": SLOW_FP16,  # [p61] consumer Pascal 6.1
+    "gtx1080_cu128": SLOW_FP16,  # the same card; the build problem is a separate, device-level error
+    "p100": {F32: ("info", F16), F16: ("info", None), B: ("error", F16)},  # [p61] full-rate fp16, no tensor cores
+    "v100": CUDA_TC,  # [tc] Volta
+    "gtx1660": NO_TC_TURING,  # [tu11x] TU116 (by name and by its 22 SMs)
+    "t1000": NO_TC_TURING,  # [tu11x] TU117 Quadro T1000
+    "mx450": NO_TC_TURING,  # [tu11x] TU117 laptop part
+    "tu117_unnamed": NO_TC_TURING,  # [tu11x] an unknown name, 16 SMs: decided from the SM count
+    "t4": CUDA_TC,  # [tc] TU104, 40 SMs: tensor cores
+    "rtx2080ti": CUDA_TC,
     "rtx3060": CUDA_BF16,
     "rtx4090": CUDA_BF16,
     "h100": CUDA_BF16,
     "rtx5090": CUDA_BF16,
     "rtx5090_no_sm120": CUDA_BF16,
-    "mps": {F32: GOOD, F16: GOOD, B: GOOD},
-    "mps_old": {F32: GOOD, F16: ("error", F32), B: ("error", F32)},
+    "rx6800": {F32: ("info", F16), F16: ("info", None), B: ("warning", F16)},  # [rdna] RDNA2
+    "rx7900": CUDA_BF16,  # [rdna] RDNA3 WMMA
+    "mi250": CUDA_BF16,  # [rdna] CDNA 2
+    "arc_a770": CUDA_BF16,  # [xmx]
+    "mps": {F32: ("info", F16), F16: GOOD, B: ("warning", F16)},  # [mps] M2, torch 2.13, macOS 14: bf16 emulated
+    "m1": {F32: ("info", F16), F16: GOOD, B: ("warning", F16)},  # [mps] M1: the same
+    "m3": {F32: ("info", B), F16: GOOD, B: GOOD},  # [mps] M3: native bf16
+    "m2_macos13": {F32: ("info", F16), F16: GOOD, B: ("error", F16)},  # [mps] bf16 needs macOS 14
+    "m2_torch27": {F32: GOOD, F16: ("error", F32), B: ("warning", F32)},  # [mps] no GradScaler before 2.8
+    "mps_old": {F32: GOOD, F16: ("error", F32), B: ("error", F32)},  # [mps] torch 2.4, macOS 13: neither
 }
 EIGHT_BIT = ("AdamW8bit", "Lion8bit")
-CUDA_OPT = dict.fromkeys(OPTIMIZERS)  # every optimizer fine on a CUDA card with CUDA bitsandbytes
+CUDA_OPT = dict.fromkeys(OPTIMIZERS)  # every optimizer fine on a GPU with a matching bitsandbytes 0.50.2
+BNB_REFUSED = {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("error", "AdamW")),
+               "PagedAdamW8bit": ("error", "AdamW")}
 OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
-    **{d: CUDA_OPT for d in ("gtx1080", "gtx1660", "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "rtx5090",
-                             "rtx5090_no_sm120")},
+    **{d: CUDA_OPT for d in ("gtx1080", "gtx1080_cu128", "p100", "v100", "gtx1660", "t1000", "mx450", "tu117_unnamed",
+                             "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "rtx5090", "rtx5090_no_sm120",
+                             "rx6800", "rx7900", "mi250")},  # bitsandbytes 0.50.2: CUDA >= 6.0, ROCm wheels
+    "gtx980": BNB_REFUSED,  # bitsandbytes' 8-bit kernels need compute capability 6.0
+    # Intel: 8-bit works (bitsandbytes PR #1692); paging is CUDA-only, so the paged variant is pointless
+    "arc_a770": {**CUDA_OPT, "PagedAdamW8bit": ("warning", "AdamW8bit")},
     **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
-           "PagedAdamW8bit": ("warning", "AdamW")} for d in ("cpu", "cpu_bf16")},
-    **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("error", "AdamW")),
-           "PagedAdamW8bit": ("error", "AdamW")} for d in ("mps", "mps_old")},
+           "PagedAdamW8bit": ("warning", "AdamW")} for d in ("cpu", "cpu_bf16", "cpu_amx")},  # works, slow
+    **{d: BNB_REFUSED for d in MAC_DEVICES},  # no MPS 8-bit kernels in bitsandbytes
 }
 
 
@@ -60,7 +96,8 @@ def _about(advice: list[Advice], topic: str) -> tuple[str, str | None] | None:
 
 
 def test_tables_cover_every_fake_device():
-    assert set(PRECISION_TABLE) == set(OPTIMIZER_TABLE) == set(FAKE_DEVICES) - {"gtx980"}
+    assert set(PRECISION_TABLE) == set(OPTIMIZER_TABLE) == set(FAKE_DEVICES)
+    assert len(FAKE_DEVICES) >= 18
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
@@ -94,7 +131,7 @@ def test_bf16_on_turing_is_an_error_suggesting_fp16_amp():
 
 def test_gtx1660_has_no_tensor_cores_and_its_fp16_caveat():
     d = fake_device("gtx1660")
-    assert d.gpu.is_gtx16 and not d.fp16_tensor_cores
+    assert d.gpu.turing_without_tensor_cores and not d.fp16_tensor_cores
     (a,) = [a for a in advise(d, _config("fp16")) if a.topic == "precision.training"]
     assert a.code == "fp16_gtx16" and "NaN" in a.message
     # fp32 on a card without tensor cores is not nagged about AMP
@@ -141,15 +178,13 @@ def test_eight_bit_optimizers_need_bitsandbytes_and_sm60():
     assert _about(advise(maxwell, _config(optimizer="AdamW")), "optimizer.name") is None
 
 
-def test_paged_optimizer_without_cuda_suggests_8bit_when_that_works():
+def test_paged_optimizer_without_cuda_suggests_8bit_when_that_works(monkeypatch):
     # a non-CUDA device where 8-bit works (here: patched status) gets AdamW8bit, not AdamW
+    from guitrainer.core import precision_rules
+
     d = fake_device("cpu")
-    original = precision.eight_bit_status
-    try:
-        precision.eight_bit_status = lambda device: (None, "")
-        (a,) = [a for a in advise(d, _config(optimizer="PagedAdamW8bit")) if a.topic == "optimizer.name"]
-    finally:
-        precision.eight_bit_status = original
+    monkeypatch.setattr(precision_rules, "eight_bit_status", lambda device: (None, ""))
+    (a,) = [a for a in advise(d, _config(optimizer="PagedAdamW8bit")) if a.topic == "optimizer.name"]
     assert a.code == "paged_without_cuda" and a.level == "warning"
     assert a.suggestion == {"optimizer.name": "AdamW8bit"}
 
@@ -165,12 +200,17 @@ def test_sdxl_vae_is_kept_fp32_under_fp16():
 
 
 def test_mps_limits():
-    d = fake_device("mps")
-    assert d.kind == "mps" and d.bf16_native
-    old = fake_device("mps", torch_version="2.5.1")  # fp16 yes, bf16 not before 2.6
+    d = fake_device("mps")  # an M2: bf16 runs but is emulated; an M3 has it in hardware
+    assert d.kind == "mps" and not d.bf16_native and fake_device("m3").bf16_native
+    old = fake_device("mps", torch_version="2.5.1")  # bf16 not before 2.6; fp16 AMP's GradScaler not before 2.8
     (a,) = [a for a in advise(old, _config("bf16")) if a.topic == "precision.training"]
-    assert (a.level, a.suggestion) == ("error", {"precision.training": "fp16"})
+    assert (a.level, a.suggestion) == ("error", {"precision.training": "fp32"})
     assert "2.6" in a.message and "macOS 14" in a.message
+    (f,) = [a for a in advise(old, _config("fp16")) if a.topic == "precision.training"]
+    assert f.level == "error" and "2.8" in f.message
+    ventura = fake_device("m2_macos13")  # torch 2.13 on macOS 13: fp16 AMP yes, bf16 no
+    (b,) = [a for a in advise(ventura, _config("bf16")) if a.topic == "precision.training"]
+    assert (b.level, b.suggestion) == ("error", {"precision.training": "fp16"})
 
 
 def test_cpu_advice_depends_on_the_model():
@@ -195,8 +235,11 @@ def test_advice_sorted_and_worst():
 
 
 def test_recommended_training():
-    expect = {"cpu": "fp32", "cpu_bf16": "bf16", "gtx1080": "fp16", "gtx1660": "fp32", "t4": "fp16",
-              "rtx3060": "bf16", "h100": "bf16", "mps": "bf16", "mps_old": "fp32"}
+    # [amx] AVX512-BF16 alone is slower than fp32; [p61] consumer Pascal runs fp16 at 1/64 rate; P100 at full
+    # rate; [tu11x]; [mps] M2 emulates bf16 but has fp16 AMP with torch 2.8+; M3 has bf16; [rdna]; [xmx]
+    expect = {"cpu": "fp32", "cpu_bf16": "fp32", "cpu_amx": "bf16", "gtx1080": "fp32", "p100": "fp16",
+              "gtx1660": "fp32", "t1000": "fp32", "t4": "fp16", "rtx3060": "bf16", "h100": "bf16", "mps": "fp16",
+              "m3": "bf16", "mps_old": "fp32", "rx6800": "fp16", "rx7900": "bf16", "arc_a770": "bf16"}
     for name, value in expect.items():
         assert precision.recommended_training(fake_device(name)) == value, name
 
@@ -255,6 +298,66 @@ def test_probe_survives_torch_raising(monkeypatch):
     (a,) = [a for a in advise(info, _config()) if a.level == "error"]
     assert a.code == "torch_missing"
     assert "torch unavailable" in info.summary()
+
+
+def _fake_torch(monkeypatch, *, hip: str | None = None, cuda_props=(), xpu_props=()):
+    """A torch module that reports the given CUDA / ROCm device properties, or Intel XPU ones."""
+    fake = types.ModuleType("torch")
+    fake.__version__ = "2.13.0"
+    fake.version = types.SimpleNamespace(cuda=None if hip else ("12.8" if cuda_props else None), hip=hip)
+    fake.cuda = types.SimpleNamespace(
+        is_available=lambda: bool(cuda_props),
+        device_count=lambda: len(cuda_props),
+        get_arch_list=lambda: [],
+        get_device_properties=lambda i: cuda_props[i],
+        is_bf16_supported=lambda **kw: True,  # what ROCm says for every HIP device: never trusted
+        mem_get_info=lambda i: (1 << 30, 2 << 30),
+    )
+    fake.xpu = types.SimpleNamespace(
+        is_available=lambda: bool(xpu_props),
+        device_count=lambda: len(xpu_props),
+        get_device_properties=lambda i: xpu_props[i],
+    )
+    fake.backends = types.SimpleNamespace(mps=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+
+def test_probe_reads_rocm_gfx_names_and_ignores_is_bf16_supported(monkeypatch):
+    props = [
+        types.SimpleNamespace(name="AMD Radeon RX 6800 XT", major=10, minor=3, total_memory=16 << 30,
+                              multi_processor_count=72, gcnArchName="gfx1030"),
+        types.SimpleNamespace(name="AMD Radeon RX 7900 XTX", major=11, minor=0, total_memory=24 << 30,
+                              multi_processor_count=96, gcnArchName="gfx1100"),
+    ]
+    _fake_torch(monkeypatch, hip="7.1", cuda_props=props)
+    info = hardware.collect()
+    rdna2, rdna3 = info.gpus
+    assert (rdna2.vendor, rdna2.arch, rdna2.bf16_native, rdna2.tensor_cores) == ("amd", "gfx1030", False, False)
+    assert (rdna3.arch, rdna3.bf16_native, rdna3.tensor_cores) == ("gfx1100", True, True)
+    assert "ROCm 7.1" in info.summary() and "gfx1030 (RDNA2)" in info.summary()
+
+
+def test_probe_finds_intel_xpu_devices(monkeypatch):
+    props = [types.SimpleNamespace(name="Intel(R) Arc(TM) A770 Graphics", total_memory=16 << 30, gpu_subslice_count=32)]
+    _fake_torch(monkeypatch, xpu_props=props)
+    info = hardware.collect()
+    assert info.kind == "xpu" and info.gpu.vendor == "intel" and info.gpu.bf16_native
+    assert info.gpu.total_memory == 16 << 30 and "Intel XPU" in info.summary()
+    assert precision.recommended_training(info) == "bf16"
+
+
+def test_probe_reads_amx_from_cpu_flags(monkeypatch, tmp_path):
+    text = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: sse avx512_bf16 amx_bf16 amx_tile\n"
+    real_path = hardware.Path
+
+    def fake(p="", *a):
+        return real_path(tmp_path / "cpuinfo") if str(p) == "/proc/cpuinfo" else real_path(p, *a)
+
+    (tmp_path / "cpuinfo").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(hardware, "Path", fake)
+    cpu = hardware._cpu_info([])
+    assert cpu.amx and cpu.bf16_faster and "amx_bf16" in cpu.bf16_flags
 
 
 def test_probe_survives_bitsandbytes_raising(monkeypatch):
@@ -335,3 +438,85 @@ def test_probe_matches_torch_on_a_gpu():
     assert g.bf16_native == (g.capability >= (8, 0))
     assert g.kernels_in_build is True  # torch ran on it, so its build has the kernels
     assert info.cuda_version == torch.version.cuda
+
+
+# --------------------------------------------------------------------------- issue 17: device classes
+
+
+def test_gpu_facts_are_decided_from_what_the_device_reports():
+    # [tu11x] the same compute capability 7.5 with and without tensor cores: by SM count or product name
+    assert not fake_device("tu117_unnamed").gpu.tensor_cores and fake_device("t4").gpu.tensor_cores
+    assert not fake_device("t1000").gpu.tensor_cores and not fake_device("mx450").gpu.tensor_cores
+    # [p61] the one Pascal with full-rate fp16
+    assert fake_device("p100").gpu.fp16_fast and not fake_device("gtx1080").gpu.fp16_fast
+    # [rdna] the gfx name is shown, not a meaningless "sm_103"
+    rx = fake_device("rx6800")
+    assert rx.gpu.arch == "gfx1030" and "gfx1030 (RDNA2)" in rx.summary()
+    (a,) = [a for a in advise(rx, _config("bf16")) if a.topic == "precision.training"]
+    assert "gfx1030" in a.message and "RDNA3" in a.message
+    assert fake_device("arc_a770").kind == "xpu"
+
+
+def test_pascal_fp16_says_what_it_still_buys():
+    (a,) = [a for a in advise(fake_device("gtx1080"), _config("fp16")) if a.topic == "precision.training"]
+    assert a.code == "fp16_slow_pascal" and "memory" in a.message and a.suggestion == {"precision.training": "fp32"}
+
+
+def test_install_hint_gives_the_build_that_supports_the_card_and_says_older():
+    (a,) = [a for a in advise(fake_device("gtx1080_cu128"), _config("fp32")) if a.code == "torch_arch_missing"]
+    assert "older than this PyTorch build" in a.message  # torch 2.8 cu128 dropped sm_50-sm_70
+    assert a.suggestion_text.endswith("/whl/cu126")
+    (b,) = [a for a in advise(fake_device("rtx5090_no_sm120"), _config("fp32")) if a.code == "torch_arch_missing"]
+    assert "newer than this PyTorch build" in b.message and b.suggestion_text.endswith("/whl/cu128")
+
+
+@pytest.mark.parametrize(
+    ("device", "version", "backend", "level"),
+    [
+        ("cpu", "0.49.2", "cpu", "error"),  # CPU 8-bit optimizer kernels from 0.50
+        ("cpu", "0.50.0", "cpu", "warning"),
+        ("rx7900", "0.48.2", "rocm", "error"),  # ROCm wheels from 0.49
+        ("rx7900", "0.49.1", "rocm", None),
+        ("rtx5090", "0.45.2", "cuda", "error"),  # sm_120 kernels from 0.45.3
+        ("rtx5090", "0.45.3", "cuda", None),
+        ("arc_a770", "0.47.0", "xpu", "error"),  # XPU 8-bit optimizers from 0.48
+        ("arc_a770", "0.48.0", "xpu", None),
+        ("rtx3060", "0.43.0", "cuda", None),  # Ampere: any version
+    ],
+)
+def test_eight_bit_status_follows_the_bitsandbytes_version(device, version, backend, level):
+    d = fake_device(device, bitsandbytes=BitsAndBytesInfo(True, version, backend))
+    assert precision.eight_bit_status(d)[0] == level
+
+
+def test_sdxl_vae_note_states_the_estimators_cost_and_the_fp16_fixed_vae():
+    from guitrainer.core import vram
+
+    cfg = _config("fp16", model__family="sdxl", dataset__resolution=1024, precision__cache_latents=False,
+                  precision__gradient_checkpointing=True)
+    (a,) = [a for a in advise(fake_device("t4"), cfg) if a.code == "sdxl_vae_fp32"]
+    cost = vram.sdxl_vae_fp32_cost(cfg)
+    assert cost > 1 << 30  # weights 83.7 M x 2 more bytes, plus the VAE encoder's activations at 1024 px
+    assert vram.format_bytes(cost) in a.message and "sdxl-vae-fp16-fix" in a.message
+
+
+def test_fp8_base_weights_advice():
+    fp8 = dict(precision__base_weights="fp8")
+    (mps,) = [a for a in advise(fake_device("m3"), _config("bf16", **fp8)) if a.topic == "precision.base_weights"]
+    assert mps.level == "error" and mps.suggestion == {"precision.base_weights": "auto"}
+    old = [a for a in advise(fake_device("rtx3060", torch_version="2.0.1"), _config("bf16", **fp8))
+           if a.topic == "precision.base_weights"]
+    assert [a.code for a in old] == ["fp8_old_torch"]
+    ok = [a for a in advise(fake_device("rtx3060"), _config("bf16", **fp8)) if a.topic == "precision.base_weights"]
+    assert [a.level for a in ok] == ["info"] and "halve" in ok[0].message
+
+
+def test_bf16_lora_weights_advice():
+    big = _config("bf16", precision__lora_weights="bf16", network__rank=256, network__alpha=256.0)
+    assert not [a for a in advise(fake_device("rtx4090"), big) if a.topic == "precision.lora_weights"]
+    small = _config("bf16", precision__lora_weights="bf16")
+    assert [a.code for a in advise(fake_device("rtx4090"), small) if a.topic == "precision.lora_weights"] == [
+        "bf16_lora_small"]
+    on_turing = [a.code for a in advise(fake_device("t4"), _config("fp16", precision__lora_weights="bf16"))
+                 if a.topic == "precision.lora_weights"]
+    assert on_turing == ["bf16_lora_emulated", "bf16_lora_fp16"]

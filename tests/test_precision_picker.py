@@ -121,3 +121,17 @@ def test_screenshot_with_a_warning(qtbot, binding, artifacts_dir):
     path = artifacts_dir / "precision_picker.png"
     assert w.grab().save(str(path))
     assert path.stat().st_size > 10_000
+
+
+def test_a_choice_with_a_caveat_says_it_beside_the_choice(qtbot, binding):
+    """Issue 15: "see the note" pointed at a note only shown once fp16 was chosen; now the caveat itself shows."""
+    from guitrainer.core import precision
+
+    w = _picker(qtbot, binding, fake_device("gtx1660"))  # Turing without tensor cores: fp16 has a caveat
+    binding.set("precision.training", "fp32")
+    warned = [c.value for c in precision.TRAINING_CHOICES if precision.training_choice_level(w.device(), c.value) == "warning"]
+    assert warned == ["fp16"]
+    for value in warned:
+        note = w.training_group.notes[value]
+        assert note.text() and note.text() != "see the note" and note.isVisibleTo(w)
+        assert note.toolTip() and note.toolTip().startswith(note.text().rstrip("…")[:20])

@@ -156,12 +156,12 @@ def test_read_preset_raises_only_config_errors(tmp_path, name):
 
 def test_unexpected_errors_while_reading_become_config_errors(tmp_path, monkeypatch):
     """A case the checks miss is still reported against the file, not raised into the app."""
-    import guitrainer.presets as P
+    import guitrainer.presets as presets_module
 
     def boom(*args, **kwargs):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(P, "apply_overlay", boom)
+    monkeypatch.setattr(presets_module, "apply_overlay", boom)
     user = tmp_path / "user"
     user.mkdir()
     (user / "any.toml").write_text("[network]\nrank = 8\n", encoding="utf-8")

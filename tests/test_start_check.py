@@ -203,3 +203,23 @@ def test_two_thousand_images_check_quickly(tmp_path, exclude):
     print(f"check_start, 2,000 images, {exclude} left out: {elapsed * 1000:.1f} ms")
     assert check.ok
     assert look_at_folders(cfg.dataset.folders, ".txt", cfg.dataset.exclude)[0].images == 2000 - exclude
+
+
+def test_find_state_follows_the_lora_numbering(tmp_path):
+    """Issue 15 #8 (UI): a second run of the same name keeps its state as <name>_2_state; Resume finds the newest."""
+    from guitrainer.core.run_state import STATE_FILE, find_state, read_saved_run
+
+    cfg = config(tmp_path)
+    out = Path(cfg.output.folder)
+    assert find_state(cfg) is None
+    for i, folder in enumerate([f"{cfg.output.name}_state", f"{cfg.output.name}_2_state"]):
+        (out / folder).mkdir(parents=True)
+        (out / folder / STATE_FILE).write_text(json.dumps({"global_step": 10 + i, "total_steps": 10, "epoch": 1}))
+        os.utime(out / folder / STATE_FILE, ns=(10**18 + i, 10**18 + i))
+    (out / f"{cfg.output.name}_old_state").mkdir()  # not a numbered run: ignored
+    (out / f"{cfg.output.name}_old_state" / STATE_FILE).write_text("{}")
+    assert find_state(cfg) == str(out / f"{cfg.output.name}_2_state")
+    saved = read_saved_run(find_state(cfg))
+    assert saved is not None and saved.global_step == 11 and saved.complete
+    assert saved.epochs_for_more(3, 1) == 4
+    assert read_saved_run(str(out / f"{cfg.output.name}_old_state")) is None

@@ -19,10 +19,12 @@ from PySide6.QtWidgets import QMessageBox
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
+from guitrainer.core.run_state import find_state
 from guitrainer.core.start_check import check_start
 from guitrainer.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.training_page import TrainingPage, TrainState, find_state
+from guitrainer.ui.output_page import OutputPage
+from guitrainer.ui.training_page import TrainingPage, TrainState
 
 DEMO = DEMO_PRESET
 
@@ -528,3 +530,74 @@ def test_real_engine_output_folder_changed_mid_run_takes_save_now_while_paused(q
     with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
         page.stop()
     assert Path(blocker.args[0].lora_path).parent == elsewhere
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, real_engine):
+    cfg = demo_config(tmp_path)
+    cfg.schedule.epochs, cfg.schedule.max_steps = 1, 0
+    cfg.precision.training = "fp32"
+    page = make_page(cfg)
+    output = OutputPage(page.binding)
+    qtbot.addWidget(output)
+    page.run_finished.connect(output.show_last_run)  # as the main window wires them
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        click_train(qtbot, page)
+    first = blocker.args[0]
+    assert first.status == "finished" and first.steps > 0
+    assert first.lora_path in output.last_run_label.text()
+
+    qtbot.mouseClick(page.resume_state_button, Qt.MouseButton.LeftButton)
+    box = page.finished_box
+    assert box is not None and box.isVisible() and page.worker is None  # nothing started
+    label_text = " ".join(w.text() for w in box.findChildren(type(page.status_label)))
+    assert "complete" in label_text and str(first.steps) in label_text
+    spin = box.findChild(type(box.findChild(object, "more_epochs")), "more_epochs")
+    spin.setValue(1)
+    with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
+        qtbot.mouseClick(box.findChild(object, "train_more_button"), Qt.MouseButton.LeftButton)
+    second = blocker.args[0]
+    assert page.binding.get("schedule.epochs") == 2
+    assert second.status == "finished" and second.steps > first.steps  # it trained on, from the saved state
+    assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
+    assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
+    assert "Loading the model" not in page.progress_bar.text()
+
+
+def test_empty_charts_say_no_data_and_the_scale_chart_says_flat_is_healthy(qtbot):
+    from guitrainer.ui.charts import NO_DATA, TrainingCharts
+
+    charts = TrainingCharts()
+    qtbot.addWidget(charts)
+    charts.resize(900, 500)
+    charts.show()
+    titles = lambda: [p.titleLabel.text for p in (charts.loss_plot, charts.lr_plot, charts.scale_plot, charts.sps_plot)]  # noqa: E731
+    assert all(NO_DATA in t for t in titles())
+    assert "flat line is healthy" in charts.scale_hint.text() and charts.scale_hint.isVisible()
+    charts.add(metrics(1, scale=65536.0))
+    charts.redraw()
+    assert not any(NO_DATA in t for t in titles())
+    charts.clear()
+    assert all(NO_DATA in t for t in titles())
+
+
+def test_samples_tab_says_when_sampling_is_off(qtbot, make_page):
+    page = make_page()
+    page.binding.set("sampling.every_n_steps", 0)
+    assert page.gallery.count() == 0 and page.gallery.empty_text.startswith("Sampling is off")
+    page.binding.set("sampling.prompts", ["a red apple"])
+    page.binding.set("sampling.every_n_steps", 50)
+    assert page.gallery.empty_text == "Samples appear here every 50 steps while training."
+    page.tabs.setCurrentWidget(page.gallery)
+    assert page.gallery.grab().toImage() is not None  # paints the text without error
+
+
+def test_why_train_is_off_shows_beside_the_button(qtbot, make_page):
+    page = make_page(factory=fake_factory(steps=1))
+    assert not page.blocked_label.isVisible() and page.train_button.isEnabled()
+    page.set_blocking_errors("bf16 is not supported on the Tesla T4.\nA second problem.")
+    assert not page.train_button.isEnabled()
+    assert page.blocked_label.isVisible() and "bf16 is not supported on the Tesla T4" in page.blocked_label.text()
+    assert "Model & Precision" in page.blocked_label.text() and "A second problem" in page.blocked_label.toolTip()
+    page.set_blocking_errors("")
+    assert page.train_button.isEnabled() and not page.blocked_label.isVisible()

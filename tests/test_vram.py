@@ -31,7 +31,7 @@ def test_reference_counts() -> None:
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_tables_equal_recomputed(family: str) -> None:
-    from guitrainer.engine.memory import compute_model_spec
+    from guitrainer.engine.model_spec import compute_model_spec
 
     assert compute_model_spec(family) == vram.MODEL_SPECS[family]
 
@@ -199,3 +199,27 @@ def test_peak_system_ram_loading() -> None:
     assert 4 * vram.GiB < sd15 < sdxl < 24 * vram.GiB
     single = vram.peak_system_ram_loading(cfg(model__family="sdxl", model__base="/m/sd_xl_base_1.0.safetensors"))
     assert single > sdxl
+
+
+def test_fp8_base_weights_halve_the_frozen_weights_against_fp16() -> None:
+    """fp8 stores 1 byte per frozen UNet / text-encoder parameter against fp16's 2; the VAE is not stored in fp8."""
+    for family in ("sd15", "sdxl"):
+        spec = vram.MODEL_SPECS[family]
+        fp16 = vram.estimate(cfg(model__family=family, precision__training="fp16", precision__cache_latents=False))
+        fp8 = vram.estimate(cfg(model__family=family, precision__training="fp16", precision__cache_latents=False,
+                                precision__base_weights="fp8"))
+        assert fp8.get("unet") == -(-spec.unet // 512) * 512  # one byte per parameter, in 512-byte blocks
+        assert abs(fp8.get("unet") * 2 - fp16.get("unet")) <= 512
+        assert abs(fp8.get("text_encoders") * 2 - fp16.get("text_encoders")) <= 1024
+        assert fp8.get("vae") == fp16.get("vae") and fp8.get("activations") == fp16.get("activations")
+        assert "fp8" in fp8.part("unet").label
+
+
+def test_bf16_lora_weights_halve_weights_grads_and_adamw_state() -> None:
+    base = dict(model__family="sdxl", network__rank=256, network__alpha=256.0, precision__training="bf16")
+    fp32 = vram.estimate(cfg(**base))
+    bf16 = vram.estimate(cfg(**base, precision__lora_weights="bf16"))
+    for key in ("lora_weights", "lora_grads", "optimizer"):  # torch AdamW keeps its states in the param dtype
+        assert abs(bf16.get(key) * 2 - fp32.get(key)) <= 2 * 512 * 4000, key
+    eight = vram.estimate(cfg(**base, precision__lora_weights="bf16", optimizer__name="AdamW8bit"))
+    assert eight.get("optimizer") == vram.estimate(cfg(**base, optimizer__name="AdamW8bit")).get("optimizer")

@@ -76,7 +76,10 @@ def test_check_precisely_runs_in_background(qtbot) -> None:
         meter.check_button.click()
         assert not meter.check_button.isEnabled()  # the GUI returned at once; busy indicator is up
     assert blocker.args[0].peak > 0
-    assert "estimated" in meter.status_label.text()
+    status = meter.status_label.text()
+    assert status.startswith("Measured") and "replaces the estimate" in status
+    assert "measured" in meter.total_label.text() and "estimated" not in meter.total_label.text()  # one number
+    assert "Estimated before measuring" in meter.status_label.toolTip()
     assert meter.check_button.isEnabled()
 
 
@@ -102,3 +105,89 @@ def test_probed_device_filters_hints_and_cpu_status(qtbot) -> None:
     qtbot.waitUntil(lambda: meter.status_label.text().startswith("CPU training"), timeout=1000)
     assert meter.breakdown.device_total is None and meter.level == "unknown"
     assert "System RAM while loading the base model: about" in meter.total_label.toolTip()
+
+
+def test_every_part_has_a_tooltip_on_hover_and_a_legend_entry(qtbot) -> None:
+    """Issue 15 #4: a real QHelpEvent over each part shows its tooltip (the handler used to raise)."""
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
+
+    from guitrainer.core.hardware import fake_device
+
+    binding, meter = make(qtbot, model__family="sd15")
+    gpu = fake_device("rtx3060")
+    meter.set_device(gpu.total_memory, gpu.name, info=gpu)
+    meter.resize(1300, 90)
+    qtbot.waitUntil(lambda: meter.breakdown.device_total == gpu.total_memory, timeout=1000)
+    qtbot.waitExposed(meter)
+    segments = meter.bar.segments()
+    assert len(segments) >= 5
+    legend = meter.legend.text()
+    for rect, part in segments:
+        assert part.label in legend and vram.format_bytes(part.bytes) in legend  # visible without hovering
+        if rect.width() < 2:
+            continue
+        pos = rect.center().toPoint()
+        event = QHelpEvent(QEvent.Type.ToolTip, pos, meter.bar.mapToGlobal(pos))
+        QApplication.sendEvent(meter.bar, event)
+        qtbot.waitUntil(lambda: QToolTip.isVisible(), timeout=1000)
+        assert part.label in QToolTip.text() and vram.format_bytes(part.bytes) in QToolTip.text()
+    outside = QPoint(meter.bar.width() - 2, 5)  # the empty end of the bar: no tooltip
+    QApplication.sendEvent(meter.bar, QHelpEvent(QEvent.Type.ToolTip, outside, meter.bar.mapToGlobal(outside)))
+    assert "your GPU" in legend
+
+
+def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
+    from guitrainer.core.hardware import fake_device
+
+    binding, meter = make(qtbot, model__family="sd15")
+    assert any(p.key == "cuda_context" for p in meter.bar.parts)  # unknown device: a GPU is assumed
+    cpu = fake_device("cpu")
+    meter.set_device(None, cpu.name, info=cpu)
+    qtbot.waitUntil(lambda: not any(p.key == "cuda_context" for p in meter.bar.parts), timeout=1000)
+    assert "CUDA context" not in meter.legend.text()
+    meter.set_target("SD 1.5 character — 6 GB")
+    qtbot.waitUntil(lambda: meter.bar.target == 6 * vram.GiB, timeout=1000)
+    assert "6.0 GB card the preset is made for" in meter.legend.text()
+    meter.set_target("Demo — tiny built-in model (CPU, seconds)")
+    qtbot.waitUntil(lambda: meter.bar.target is None, timeout=1000)
+
+
+def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbot) -> None:
+    from guitrainer.core import precision
+    from guitrainer.core.hardware import fake_device
+    from guitrainer.ui.vram_meter import advised_against
+
+    binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
+    gpu = fake_device("gtx1080")  # Pascal: the picker warns against fp16 there
+    meter.set_device(gpu.total_memory, gpu.name, info=gpu)
+    qtbot.waitUntil(lambda: meter.breakdown.device_total == gpu.total_memory, timeout=1000)
+    cfg = binding.config
+    for btn in meter.hint_buttons():
+        changes = dict(item.split(" = ", 1) for item in btn.toolTip().removeprefix("Apply: ").split(", "))
+        assert not any(v in ("fp16", "AdamW8bit") and advised_against(gpu, cfg, {k: v}) for k, v in changes.items())
+    # the filter itself: a change that brings a new warning is advised against, one that does not is not
+    warned = {a.code for a in precision.advise(gpu, cfg) if a.level != "info"}
+    fp16 = cfg.copy()
+    fp16.set("precision.training", "fp16")
+    new = {a.code for a in precision.advise(gpu, fp16) if a.level != "info"} - warned
+    assert advised_against(gpu, cfg, {"precision.training": "fp16"}) == bool(new)
+    assert not advised_against(gpu, cfg, {"schedule.batch_size": 1})
+
+
+def test_a_failed_check_shows_its_message_and_hands_the_details_on(qtbot, monkeypatch) -> None:
+    import guitrainer.engine.memory as memory
+
+    def broken(_cfg):
+        raise RuntimeError("Adafactor has no state to measure")
+
+    monkeypatch.setattr(memory, "measure_training_step", broken)
+    binding, meter = make(qtbot, model__family="demo", dataset__resolution=64)
+    with qtbot.waitSignal(meter.measurement_failed, timeout=30000) as blocker:
+        meter.check_button.click()
+    message, details = blocker.args
+    assert message == "Adafactor has no state to measure" and "Traceback" in details
+    text = meter.status_label.text()
+    assert "Adafactor has no state to measure" in text and "Log" in text
+    assert "Traceback" not in meter.status_label.toolTip() and meter.check_button.isEnabled()

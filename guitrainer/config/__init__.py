@@ -12,7 +12,8 @@ The package is split by concern; import from ``guitrainer.config`` itself:
 - :mod:`~guitrainer.config.fields`: ``setting()`` metadata, :class:`ConfigError`, value helpers;
 - :mod:`~guitrainer.config.sections`: one dataclass per ``[section]``;
 - :mod:`~guitrainer.config.coerce`: a value as its field's type, checked against the field's metadata;
-- :mod:`~guitrainer.config.training`: :class:`TrainingConfig` and its checks across fields;
+- :mod:`~guitrainer.config.training`: :class:`TrainingConfig`;
+- :mod:`~guitrainer.config.checks`: checks across values (names, paths, extensions, betas, sample sizes);
 - :mod:`~guitrainer.config.files`: overlays, migrations, TOML files and line numbers for messages.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
-from guitrainer.core.precision import CHOICE_LABELS
+from guitrainer.core.advice import CHOICE_LABELS
 
 Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
@@ -207,6 +207,23 @@ class PrecisionConfig:
         label="Save precision",
         help="Precision of the saved LoRA file. fp16 is what most tools expect and half the size of fp32.",
     )
+    base_weights: Literal["auto", "fp8"] = setting(
+        "auto",
+        label="Frozen weights",
+        help="How the frozen UNet and text encoders are stored. Same as training: in the training precision. "
+        "fp8: 8-bit (e4m3) storage widened one layer at a time, about half the weight memory of fp16 with a small "
+        "loss of quality; needs a PyTorch with float8 types, not on Apple GPUs.",
+        choice_labels=CHOICE_LABELS["precision.base_weights"],
+        advanced=True,
+    )
+    lora_weights: Literal["fp32", "bf16"] = setting(
+        "fp32",
+        label="LoRA weights",
+        help="Precision of the trainable LoRA weights, their gradients and AdamW's state. bf16 halves that memory "
+        "for very large ranks, but updates smaller than bf16 can hold are rounded away; fp32 is the safe default.",
+        choice_labels=CHOICE_LABELS["precision.lora_weights"],
+        advanced=True,
+    )
     gradient_checkpointing: bool = setting(
         False, label="Gradient checkpointing", help="Recompute activations in the backward pass: much less memory, ~20% slower."
     )
@@ -271,6 +288,11 @@ class OutputConfig:
     )
     keep_last: int = setting(
         0, label="Keep last", help="Keep only the newest K intermediate saves; 0 keeps all.", minimum=0, maximum=10000, advanced=True
+    )
+    tensorboard: bool = setting(
+        False,
+        label="TensorBoard logs",
+        help="Also write TensorBoard event files to a logs/ folder beside the LoRA (kohya's layout): tensorboard --logdir <output folder>/logs.",
     )
     overwrite: bool = setting(
         False, label="Overwrite", help="Replace an existing file of the same name instead of numbering the new one.", advanced=True

@@ -190,8 +190,15 @@ def save_caption(path: str | Path, text: str, *, encoding: str | None = None) ->
 
 
 def write_caption(path: str | Path, text: str) -> None:
-    """Write a caption atomically, keeping the encoding of the file already there (see :func:`save_caption`)."""
-    save_caption(path, text)
+    """Write a caption atomically as UTF-8 (converting a file in another encoding; every character survives).
+
+    Callers that record the written bytes (undo) rely on them being ``text.encode("utf-8")``. To keep the file's
+    own encoding, or to ask before converting, use :func:`save_caption`.
+
+    Raises:
+        CaptionEncodingError: ``text`` holds U+FFFD, a replacement character standing for lost bytes.
+    """
+    save_caption(path, text, encoding="utf-8")
 
 
 def _read_bytes(path: Path) -> bytes | None:

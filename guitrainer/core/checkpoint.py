@@ -105,11 +105,27 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], dict[str,
     if not isinstance(header, dict):
         raise CheckpointError(f"{name} is not a valid .safetensors file: its header is not a table of tensors.")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{name} is not a valid .safetensors file: its __metadata__ is not a table.")
+    metadata = {str(k): str(v) for k, v in metadata.items()}
     data_end = 0
     for key, info in header.items():
         if not isinstance(info, dict) or "shape" not in info or "data_offsets" not in info:
             raise CheckpointError(f"{name} is not a valid .safetensors file: entry {key!r} has no shape or offsets.")
-        data_end = max(data_end, int(info["data_offsets"][1]))
+        offsets = info["data_offsets"]
+        if (
+            not isinstance(offsets, list | tuple)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise CheckpointError(
+                f"{name} is not a valid .safetensors file: entry {key!r} has malformed data offsets ({offsets!r:.60})."
+            )
+        shape = info["shape"]
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise CheckpointError(f"{name} is not a valid .safetensors file: entry {key!r} has a malformed shape.")
+        data_end = max(data_end, offsets[1])
     available = size - 8 - n
     if data_end > available:
         raise CheckpointError(

@@ -155,8 +155,8 @@ FLAG_DESCRIPTIONS: dict[Flag, str] = {
     Flag.ALPHA: "Has transparency: transparent areas become a flat colour",
     Flag.PALETTE: "Palette image (e.g. GIF-style colours)",
     Flag.EXIF_ROTATED: "Rotated by its EXIF tag: trained upright, as shown here",
-    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8 (an older encoding): read as such, saved back in it when you "
-    "edit it; bulk tag operations leave it alone",
+    Flag.CAPTION_NOT_UTF8: "Caption is not UTF-8 (an older encoding, read correctly); bulk tag operations "
+    "leave it alone",
     Flag.CAPTION_UNREADABLE: "The caption path is not a readable file (a folder, a pipe, a broken link)",
 }
 
@@ -234,7 +234,7 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
                 flags.add(Flag.ALPHA)
             if mode in ("P", "PA"):
                 flags.add(Flag.PALETTE)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         log.debug("cannot read %s: %s", p, e)
         return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
     if not _tail_ok(p, fmt, size):

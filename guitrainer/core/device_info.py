@@ -11,9 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from guitrainer.core.gpu_traits import Vendor, amd_generation, apple_bf16_native
 from guitrainer.core.units import format_bytes
 
-DeviceKind = Literal["cuda", "mps", "cpu"]
+DeviceKind = Literal["cuda", "xpu", "mps", "cpu"]  # "cuda" covers ROCm: torch names HIP devices "cuda"
 
 
 def version_tuple(text: str | None) -> tuple[int, ...]:
@@ -29,7 +30,10 @@ def version_tuple(text: str | None) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One CUDA (or ROCm) device as torch sees it."""
+    """One GPU as torch sees it: NVIDIA (CUDA), AMD (ROCm, which torch also calls "cuda") or Intel (XPU).
+
+    ``bf16_native``, ``tensor_cores`` and ``fp16_fast`` come from :func:`guitrainer.core.gpu_traits.gpu_traits`.
+    """
 
     index: int
     name: str
@@ -37,18 +41,36 @@ class GpuInfo:
     total_memory: int  # bytes
     free_memory: int | None = None  # bytes; None when it could not be read
     bf16_native: bool = False  # bf16 in hardware (Ampere, sm_80, and newer), not torch's emulation
-    tensor_cores: bool = False  # fp16 tensor cores (Volta sm_70 and newer, except GTX 16xx)
+    tensor_cores: bool = False  # fp16 matrix units (Volta sm_70 on, not TU116/TU117; AMD CDNA / RDNA3; Intel XMX)
     kernels_in_build: bool | None = True  # this torch build can run code on it (None: unknown)
+    vendor: Vendor = "nvidia"
+    fp16_fast: bool = True  # fp16 at least at fp32's rate (not consumer Pascal 6.1, not Maxwell 5.0/5.2)
+    sm_count: int = 0  # streaming multiprocessors / compute units as reported (0: unknown)
+    gfx_arch: str = ""  # AMD: the base gfx name, e.g. "gfx1030"
 
     @property
     def arch(self) -> str:
-        """CUDA architecture name, e.g. ``sm_86``."""
+        """The architecture as its vendor names it: ``sm_86`` (NVIDIA), ``gfx1030`` (AMD), ``xpu`` (Intel)."""
+        if self.vendor == "amd":
+            return self.gfx_arch or "gfx?"
+        if self.vendor == "intel":
+            return "xpu"
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
     @property
-    def is_gtx16(self) -> bool:
-        """A Turing GTX 16xx card (TU116/TU117): sm_75 without tensor cores."""
-        return bool(re.search(r"GTX\s*16\d\d", self.name, re.IGNORECASE))
+    def arch_label(self) -> str:
+        """``"compute capability 7.5"``, ``"gfx1030 (RDNA2)"``, ``"Intel XPU"``: for messages."""
+        if self.vendor == "amd":
+            gen = amd_generation(self.gfx_arch)
+            return f"{self.arch} ({gen})" if gen else self.arch
+        if self.vendor == "intel":
+            return "Intel XPU"
+        return f"compute capability {self.capability[0]}.{self.capability[1]}"
+
+    @property
+    def turing_without_tensor_cores(self) -> bool:
+        """A Turing TU116 / TU117 part (GTX 16xx, MX 450/550, T-series Quadro): sm_75 without tensor cores."""
+        return self.vendor == "nvidia" and self.capability == (7, 5) and not self.tensor_cores
 
     def label(self) -> str:
         """``"0: NVIDIA GeForce RTX 3060 (12.0 GB)"`` for a device selector."""
@@ -61,6 +83,18 @@ class CpuInfo:
     cores: int
     bf16_native: bool | None = None  # avx512_bf16 / amx_bf16 (x86), FEAT_BF16 (Apple); None: unknown
     bf16_flags: tuple[str, ...] = ()  # the flags that showed it, e.g. ("avx512_bf16", "amx_bf16")
+    amx: bool | None = None  # Intel AMX tiles with bf16 (amx_tile + amx_bf16): bf16 faster than fp32 only here
+
+    @property
+    def bf16_faster(self) -> bool:
+        """bf16 training beats fp32 on this CPU only with AMX (Sapphire Rapids and newer Xeons).
+
+        AVX512-BF16 alone only converts and dot-products pairs; PyTorch's CPU autocast then runs slower than
+        fp32 (measured here: 1.5x slower, bench/RESULTS.md). Source: Intel Architecture Instruction Set
+        Extensions reference (AMX-BF16 ``TDPBF16PS`` tile multiply); PyTorch CPU AMP documentation (oneDNN
+        uses AMX for bf16 matmuls).
+        """
+        return bool(self.amx)
 
 
 @dataclass(frozen=True)
@@ -70,7 +104,19 @@ class MpsInfo:
     available: bool
     macos_version: str = ""
     fp16_autocast: bool = False  # torch >= 2.5
-    bf16: bool = False  # torch >= 2.6 on macOS 14+
+    bf16: bool = False  # torch >= 2.6 on macOS 14+ (runs; native only from M3, see bf16_native)
+    grad_scaler: bool = False  # torch >= 2.8: GradScaler on MPS, which fp16 AMP training needs
+    chip: str = ""  # "Apple M2 Pro"
+
+    @property
+    def bf16_native(self) -> bool:
+        """bf16 in the GPU's hardware (M3 on); M1 / M2 emulate it (:func:`~guitrainer.core.gpu_traits.apple_bf16_native`)."""
+        return apple_bf16_native(self.chip)
+
+    @property
+    def fp16_amp(self) -> bool:
+        """fp16 AMP as the trainer runs it (autocast and a GradScaler) works here."""
+        return self.available and self.fp16_autocast and self.grad_scaler
 
 
 @dataclass(frozen=True)
@@ -110,7 +156,7 @@ class DeviceInfo:
     @property
     def kind(self) -> DeviceKind:
         if self.gpus:
-            return "cuda"
+            return "xpu" if self.gpus[0].vendor == "intel" else "cuda"
         if self.mps is not None and self.mps.available:
             return "mps"
         return "cpu"
@@ -148,7 +194,7 @@ class DeviceInfo:
         if self.gpu is not None:
             return self.gpu.bf16_native
         if self.kind == "mps":
-            return self.mps.bf16 if self.mps else False
+            return bool(self.mps and self.mps.bf16 and self.mps.bf16_native)
         return self.cpu.bf16_native
 
     @property
@@ -194,14 +240,16 @@ class DeviceInfo:
         parts: list[str] = []
         g = self.gpu
         if g is not None:
-            bits = [g.arch, format_bytes(g.total_memory), "bf16 native" if g.bf16_native else "no native bf16"]
+            bits = [g.arch_label if g.vendor == "amd" else g.arch, format_bytes(g.total_memory),
+                    "bf16 native" if g.bf16_native else "no native bf16"]
             if g.kernels_in_build is False:
                 bits.append("NOT supported by this torch build")
             parts.append(f"{g.name} ({', '.join(bits)})")
             if len(self.gpus) > 1:
                 parts[-1] += f" [GPU {g.index} of {len(self.gpus)}]"
         elif self.kind == "mps":
-            parts.append(f"Apple GPU (MPS, macOS {self.mps.macos_version if self.mps else '?'})")
+            chip = self.mps.chip if self.mps and self.mps.chip else "Apple GPU"
+            parts.append(f"{chip} (MPS, macOS {self.mps.macos_version if self.mps else '?'})")
         else:
             bf = {True: "bf16 native", False: "no native bf16", None: "bf16 unknown"}[self.cpu.bf16_native]
             parts.append(f"CPU: {self.cpu.name} ({self.cpu.cores} cores, {bf})")
@@ -217,6 +265,8 @@ class DeviceInfo:
             return f"CUDA {self.cuda_version}"
         if self.hip_version:
             return f"ROCm {self.hip_version}"
+        if self.kind == "xpu":
+            return "Intel XPU"
         return "MPS" if self.kind == "mps" else "CPU only"
 
     def facts(self) -> list[tuple[str, str]]:
@@ -226,21 +276,25 @@ class DeviceInfo:
         g = self.gpu
         if g is not None:
             rows.append(("Device", g.name))
-            cap = f"{g.capability[0]}.{g.capability[1]} ({g.arch})"
-            if g.kernels_in_build is False:
-                cap += " — not in this torch build"
-            rows.append(("Compute capability", cap))
+            if g.vendor == "nvidia":
+                cap = f"{g.capability[0]}.{g.capability[1]} ({g.arch})"
+                if g.kernels_in_build is False:
+                    cap += " — not in this torch build"
+                rows.append(("Compute capability", cap))
+            else:
+                rows.append(("Architecture", g.arch_label))
             mem = f"{format_bytes(g.total_memory)} total"
             if g.free_memory is not None:
                 mem += f", {format_bytes(g.free_memory)} free"
             rows.append(("Memory", mem))
             rows.append(("bf16 native", yes_no[g.bf16_native]))
-            rows.append(("fp16 tensor cores", yes_no[g.tensor_cores]))
+            rows.append(("fp16 tensor cores" if g.vendor == "nvidia" else "fp16 matrix cores", yes_no[g.tensor_cores]))
+            rows.append(("fp16 at full speed", yes_no[g.fp16_fast]))
         elif self.kind == "mps":
             mps = self.mps or MpsInfo(False)
-            rows.append(("Device", f"Apple GPU (MPS), macOS {mps.macos_version or '?'}"))
-            rows.append(("fp16 AMP", yes_no[mps.fp16_autocast]))
-            rows.append(("bf16 AMP", yes_no[mps.bf16]))
+            rows.append(("Device", f"{mps.chip or 'Apple GPU'} (MPS), macOS {mps.macos_version or '?'}"))
+            rows.append(("fp16 AMP", yes_no[mps.fp16_amp]))
+            rows.append(("bf16 AMP", yes_no[mps.bf16] + ("" if mps.bf16_native or not mps.bf16 else " (emulated: slow)")))
         else:
             rows.append(("Device", f"CPU: {self.cpu.name}"))
             rows.append(("Cores", str(self.cpu.cores)))
@@ -248,6 +302,7 @@ class DeviceInfo:
             if self.cpu.bf16_flags:
                 bf += f" ({', '.join(self.cpu.bf16_flags)})"
             rows.append(("bf16 native", bf))
+            rows.append(("AMX (bf16 faster than fp32)", yes_no[self.cpu.amx]))
         if self.torch_ok:
             rows.append(("torch", f"{self.torch_version} ({self._torch_backend()})"))
         else:

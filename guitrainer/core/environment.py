@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from guitrainer.core.hardware import DeviceInfo
+from guitrainer.core.precision_rules import build_is_older_than, eight_bit_status, torch_install_hint
 from guitrainer.core.units import format_bytes
 
 Level = Literal["ok", "info", "warning", "error"]
@@ -56,18 +57,21 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
             items.append(
                 EnvItem("PyTorch", f"{device.torch_version} ({build})", "error",
                         "This computer has an NVIDIA GPU, but your torch build is CPU-only: training will be very slow. "
-                        f"Install the CUDA build with: {CUDA_INSTALL}")
+                        f"Install the CUDA build with: {CUDA_INSTALL} (for a GTX 10-series or older card, "
+                        "cu126 instead of cu128: the cu128 builds dropped those cards)")
             )
         else:
             items.append(EnvItem("PyTorch", f"{device.torch_version} ({build})"))
     if device.gpus:
         for g in device.gpus:
-            value = f"{g.name}, compute capability {g.capability[0]}.{g.capability[1]}, {format_bytes(g.total_memory)}"
+            value = f"{g.name}, {g.arch_label}, {format_bytes(g.total_memory)}"
             if g.kernels_in_build is False:
+                older = build_is_older_than(g, device.arch_list)
                 items.append(
                     EnvItem(f"GPU {g.index}", value, "error",
-                            f"This torch build has no kernels for {g.arch} (it has {', '.join(device.arch_list) or 'none'}). "
-                            f"Install a newer CUDA build: {CUDA_INSTALL}")
+                            f"This torch build has no kernels for {g.arch} (it has {', '.join(device.arch_list) or 'none'}): "
+                            f"the card is {'older' if older else 'newer'} than the build supports. Install the build "
+                            f"for it: {torch_install_hint(g.capability)}")
                 )
             elif g.total_memory <= LOW_VRAM:
                 items.append(
@@ -85,12 +89,13 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
                     "An NVIDIA GPU with 6 GB or more is recommended.")
         )
     bnb = device.bitsandbytes
-    if bnb.available and (bnb.backend == "cuda" or not device.gpus):
+    level, reason = eight_bit_status(device)
+    if level is None or (bnb.available and not device.gpus and level != "error"):
         items.append(EnvItem("bitsandbytes", bnb.label()))
     else:
         items.append(
             EnvItem("bitsandbytes", bnb.label(), "warning" if device.gpus else "info",
-                    "8-bit optimizers (AdamW8bit, Lion8bit) need a CUDA build of bitsandbytes: pip install -U bitsandbytes. "
+                    f"8-bit optimizers (AdamW8bit, Lion8bit): {reason}. pip install -U bitsandbytes may help; "
                     "AdamW works without it.")
         )
     for label, folder in folders.items():

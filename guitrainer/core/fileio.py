@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,21 +18,53 @@ class WriteError(OSError):
         return str(self.strerror)
 
 
-def explain(path: str | Path, e: OSError) -> WriteError:
-    """``e`` in plain words (a WriteError passes through): what could not be written, why, and what to do."""
+def _is_file(p: Path) -> bool:
+    """``p`` exists and is not a folder; False when it cannot be told (a name too long, no permission)."""
+    try:
+        return p.exists() and not p.is_dir()
+    except OSError:
+        return False
+
+
+#: how other libraries word an errno they do not raise as OSError (safetensors: "IoError(Os { code: 28, ... })")
+_OS_CODE = re.compile(r"\bcode:\s*(\d+)|\[Errno (\d+)\]")
+
+
+def _errno_of(e: BaseException) -> int:
+    if isinstance(e, OSError) and e.errno:
+        return int(e.errno)
+    m = _OS_CODE.search(str(e))
+    if m:
+        return int(m.group(1) or m.group(2))
+    text = str(e).lower()
+    if "storagefull" in text or "no space left" in text:
+        return errno.ENOSPC
+    return 0
+
+
+def explain(path: str | Path, e: BaseException) -> WriteError:
+    """``e`` in plain words (a WriteError passes through): what could not be written, why, and what to do.
+
+    Any exception type: other libraries report a full disk as their own errors (safetensors' SafetensorError).
+    Never raises itself, even for a path the file system refuses.
+    """
     if isinstance(e, WriteError):
         return e
     path = Path(path)
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None and blocker != path:
+    code = _errno_of(e)
+    blocker = next((p for p in path.parents if _is_file(p)), None)
+    if blocker is not None:
         msg = f"The output folder {blocker} is a file, not a folder: could not write {path}."
-    elif e.errno == errno.ENOSPC:
+    elif code == errno.ENOSPC:
         msg = f"The disk is full: could not write {path}. Free some space or choose another folder, then save again."
-    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
         msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
+    elif code == errno.ENAMETOOLONG:
+        msg = f"The name is too long for the file system: could not write {path}. Choose a shorter output name."
     else:
-        msg = f"Could not write {path}: {e.strerror or e}."
-    err = WriteError(e.errno or 0, msg)
+        why = getattr(e, "strerror", None) or (str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        msg = f"Could not write {path}: {why}."
+    err = WriteError(code, msg)
     err.filename = str(path)
     return err
 
@@ -56,10 +89,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=folder)
         os.close(fd)
         # mkstemp makes 0600 files: keep the replaced file's mode, else the usual umask default.
-        os.chmod(tmp, _target_mode(path))
+        mode = _target_mode(path)
+        os.chmod(tmp, mode)
     except OSError as e:
         raise explain(path, e) from e
     tmp_path = Path(tmp)
@@ -67,6 +101,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp_path, mode)  # again: a writer that replaces the file itself (safetensors) makes it 0600
         os.replace(tmp_path, path)
         with contextlib.suppress(OSError):  # make the rename durable where the platform allows
             dfd = os.open(folder, os.O_RDONLY)

@@ -1,4 +1,4 @@
-"""DeviceInfo: what this machine can do for training, as plain frozen data.
+"""The device probe: looks at this machine (CUDA, ROCm, Intel XPU, MPS, CPU) and returns a DeviceInfo.
 
 Pure Python at import time: torch and bitsandbytes are imported lazily *inside* :func:`collect`
 (the GUI calls it from a worker thread after the window is shown). :func:`probe` caches the result,
@@ -8,7 +8,8 @@ Nothing here raises: a fact that cannot be found becomes "unknown", and the reas
 :attr:`DeviceInfo.unknown` so the UI and ``guitrainer-train --check`` can say why.
 
 The facts live in :mod:`guitrainer.core.device_info` and the GPU choice in :mod:`guitrainer.core.gpu_choice`;
-both are re-exported here. Tests build fake machines with ``tests/helpers.py``'s ``fake_device``.
+both are re-exported here; each GPU's traits come from :mod:`guitrainer.core.gpu_traits`. Tests build fake
+machines with ``tests/helpers/devices.py``'s ``fake_device``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from guitrainer.core.gpu_choice import (
     choose_training_gpu,
     gpu_missing_message,
 )
+from guitrainer.core.gpu_traits import Vendor, amd_gfx_base, gpu_traits
 from guitrainer.core.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ __all__ = [
     "collect",
     "format_bytes",
     "gpu_missing_message",
+    "make_gpu_info",
     "mps_capabilities",
     "probe",
     "version_tuple",
@@ -125,6 +128,7 @@ def _reason(e: BaseException) -> str:
 def _cpu_info(unknown: list[tuple[str, str]]) -> CpuInfo:
     name = ""
     bf16: bool | None = None
+    amx: bool | None = None
     flags_found: tuple[str, ...] = ()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -135,12 +139,14 @@ def _cpu_info(unknown: list[tuple[str, str]]) -> CpuInfo:
         fm = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.MULTILINE)
         if fm:
             flags = set(fm.group(1).split())
-            flags_found = tuple(f for f in ("avx512_bf16", "amx_bf16", "bf16") if f in flags)
+            flags_found = tuple(f for f in ("avx512_bf16", "amx_bf16", "amx_tile", "bf16") if f in flags)
             bf16 = bool(flags_found)
+            amx = "amx_bf16" in flags and "amx_tile" in flags
         else:
             unknown.append(("cpu bf16", "/proc/cpuinfo lists no CPU flags"))
     elif platform.system() == "Darwin":
         name, bf16 = _mac_cpu()
+        amx = False  # Apple's own matrix unit is not what PyTorch's CPU bf16 path uses
         if bf16:
             flags_found = ("FEAT_BF16",)
         elif bf16 is None:
@@ -149,7 +155,7 @@ def _cpu_info(unknown: list[tuple[str, str]]) -> CpuInfo:
         unknown.append(("cpu bf16", f"no CPU flag check on {platform.system() or 'this system'}"))
     if not name:
         name = platform.processor() or platform.machine() or "unknown CPU"
-    return CpuInfo(name=name, cores=os.cpu_count() or 1, bf16_native=bf16, bf16_flags=flags_found)
+    return CpuInfo(name=name, cores=os.cpu_count() or 1, bf16_native=bf16, bf16_flags=flags_found, amx=amx)
 
 
 def _mac_cpu() -> tuple[str, bool | None]:
@@ -196,29 +202,61 @@ def _torch_facts(unknown: list[tuple[str, str]]) -> dict[str, Any]:
             except Exception as e:  # noqa: BLE001
                 unknown.append((f"gpu {i}", _reason(e)))
     elif not out["cuda_version"] and not out["hip_version"]:
-        out["nvidia_gpu_unused"] = _nvidia_driver_present()
+        gpus.extend(_xpu_gpus(torch, unknown))
+        if not gpus:
+            out["nvidia_gpu_unused"] = _nvidia_driver_present()
     out["gpus"] = tuple(gpus)
     out["mps"] = _mps_info(torch, unknown)
     return out
 
 
 def _gpu_info(torch: Any, i: int, arch_list: tuple[str, ...], hip: bool, unknown: list[tuple[str, str]]) -> GpuInfo:
+    """One CUDA or ROCm device. Its traits come from what it reports (compute capability, name, SM count,
+    gfx architecture), never from ``torch.cuda.is_bf16_supported()``, which is True through emulation on older
+    NVIDIA cards and on every HIP device (:mod:`guitrainer.core.gpu_traits`)."""
     props = torch.cuda.get_device_properties(i)
     cap = (int(props.major), int(props.minor))
     name = str(props.name)
     free = _free_memory(torch, i, unknown)
     kernels = None if hip or not arch_list else arch_supported(cap, arch_list)
-    if hip:
+    sm_count = int(getattr(props, "multi_processor_count", 0) or 0)
+    gfx = amd_gfx_base(str(getattr(props, "gcnArchName", "") or "")) if hip else ""
+    if hip and not gfx:
+        unknown.append((f"gpu {i} architecture", "torch reports no gcnArchName"))
+    return make_gpu_info(i, name, cap, int(props.total_memory), free, "amd" if hip else "nvidia",
+                         kernels_in_build=kernels, sm_count=sm_count, gfx_arch=gfx)
+
+
+def make_gpu_info(index: int, name: str, capability: tuple[int, int], total_memory: int, free_memory: int | None,
+                  vendor: Vendor = "nvidia", *, kernels_in_build: bool | None = True, sm_count: int = 0,
+                  gfx_arch: str = "") -> GpuInfo:
+    """A GpuInfo with its traits decided by :func:`~guitrainer.core.gpu_traits.gpu_traits` (probe and tests)."""
+    t = gpu_traits(vendor, capability, name, sm_count, gfx_arch)
+    return GpuInfo(index, name, capability, total_memory, free_memory, t.bf16_native, t.tensor_cores,
+                   kernels_in_build, vendor, t.fp16_fast, sm_count, gfx_arch)
+
+
+def _xpu_gpus(torch: Any, unknown: list[tuple[str, str]]) -> tuple[GpuInfo, ...]:
+    """Intel GPUs through ``torch.xpu`` (Arc, Data Center GPU Max / Flex, Core Ultra graphics)."""
+    xpu = getattr(torch, "xpu", None)
+    try:
+        if xpu is None or not xpu.is_available():
+            return ()
+        count = int(xpu.device_count())
+    except Exception as e:  # noqa: BLE001
+        unknown.append(("xpu", _reason(e)))
+        return ()
+    out: list[GpuInfo] = []
+    for i in range(count):
         try:
-            with torch.cuda.device(i):
-                bf16 = bool(torch.cuda.is_bf16_supported(including_emulation=False))
+            props = xpu.get_device_properties(i)
+            name = str(getattr(props, "name", f"Intel GPU {i}"))
+            total = int(getattr(props, "total_memory", 0) or 0)
+            units = int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 0) or 0)
+            out.append(make_gpu_info(i, name, (0, 0), total, None, "intel", kernels_in_build=None, sm_count=units))
         except Exception as e:  # noqa: BLE001
-            unknown.append((f"gpu {i} bf16", _reason(e)))
-            bf16 = False
-    else:
-        bf16 = cap >= (8, 0)  # is_bf16_supported() says True on older cards through emulation
-    tensor_cores = cap >= (7, 0) and not re.search(r"GTX\s*16\d\d", name, re.IGNORECASE)
-    return GpuInfo(i, name, cap, int(props.total_memory), free, bf16, tensor_cores, kernels)
+            unknown.append((f"xpu {i}", _reason(e)))
+    return tuple(out)
 
 
 def _free_memory(torch: Any, i: int, unknown: list[tuple[str, str]]) -> int | None:
@@ -248,17 +286,25 @@ def _mps_info(torch: Any, unknown: list[tuple[str, str]]) -> MpsInfo | None:
         unknown.append(("mps", _reason(e)))
         return None
     macos = platform.mac_ver()[0]
-    return mps_capabilities(available, str(torch.__version__), macos)
+    chip, _bf16 = _mac_cpu()
+    return mps_capabilities(available, str(torch.__version__), macos, chip)
 
 
-def mps_capabilities(available: bool, torch_version: str, macos_version: str) -> MpsInfo:
-    """What MPS autocast supports: fp16 from torch 2.5, bf16 from torch 2.6 on macOS 14+."""
+def mps_capabilities(available: bool, torch_version: str, macos_version: str, chip: str = "") -> MpsInfo:
+    """What MPS supports for training.
+
+    fp16 autocast from torch 2.5 and bf16 autocast from torch 2.6 on macOS 14+ (PyTorch release notes 2.5 / 2.6:
+    "MPS autocast"); ``torch.amp.GradScaler("mps")`` from torch 2.8 (PyTorch 2.8 release notes), and the
+    trainer always scales fp16 losses. bf16 runs natively only on M3 and newer (``MpsInfo.bf16_native``).
+    """
     tv, mv = version_tuple(torch_version), version_tuple(macos_version)
     return MpsInfo(
         available=available,
         macos_version=macos_version,
         fp16_autocast=available and tv >= (2, 5),
         bf16=available and tv >= (2, 6) and mv >= (14,),
+        grad_scaler=available and tv >= (2, 8),
+        chip=chip,
     )
 
 

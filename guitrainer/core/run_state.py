@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,34 @@ def saved_step(folder: str | Path) -> int | None:
     try:
         return int(read_info(folder)["global_step"])
     except StateError:
+        return None
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """What a run-state folder says about its run: where it stopped and how far it was meant to go."""
+
+    path: str
+    global_step: int
+    total_steps: int
+    epoch: int
+
+    @property
+    def complete(self) -> bool:
+        """Every planned step was trained: resuming would train nothing."""
+        return self.total_steps > 0 and self.global_step >= self.total_steps
+
+    def epochs_for_more(self, more_epochs: int, current_epochs: int) -> int:
+        """The ``schedule.epochs`` that trains ``more_epochs`` beyond this run."""
+        return max(self.epoch, current_epochs) + max(1, more_epochs)
+
+
+def read_saved_run(folder: str | Path) -> SavedRun | None:
+    """The run-state folder's step counts, or None when it is not a readable state."""
+    try:
+        info = read_info(folder)
+        return SavedRun(str(folder), int(info["global_step"]), int(info.get("total_steps", 0)), int(info.get("epoch", 0)))
+    except (StateError, ValueError, TypeError):
         return None
 
 

@@ -1,7 +1,7 @@
 """Live VRAM estimate of a LoRA training run: a sum of named parts, in microseconds, without torch.
 
 The parameter tables below were computed once from the bundled configs (``resources/models``) by
-:func:`guitrainer.engine.memory.compute_model_spec`; ``tests/test_vram.py`` recomputes them. The activation
+:func:`guitrainer.engine.model_spec.compute_model_spec`; ``tests/test_vram.py`` recomputes them. The activation
 constants were fitted by ``bench/vram_calibrate.py`` against measured training steps (``bench/vram_grid.csv``).
 """
 
@@ -18,6 +18,9 @@ from guitrainer.core.units import GiB, MiB, format_bytes
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
     from guitrainer.config import TrainingConfig
+
+# which layers each ``network.target_modules`` choice trains: one table, the engine's too
+from guitrainer.core.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +39,6 @@ CUDA_BLOCK = 512  # the caching allocator rounds allocations up to this
 BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes keeps fp32 state for tensors with fewer elements
 BNB_BLOCKSIZE = 256  # blockwise quantisation: one fp32 absmax per block
 TEXT_TOKENS = 77
-
-#: which UNet / text-encoder layers each ``network.target_modules`` choice trains (peft name suffixes)
-UNET_LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    "attention": ("to_q", "to_k", "to_v", "to_out.0"),
-    "attention_ff": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"),
-    "attention_ff_proj": ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2", "proj_in", "proj_out"),
-}
-#: the trainer's text-encoder LoRA (``engine.lora.inject_text_encoder_lora``) covers the attention projections
-#: whatever the UNet's target set (measured: ``tests/test_memory_engine_lora.py``)
-TEXT_ENCODER_LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    target: ("q_proj", "k_proj", "v_proj", "out_proj") for target in UNET_LORA_TARGETS
-}
 
 LoraTable = tuple[tuple[int, int, int, float], ...]  # (in, out, count, tokens per latent pixel; 0 = text tokens)
 
@@ -271,10 +262,12 @@ def optimizer_state_bytes(name: str, shapes: Iterable[Sequence[int]]) -> int:
     return sum(_state_one(name, tuple(s), 1) for s in shapes)
 
 
-def _state_one(name: str, shape: tuple[int, ...], count: int) -> int:
+def _state_one(name: str, shape: tuple[int, ...], count: int, param_bytes: int = 4) -> int:
+    """One tensor's optimizer state. torch's AdamW keeps its states in the parameter's dtype (2 bytes for bf16
+    LoRA weights); bitsandbytes and transformers' Adafactor keep fp32 statistics whatever the dtype."""
     n = math.prod(shape)
     if name == "AdamW":
-        return count * 2 * _blocks(4 * n)
+        return count * 2 * _blocks(param_bytes * n)
     if name in ("AdamW8bit", "PagedAdamW8bit", "Lion8bit"):
         states = 1 if name == "Lion8bit" else 2
         if n < BNB_MIN_8BIT_SIZE:
@@ -290,7 +283,27 @@ def _state_one(name: str, shape: tuple[int, ...], count: int) -> int:
 
 
 def _bytes(dtype: str) -> int:
-    return 4 if dtype == "fp32" else 2
+    return {"fp32": 4, "fp8": 1}.get(dtype, 2)
+
+
+def sdxl_vae_dtype(family: str, training: str) -> str:
+    """The VAE's precision as the trainer runs it: SDXL's VAE overflows in fp16, so it stays fp32 there."""
+    return "fp32" if (family == "sdxl" and training == "fp16") else training
+
+
+def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
+    """Bytes the fp32 SDXL VAE adds to the peak against an fp16 one (the fp16-fixed VAE), for ``config``.
+
+    With cached latents the VAE only encodes before training, so the cost is to the caching pass's peak;
+    it is measured here the same way, with the latents not cached.
+    """
+    if spec is None:
+        spec = MODEL_SPECS[resolve_family(str(config.model.family), str(config.model.base))]
+    if spec.family != "sdxl" or config.precision.training != "fp16":
+        return 0
+    uncached = config.copy()
+    uncached.precision.cache_latents = False
+    return estimate(uncached, spec).total - estimate(uncached, spec, vae_dtype="fp16").total
 
 
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
@@ -321,13 +334,20 @@ def _vae_encode_bytes(spec: ModelSpec, config: TrainingConfig, vae_width: int) -
     return int(config.schedule.batch_size * res * res * vae_width * VAE_ENCODE_FIT.get(spec.family, 0.0))
 
 
-def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None) -> VramBreakdown:
+def estimate(
+    config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, *, vae_dtype: str | None = None
+) -> VramBreakdown:
     """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
+
+    ``precision.base_weights = "fp8"`` stores the frozen UNet and text encoders in 1 byte per parameter (the
+    VAE stays in the training precision); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
+    gradients and AdamW's two states in 2 bytes each.
 
     Args:
         config: the training settings.
         spec: the base model's spec; by default the table entry of ``config.model.family``.
-        device: anything with ``total_memory`` (bytes), e.g. core.hardware.DeviceInfo; None = unknown.
+        device: a probed DeviceInfo, or anything with ``total_memory`` (bytes); None = unknown.
+        vae_dtype: the VAE's precision, when not the one the trainer picks (SDXL's VAE stays fp32 under fp16).
     """
     notes: list[str] = []
     if spec is None:
@@ -337,19 +357,21 @@ def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Devi
         spec = MODEL_SPECS[family]
     p, net, opt = config.precision, config.network, config.optimizer
     wdt = p.training
-    w = _bytes(wdt)
-    vae_dt = "fp32" if (spec.family == "sdxl" and wdt == "fp16") else wdt
+    base_dt = "fp8" if getattr(p, "base_weights", "auto") == "fp8" else wdt
+    w = _bytes(base_dt)
+    vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt)
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
-        VramPart("unet", f"UNet weights ({wdt})", _blocks(spec.unet * w), f"{spec.unet / 1e6:.0f} M frozen parameters."),
+        VramPart("unet", f"UNet weights ({base_dt})", _blocks(spec.unet * w), f"{spec.unet / 1e6:.0f} M frozen parameters"
+                 + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
     ]
     if te_offloaded:
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
         n_te = sum(spec.text_encoders)
         parts.append(
-            VramPart("text_encoders", f"Text encoder(s) ({wdt})", _blocks(n_te * w), f"{n_te / 1e6:.0f} M parameters.")
+            VramPart("text_encoders", f"Text encoder(s) ({base_dt})", _blocks(n_te * w), f"{n_te / 1e6:.0f} M parameters.")
         )
     vae_w = _bytes(vae_dt)
     if p.cache_latents:
@@ -359,12 +381,15 @@ def estimate(config: TrainingConfig, spec: ModelSpec | None = None, device: Devi
             VramPart("vae", f"VAE ({vae_dt})", _blocks(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
     shapes = lora_tensor_shapes(spec, net.target_modules, net.rank, net.train_text_encoder)
-    lora = sum(c * _blocks(4 * r * k) for r, k, c in shapes)
+    lora_dt = getattr(p, "lora_weights", "fp32")
+    lw = _bytes(lora_dt)
+    lora = sum(c * _blocks(lw * r * k) for r, k, c in shapes)
     n_lora = sum(c * r * k for r, k, c in shapes)
-    state = sum(_state_one(opt.name, (r, k), c) for r, k, c in shapes)
+    state = sum(_state_one(opt.name, (r, k), c, lw) for r, k, c in shapes)
     parts += [
-        VramPart("lora_weights", "LoRA weights (fp32)", lora, f"{n_lora / 1e6:.2f} M trainable parameters, fp32 master copy."),
-        VramPart("lora_grads", "LoRA gradients (fp32)", lora, "One fp32 gradient per trainable parameter."),
+        VramPart("lora_weights", f"LoRA weights ({lora_dt})", lora,
+                 f"{n_lora / 1e6:.2f} M trainable parameters, {lora_dt} master copy."),
+        VramPart("lora_grads", f"LoRA gradients ({lora_dt})", lora, f"One {lora_dt} gradient per trainable parameter."),
         VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
     ]
     act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)

@@ -74,6 +74,53 @@ def plan_missing(folder: str | Path, count: int) -> tuple[list[int], int]:
     return todo, len(have)
 
 
+def _checked_prompt(prompt: str, count: int, size: int, steps: int) -> str:
+    prompt = prompt.strip()
+    if not prompt:
+        raise ValueError("the class prompt is empty; describe the class, e.g. 'a photo of a dog'")
+    if count < 0 or size < 8 or steps < 1:
+        raise ValueError(f"need count >= 0, size >= 8 and steps >= 1 (got {count}, {size}, {steps})")
+    return prompt
+
+
+def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int) -> tuple[Any, int]:
+    """The pipeline that draws class images (fp16 on CUDA) and the image side (``size`` rounded down to the
+    model's multiple)."""
+    import torch
+
+    from guitrainer.engine.sampling import build_pipeline
+
+    if model is None:
+        from guitrainer.engine.models import load_base_model
+
+        model = load_base_model(model_cfg)
+    dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
+    multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
+    side = max(multiple, int(size) // multiple * multiple)
+    if side != size:
+        log.info("class images: size %d rounded to %d (a multiple of %d)", size, side, multiple)
+    return pipe, side
+
+
+def _write_class_image(
+    root: Path, index: int, image: Any, prompt: str, negative_prompt: str, seed: int, steps: int, side: int
+) -> Path:
+    """Class image ``index`` as a PNG with its settings in the metadata; its caption is written first, so an
+    image on disk always has its caption."""
+    from PIL.PngImagePlugin import PngInfo
+
+    name = image_name(index)
+    write_caption(root / f"{name}.txt", prompt)
+    info = PngInfo()
+    meta = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": seed, "steps": steps, "size": side}
+    info.add_text("guitrainer", json.dumps(meta))
+    target = root / f"{name}.png"
+    with atomic_path(target) as tmp:
+        image.save(tmp, format="PNG", pnginfo=info)
+    return target
+
+
 def generate_class_images(
     model_cfg: Any,
     prompt: str,
@@ -101,11 +148,7 @@ def generate_class_images(
         progress: ``progress(done, total)`` after each image (and ``(0, total)`` at the start).
         should_stop: polled between images and between denoising steps; a half-made image is dropped.
     """
-    prompt = prompt.strip()
-    if not prompt:
-        raise ValueError("the class prompt is empty; describe the class, e.g. 'a photo of a dog'")
-    if count < 0 or size < 8 or steps < 1:
-        raise ValueError(f"need count >= 0, size >= 8 and steps >= 1 (got {count}, {size}, {steps})")
+    prompt = _checked_prompt(prompt, count, size, steps)
     root = expand(str(folder))
     todo, have = plan_missing(root, count)
     if progress:
@@ -118,20 +161,8 @@ def generate_class_images(
         return GenerationResult(0, have, True)
 
     import torch
-    from PIL.PngImagePlugin import PngInfo
 
-    from guitrainer.engine.sampling import build_pipeline
-
-    if model is None:
-        from guitrainer.engine.models import load_base_model
-
-        model = load_base_model(model_cfg)
-    dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
-    pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
-    multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
-    side = max(multiple, int(size) // multiple * multiple)
-    if side != size:
-        log.info("class images: size %d rounded to %d (a multiple of %d)", size, side, multiple)
+    pipe, side = _class_pipeline(model_cfg, model, device, size)
     root.mkdir(parents=True, exist_ok=True)
     log.info("class images: making %d of %d in %s (%d there), %d px, %d steps", len(todo), count, root, have, side, steps)
 
@@ -162,15 +193,7 @@ def generate_class_images(
         if getattr(pipe, "_interrupt", False):
             cancelled = True
             break
-        image = out.images[0]
-        name = image_name(index)
-        write_caption(root / f"{name}.txt", prompt)  # caption first: an image on disk always has its caption
-        info = PngInfo()
-        meta = {"prompt": prompt, "negative_prompt": negative_prompt, "seed": image_seed, "steps": steps, "size": side}
-        info.add_text("guitrainer", json.dumps(meta))
-        target = root / f"{name}.png"
-        with atomic_path(target) as tmp:
-            image.save(tmp, format="PNG", pnginfo=info)
+        target = _write_class_image(root, index, out.images[0], prompt, negative_prompt, image_seed, steps, side)
         written.append(str(target))
         if progress:
             progress(done + 1, len(todo))

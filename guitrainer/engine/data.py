@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,16 +93,84 @@ def apply_trigger(caption: str, trigger: str) -> str:
     return f"{trigger}, {caption}" if caption else trigger
 
 
-def _check_decode(path: Path) -> str | None:
-    """None when the whole image decodes, else why not."""
+@contextlib.contextmanager
+def _quiet_size_warnings() -> Iterator[None]:
+    """Pillow's raw DecompressionBombWarning is not shown: :func:`collect_items` says it in its own words."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        yield
+
+
+def _bomb_message(e: BaseException) -> str:
+    from PIL import Image
+
+    limit = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+    return f"over Pillow's decompression-bomb limit of {limit:,} pixels: refused as unsafe to decode ({e})"
+
+
+def _check_decode(path: Path, notes: dict[str, list[str]]) -> str | None:
+    """None when the whole image decodes, else why not; very large and animated images are noted in ``notes``."""
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
+        with _quiet_size_warnings(), Image.open(path) as im:
+            if Image.MAX_IMAGE_PIXELS and im.size[0] * im.size[1] > Image.MAX_IMAGE_PIXELS:
+                notes["large"].append(path.name)
+            if getattr(im, "is_animated", False):
+                notes["animated"].append(path.name)
             im.load()
+    except Image.DecompressionBombError as e:
+        return _bomb_message(e)
     except Exception as e:  # noqa: BLE001 - any decoder error means "skip this file"
         return str(e) or type(e).__name__
     return None
+
+
+def _say_notes(notes: dict[str, list[str]], warn: Callable[[str], None]) -> None:
+    from PIL import Image
+
+    def names(found: list[str]) -> str:
+        return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+    if notes["large"]:
+        mp = (Image.MAX_IMAGE_PIXELS or 0) / 1e6
+        warn(
+            f"{len(notes['large'])} image(s) over {mp:.0f} megapixels ({names(notes['large'])}): used, but slow to "
+            "decode and memory-hungry; downscale them to a few megapixels"
+        )
+    if notes["animated"]:
+        warn(f"{len(notes['animated'])} animated image(s) ({names(notes['animated'])}): only the first frame is trained")
+    if notes["unused"]:
+        warn(
+            f"{len(notes['unused'])} file(s) in a format not trained here were left out ({names(notes['unused'])}): "
+            f"save them as PNG or JPEG to train on them"
+        )
+
+
+#: image files a dataset folder may hold that training does not read (said, never dropped silently)
+UNUSED_IMAGE_SUFFIXES = (".gif", ".tif", ".tiff", ".heic", ".avif")
+
+
+def _unused_images(folders: list[tuple[Path, int]]) -> list[str]:
+    """Image files of the folders in formats training does not read; an animated GIF says so."""
+    from PIL import Image
+
+    found: list[str] = []
+    for root, _repeats in folders:
+        try:
+            files = sorted(p for p in root.iterdir() if p.suffix.lower() in UNUSED_IMAGE_SUFFIXES and p.is_file())
+        except OSError:
+            continue
+        for p in files:
+            try:
+                with Image.open(p) as im:
+                    animated = bool(getattr(im, "is_animated", False))
+            except Exception:  # noqa: BLE001 - unreadable: named all the same
+                animated = False
+            found.append(f"{p.name} (animated)" if animated else p.name)
+    return found
 
 
 def bucket_list(dataset_cfg: Any) -> list[Bucket]:
@@ -131,29 +201,33 @@ def collect_items(
         if not root.is_dir():
             raise DatasetError(f"image folder not found: {root}")
         folders.append((root, max(1, int(f.repeats))))
-    scan = core_ds.scan_folders(
-        folders, dataset_cfg.caption_extension, int(dataset_cfg.resolution), getattr(dataset_cfg, "exclude", ())
-    )
+    with _quiet_size_warnings():
+        scan = core_ds.scan_folders(
+            folders, dataset_cfg.caption_extension, int(dataset_cfg.resolution), getattr(dataset_cfg, "exclude", ())
+        )
     buckets = bucket_list(dataset_cfg)
     items: list[TrainItem] = []
     skipped: list[str] = []
+    notes: dict[str, list[str]] = {"large": [], "animated": [], "unused": _unused_images(folders)}
     for it in scan.items:
         severe = sorted(f.description for f in it.flags if f.severe)
         problem = "; ".join(severe) if severe else None
         if problem is None and not (it.width and it.height):
             problem = "size unknown"
         if problem is None:
-            problem = _check_decode(it.image_path)
+            problem = _check_decode(it.image_path, notes)
+        elif core_ds.Flag.UNREADABLE in it.flags:  # say why when it is Pillow's size limit
+            detail = _check_decode(it.image_path, notes) or ""
+            problem = detail if "decompression-bomb" in detail else problem
         if problem:
             skipped.append(f"{it.image_path} ({problem})")
             continue
         bucket = assign_bucket(it.width, it.height, buckets) if dataset_cfg.bucketing else buckets[0]
         items.append(TrainItem(it.image_path, it.caption.strip(), it.repeats, it.width, it.height, bucket))
+    say = warn or log.warning  # said once: the caller's warn logs it too
     if skipped:
-        text = f"skipped {len(skipped)} unreadable image{'s' if len(skipped) != 1 else ''}: " + ", ".join(skipped)
-        log.warning(text)
-        if warn:
-            warn(text)
+        say(f"skipped {len(skipped)} unreadable image{'s' if len(skipped) != 1 else ''}: " + ", ".join(skipped))
+    _say_notes(notes, say)
     if not items:
         where = ", ".join(str(f.path) for f in dataset_cfg.folders) or "(no folders set)"
         raise DatasetError(
@@ -170,7 +244,7 @@ def open_rgb(path: str | Path) -> Any:
     import numpy as np
     from PIL import Image, ImageOps
 
-    with Image.open(path) as src:
+    with _quiet_size_warnings(), Image.open(path) as src:
         im = ImageOps.exif_transpose(src)
         im.load()
     mode = im.mode

@@ -16,7 +16,7 @@ OOM_ADVICE = (
 
 #: a save that failed at the end of a run or on stop (full disk, read-only or misnamed output folder)
 WRITE_ADVICE = (
-    "choose another output folder, then Save now or resume",
+    "choose another output folder, then resume from the saved state (or train again)",
     "free some disk space if the disk is full",
 )
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from guitrainer.core import run_state
-from guitrainer.core.fileio import numbered_path
+from guitrainer.core.fileio import atomic_write_with, numbered_path
+from guitrainer.core.lora_format import DIFFUSERS_WEIGHT_NAME, FP16_MAX
 from guitrainer.core.paths import expand
 
 if TYPE_CHECKING:
@@ -35,17 +36,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DIFFUSERS_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
-FP16_MAX = 65504.0
 #: fp16's smallest subnormal is 2**-24; anything below half of it rounds to zero
 FP16_TINY = 2.0**-25
 #: a tensor is reported when more than this fraction of its non-zero values would become zero in fp16
 UNDERFLOW_FRACTION = 1e-3
 #: the trainer's warning about an fp16 save starts with this, so the Output page can pick it out of the log
 FP16_WARNING_TAG = "[fp16 save]"
-ARCHITECTURES = {"sd15": "stable-diffusion-v1/lora", "sdxl": "stable-diffusion-xl-v1-base/lora"}
-BASE_VERSIONS = {"sd15": "sd_v1", "sdxl": "sdxl_base_v1-0"}
-IMPLEMENTATIONS = {"sd15": "diffusers", "sdxl": "https://github.com/Stability-AI/generative-models"}
+ARCHITECTURES = {
+    "sd15": "stable-diffusion-v1/lora",
+    "sdxl": "stable-diffusion-xl-v1-base/lora",
+    "demo": "guitrainer-demo/lora",
+}
+BASE_VERSIONS = {"sd15": "sd_v1", "sdxl": "sdxl_base_v1-0", "demo": "guitrainer_demo"}
+IMPLEMENTATIONS = {"sd15": "diffusers", "sdxl": "https://github.com/Stability-AI/generative-models", "demo": "guitrainer"}
+#: the Demo LoRA's description: it fits only the app's tiny built-in model
+DEMO_NOTE = (
+    "A demo LoRA of guitrainer's tiny built-in model, made to check that training works. "
+    "It is not a Stable Diffusion LoRA: ComfyUI, A1111, Forge and diffusers pipelines of real models will not load it."
+)
 
 Fp16Overflow = Literal["bf16", "fp32", "write", "raise"]
 
@@ -125,7 +133,7 @@ def check_fp16(state_dict: Mapping[str, torch.Tensor], *, underflow_fraction: fl
 
 
 def _family(family: str) -> str:
-    return "sdxl" if family == "sdxl" else "sd15"
+    return family if family in ("sdxl", "demo") else "sd15"
 
 
 def _unix(t: float | datetime | None) -> float:
@@ -152,7 +160,8 @@ def build_metadata(
 
     Args:
         config: the :class:`guitrainer.config.TrainingConfig` of the run.
-        family: "demo", "sd15" or "sdxl" (demo models are SD 1.x-shaped).
+        family: "demo", "sd15" or "sdxl". A demo LoRA says so (``ss_base_model_version`` "guitrainer_demo",
+            its description :data:`DEMO_NOTE`): no real client can use it, though its keys are SD 1.x-shaped.
         num_images: training images (kohya counts images x repeats).
         epochs: epochs of the run (``ss_num_epochs``); ``epoch`` is the one just finished (default ``epochs``).
         steps: optimizer steps done so far.
@@ -209,6 +218,8 @@ def build_metadata(
     ):
         if str(value).strip():
             meta[key] = str(value).strip()
+    if fam == "demo":
+        meta["modelspec.description"] = " ".join((DEMO_NOTE, str(meta.get("modelspec.description", "")))).strip()
     return {k: str(v) for k, v in meta.items() if str(v) != ""}
 
 
@@ -266,6 +277,50 @@ def planned_files(output: Any, epochs: int | None = None) -> list[tuple[str, str
     return out
 
 
+# --------------------------------------------------------------------------- casting and writing
+
+
+def cast_for_save(
+    state_dict: Mapping[str, torch.Tensor], save_precision: str, *, check: bool = True
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Cast to the save dtype; returns the tensors and warnings (fp16: values beyond ±65504 saturate to inf).
+
+    The check (:func:`check_fp16`, the one fp16 range check) runs on the un-cast tensors.
+    """
+    import torch
+
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[save_precision]
+    warnings: list[str] = []
+    if dtype == torch.float16 and check:
+        report = check_fp16(state_dict)
+        warnings += [f"{k} holds values beyond fp16's ±{FP16_MAX:g}; save as bf16 or fp32 instead" for k in report.overflow]
+    out = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state_dict.items()}
+    return out, warnings
+
+
+def save_lora(
+    path: str | Path,
+    state_dict: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str],
+    save_precision: str,
+    *,
+    check: bool = True,
+) -> list[str]:
+    """Write a .safetensors LoRA atomically (temp file, fsync, rename), cast to ``save_precision``. Returns warnings.
+
+    Raises :class:`~guitrainer.core.fileio.WriteError` (full disk, no permission) with the previous file intact.
+    """
+    from safetensors.torch import save_file
+
+    tensors, warnings = cast_for_save(state_dict, save_precision, check=check)
+    meta = {str(k): str(v) for k, v in metadata.items()}
+    meta.setdefault("ss_save_precision", save_precision)
+    atomic_write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+    for w in warnings:
+        log.warning(w)
+    return warnings
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -297,16 +352,16 @@ def export_lora(
     "raise" raises :class:`Fp16OverflowError` and writes nothing. A failed write raises
     :class:`~guitrainer.core.fileio.WriteError` and leaves any previous file intact.
     """
-    from guitrainer.engine import lora as L
+    from guitrainer.engine import lora
 
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     if fmt == "diffusers":
-        sd = L.diffusers_state_dict(unet, text_encoders)
-        adapter = L.diffusers_adapter_metadata(unet, text_encoders, alpha)
+        sd = lora.diffusers_state_dict(unet, text_encoders)
+        adapter = lora.diffusers_adapter_metadata(unet, text_encoders, alpha)
         meta["format"] = "pt"
         meta["lora_adapter_metadata"] = json.dumps(adapter, indent=2, sort_keys=True)
     elif fmt == "kohya":
-        sd = L.kohya_state_dict(unet, text_encoders, alpha)
+        sd = lora.kohya_state_dict(unet, text_encoders, alpha)
     else:
         raise ValueError(f"`output.format` must be 'kohya' or 'diffusers', not {fmt!r}")
     if not sd:
@@ -327,7 +382,7 @@ def export_lora(
         elif report.underflow:
             warnings.append(f"{FP16_WARNING_TAG} {report.message()}")
     meta["ss_save_precision"] = used
-    L.save_lora(path, sd, meta, used, check=False)
+    save_lora(path, sd, meta, used, check=False)
     for w in warnings:
         log.warning(w)
     return ExportResult(str(path), used, report, tuple(warnings))

@@ -18,35 +18,29 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.core.fileio import atomic_write_with
-from guitrainer.engine.export import DIFFUSERS_WEIGHT_NAME
+from guitrainer.core.lora_format import DIFFUSERS_WEIGHT_NAME, TEXT_ENCODER_TARGETS, UNET_LORA_TARGETS
 
 log = logging.getLogger(__name__)
 
 ADAPTER = "default"
-UNET_TARGETS: dict[str, list[str]] = {
-    "attention": ["to_q", "to_k", "to_v", "to_out.0"],
-    "attention_ff": ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"],
-    "attention_ff_proj": ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2", "proj_in", "proj_out"],
-}
-TEXT_ENCODER_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj"]
-FP16_MAX = 65504.0
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class LoraFormatError(ValueError):
     """A LoRA file does not match the model (unknown keys, other rank)."""
 
 
-def _lora_config(rank: int, alpha: float, dropout: float, targets: list[str]) -> Any:
+def _lora_config(rank: int, alpha: float, dropout: float, targets: Sequence[str]) -> Any:
     from peft import LoraConfig
 
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights="gaussian", target_modules=targets)
+    return LoraConfig(
+        r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights="gaussian", target_modules=list(targets)
+    )
 
 
 def inject_unet_lora(unet: nn.Module, rank: int, alpha: float, dropout: float = 0.0, targets: str = "attention") -> None:
-    """Add a trainable LoRA adapter to the UNet's layers chosen by ``targets`` (a key of :data:`UNET_TARGETS`)."""
-    unet.add_adapter(_lora_config(rank, alpha, dropout, UNET_TARGETS[targets]))
+    """Add a trainable LoRA adapter to the UNet's layers chosen by ``targets`` (a key of
+    :data:`~guitrainer.core.lora_format.UNET_LORA_TARGETS`)."""
+    unet.add_adapter(_lora_config(rank, alpha, dropout, UNET_LORA_TARGETS[targets]))
 
 
 def inject_text_encoder_lora(text_encoder: nn.Module, rank: int, alpha: float, dropout: float = 0.0) -> None:
@@ -100,66 +94,6 @@ def kohya_state_dict(unet: nn.Module, text_encoders: Sequence[nn.Module] = (), a
             out[f"{key}.lora_up.weight"] = up.contiguous()
             out[f"{key}.alpha"] = torch.tensor(float(a), dtype=down.dtype)
     return out
-
-
-def cast_for_save(
-    state_dict: dict[str, torch.Tensor], save_precision: str, *, check: bool = True
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Cast to the save dtype; returns the tensors and warnings (fp16: values beyond ±65504 saturate to inf).
-
-    The check (:func:`guitrainer.engine.export.check_fp16`) runs on the un-cast tensors.
-    """
-    from guitrainer.engine.export import check_fp16
-
-    dtype = DTYPES[save_precision]
-    warnings: list[str] = []
-    if dtype == torch.float16 and check:
-        report = check_fp16(state_dict)
-        warnings += [f"{k} holds values beyond fp16's ±65504; save as bf16 or fp32 instead" for k in report.overflow]
-    out = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state_dict.items()}
-    return out, warnings
-
-
-def save_lora(
-    path: str | Path,
-    state_dict: dict[str, torch.Tensor],
-    metadata: dict[str, str],
-    save_precision: str,
-    *,
-    check: bool = True,
-) -> list[str]:
-    """Write a .safetensors LoRA atomically (temp file, fsync, rename), cast to ``save_precision``. Returns warnings.
-
-    Raises :class:`~guitrainer.core.fileio.WriteError` (full disk, no permission) with the previous file intact.
-    """
-    from safetensors.torch import save_file
-
-    tensors, warnings = cast_for_save(state_dict, save_precision, check=check)
-    meta = {str(k): str(v) for k, v in metadata.items()}
-    meta.setdefault("ss_save_precision", save_precision)
-    atomic_write_with(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
-    for w in warnings:
-        log.warning(w)
-    return warnings
-
-
-def base_metadata(config: Any, family: str) -> dict[str, str]:
-    """Minimal kohya ``ss_*`` metadata for a config; :func:`guitrainer.engine.export.build_metadata` writes the full set."""
-    n = config.network
-    return {
-        "ss_network_module": "networks.lora",
-        "ss_network_dim": str(n.rank),
-        "ss_network_alpha": f"{float(n.alpha):g}",
-        "ss_mixed_precision": config.precision.training,
-        "ss_save_precision": config.precision.save,
-        "ss_base_model_version": "sdxl_base_v1-0" if family == "sdxl" else "sd_v1",
-        "ss_v2": "False",
-        "ss_resolution": f"({config.dataset.resolution}, {config.dataset.resolution})",
-        "ss_seed": str(config.schedule.seed),
-        "ss_learning_rate": f"{config.optimizer.lr:g}",
-        "ss_text_encoder_lr": f"{config.optimizer.text_encoder_lr:g}" if n.train_text_encoder else "0",
-        "ss_optimizer": config.optimizer.name,
-    }
 
 
 def read_lora(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

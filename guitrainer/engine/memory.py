@@ -19,9 +19,12 @@ tokens² attention matrix.
 
 LoRA is injected with the engine's own :func:`~guitrainer.engine.lora.inject_unet_lora` /
 :func:`~guitrainer.engine.lora.inject_text_encoder_lora` and cast like the trainer does (fp32 master weights), so
-the measured parameter set is exactly the one training trains. The step itself is a copy of the trainer's
-(encode, noise, forward, loss, backward, unscale, clip, update), not the trainer's own method: that one is bound
-to a ``Trainer`` with its dataset, data loader, accelerate and noise scheduler, none of which exist here.
+the measured parameter set is exactly the one training trains. The step runs the trainer's own parts from
+:mod:`guitrainer.engine.amp_step` (noise draw, UNet forward and loss, GradScaler backward, unscale, clip, update);
+only its inputs are made here (random latents / pixels and token ids: no dataset or text cache exists), and on
+fake tensors two things stand in (:mod:`guitrainer.engine.memory_modes`): :class:`ScalerStandIn` for the
+GradScaler, whose inf check must read a value, and :class:`FakeScalars`, which answers the ``.item()`` calls of
+optimizers such as Adafactor. On CUDA the real ``torch.amp.GradScaler`` runs.
 
 bitsandbytes' 8-bit optimizers cannot run on fake tensors, but bitsandbytes (>= 0.49) runs them on CPU: their
 state is **measured** by :func:`bnb_state_bytes`, a real optimizer step on real CPU tensors, one pair per
@@ -38,269 +41,29 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
-import tempfile
 import time
-import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 import torch.utils.checkpoint
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves, tree_map
 
 from guitrainer.core import vram
+from guitrainer.engine import amp_step
+from guitrainer.engine.memory_modes import (
+    CUDA_BLOCK,
+    CudaAutocastEmulation,
+    FakeScalars,
+    ScalerStandIn,
+    StorageTracker,
+)
+from guitrainer.engine.model_spec import build_on_meta, component_configs
 
 log = logging.getLogger(__name__)
 
-CUDA_BLOCK = 512  # the CUDA caching allocator rounds every allocation up to this
-MODELS_DIR = Path(__file__).resolve().parents[2] / "resources" / "models"
-UNET_TARGETS = vram.UNET_LORA_TARGETS
-TEXT_ENCODER_TARGETS = vram.TEXT_ENCODER_LORA_TARGETS
-
-
-# --------------------------------------------------------------------------- trackers
-
-
-class StorageTracker(TorchDispatchMode):
-    """Counts the bytes of live tensor storages created while active; ``peak`` is the high-water mark.
-
-    A storage is counted once (views share it) when an op first returns it, and uncounted by a weakref
-    finalizer when the last tensor using it dies. Works on fake tensors (their storages are real Python
-    objects) and on real CPU tensors alike.
-    """
-
-    def __init__(self, block: int = CUDA_BLOCK) -> None:
-        super().__init__()
-        self.block = block
-        self.live = 0
-        self.peak = 0
-        self._seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-    def reset_peak(self) -> None:
-        self.peak = self.live
-
-    def track(self, t: torch.Tensor) -> None:
-        """Count ``t``'s storage if it is new (also for tensors made before the tracker was active)."""
-        st = t.untyped_storage()
-        if st in self._seen:
-            return
-        nbytes = -(-st.nbytes() // self.block) * self.block
-        self._seen[st] = nbytes
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-        weakref.finalize(st, self._free, nbytes)
-
-    def _free(self, nbytes: int) -> None:
-        self.live -= nbytes
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for o in tree_leaves(out):
-            if isinstance(o, torch.Tensor):
-                self.track(o)
-        return out
-
-
-_LOWER = {
-    F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.linear, F.bilinear,
-    F.scaled_dot_product_attention, torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm,
-    torch.addbmm, torch.einsum, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.bmm,
-    torch.Tensor.mm, torch.conv2d, torch.conv1d, torch.prelu,
-}
-_FP32 = {
-    F.group_norm, F.layer_norm, F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.softmax,
-    F.log_softmax, F.softplus, F.cosine_similarity, F.kl_div, F.nll_loss, F.cross_entropy,
-    F.binary_cross_entropy_with_logits, torch.exp, torch.log, torch.pow, torch.rsqrt, torch.logsumexp,
-    torch.Tensor.exp, torch.Tensor.log, torch.Tensor.pow, torch.Tensor.rsqrt, torch.Tensor.softmax,
-    torch.cumsum, torch.Tensor.cumsum, torch.group_norm, torch.layer_norm,
-}
-_PROMOTE = {torch.cat, torch.stack, torch.addcmul, torch.addcdiv, torch.index_put}
-
-
-class CudaAutocastEmulation(TorchFunctionMode):
-    """CUDA autocast's casting policy as a torch-function mode, for fake CPU tensors.
-
-    Casts happen above autograd exactly as with real autocast, so autograd saves the cast copies it would
-    save on a GPU. fp32 leaf tensors that need grad (LoRA weights) are cast once and cached for the mode's
-    lifetime, like autocast's weight-cast cache.
-    """
-
-    def __init__(self, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.dtype = dtype
-        self._cache: dict[int, torch.Tensor] = {}
-
-    def _cast(self, a: Any, dtype: torch.dtype) -> Any:
-        if not isinstance(a, torch.Tensor) or not a.is_floating_point() or a.dtype == dtype:
-            return a
-        if a.is_leaf and a.requires_grad and dtype == self.dtype:
-            key = id(a)
-            if key not in self._cache:
-                self._cache[key] = a.to(dtype)
-            return self._cache[key]
-        return a.to(dtype)
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in _LOWER:
-            target = self.dtype
-        elif func in _FP32:
-            target = torch.float32
-        elif func in _PROMOTE:
-            tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor) and a.is_floating_point()]
-            if len({t.dtype for t in tensors}) <= 1:
-                return func(*args, **kwargs)
-            target = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
-        else:
-            return func(*args, **kwargs)
-        args, kwargs = tree_map(lambda a: self._cast(a, target), (args, kwargs))
-        return func(*args, **kwargs)
-
-
-# --------------------------------------------------------------------------- architectures
-
-
-@functools.cache
-def _demo_configs() -> dict[str, dict[str, Any]]:
-    """The demo model's configs, from the same builder the app uses (tiny; written to a temp folder)."""
-    from guitrainer.engine.models import build_demo_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        build_demo_model(Path(tmp))
-        return {
-            part: json.loads((Path(tmp) / part / "config.json").read_text(encoding="utf-8"))
-            for part in ("unet", "vae", "text_encoder")
-        }
-
-
-def component_configs(family: str) -> dict[str, dict[str, Any]]:
-    """``{"unet": ..., "vae": ..., "text_encoder": ..., ["text_encoder_2": ...]}`` config dicts of a family."""
-    if family == "demo":
-        return _demo_configs()
-    folder = MODELS_DIR / family
-    if not folder.is_dir():
-        raise ValueError(f"no bundled configs for model family {family!r} (looked in {folder})")
-    return {
-        part: json.loads((folder / part / "config.json").read_text(encoding="utf-8"))
-        for part in ("unet", "vae", "text_encoder", "text_encoder_2")
-        if (folder / part / "config.json").is_file()
-    }
-
-
-def build_on_meta(family: str, part: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """One component (``unet``, ``vae``, ``text_encoder``, ``text_encoder_2``) built on ``meta``: no memory."""
-    cfg = component_configs(family)[part]
-    with torch.device("meta"):
-        if part == "unet":
-            from diffusers import UNet2DConditionModel
-
-            model = UNet2DConditionModel.from_config(cfg)
-        elif part == "vae":
-            from diffusers import AutoencoderKL
-
-            model = AutoencoderKL.from_config(cfg)
-        else:
-            from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
-
-            te_cfg = CLIPTextConfig(**{k: v for k, v in cfg.items() if not k.startswith("_")})
-            arch = (cfg.get("architectures") or ["CLIPTextModel"])[0]
-            cls = CLIPTextModelWithProjection if arch == "CLIPTextModelWithProjection" else CLIPTextModel
-            model = cls(te_cfg)
-    model.requires_grad_(False)
-    return torch.nn.Module.to(model, dtype)  # torch's: diffusers' override warns on every cast (as in the trainer)
-
-
-def _count(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _targeted(module: torch.nn.Module, suffixes: tuple[str, ...]) -> Iterator[tuple[str, torch.nn.Module]]:
-    for name, m in module.named_modules():
-        if isinstance(m, torch.nn.Linear | torch.nn.Conv2d) and any(
-            name == s or name.endswith("." + s) for s in suffixes
-        ):
-            yield name, m
-
-
-def _layer_dims(m: torch.nn.Module) -> tuple[int, int]:
-    if isinstance(m, torch.nn.Conv2d):
-        k = m.kernel_size[0] * m.kernel_size[1]
-        return m.in_channels * k, m.out_channels
-    return m.in_features, m.out_features
-
-
-def compute_model_spec(family: str) -> vram.ModelSpec:
-    """Recompute a :class:`~guitrainer.core.vram.ModelSpec` from the configs (meta build, ~1 s for SDXL).
-
-    The LoRA layer table groups identical targeted layers as ``(in, out, count, tokens_per_latent_px)``, where
-    the last is how many tokens the layer sees per latent pixel (from a meta-device forward; 0 for layers that
-    only see the 77 text tokens, i.e. cross-attention keys / values).
-    """
-    cfgs = component_configs(family)
-    unet = build_on_meta(family, "unet")
-    vae = build_on_meta(family, "vae")
-    tes = [build_on_meta(family, p) for p in ("text_encoder", "text_encoder_2") if p in cfgs]
-
-    side = 32 if family == "demo" else 64
-    seen: dict[str, int] = {}
-    all_suffixes = tuple(dict.fromkeys(s for v in UNET_TARGETS.values() for s in v))
-    hooks = []
-    for name, m in _targeted(unet, all_suffixes):
-        def hook(_m: Any, inputs: Any, _name: str = name) -> None:
-            x = inputs[0]
-            seen[_name] = x.shape[2] * x.shape[3] if x.dim() == 4 else x.shape[1]
-
-        hooks.append(m.register_forward_pre_hook(hook))
-    ucfg = cfgs["unet"]
-    with torch.device("meta"), torch.no_grad():
-        sample = torch.zeros(1, ucfg.get("in_channels", 4), side, side)
-        text = torch.zeros(1, 77, ucfg["cross_attention_dim"])
-        kw: dict[str, Any] = {}
-        if ucfg.get("addition_embed_type") == "text_time":
-            pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
-            kw["added_cond_kwargs"] = {"text_embeds": torch.zeros(1, pooled), "time_ids": torch.zeros(1, 6)}
-        unet(sample, torch.zeros(1), text, **kw)
-    for h in hooks:
-        h.remove()
-
-    def table(module: torch.nn.Module, suffixes: tuple[str, ...], tokens: dict[str, int] | None) -> tuple:
-        groups: dict[tuple[int, int, float], int] = {}
-        for name, m in _targeted(module, suffixes):
-            i, o = _layer_dims(m)
-            frac = 0.0
-            if tokens is not None:
-                n = tokens[name]
-                frac = 0.0 if n == 77 else n / (side * side)
-            groups[(i, o, frac)] = groups.get((i, o, frac), 0) + 1
-        return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
-
-    unet_lora = {t: table(unet, s, seen) for t, s in UNET_TARGETS.items()}
-    te_lora = {t: tuple(table(te, s, None) for te in tes) for t, s in TEXT_ENCODER_TARGETS.items()}
-    return vram.ModelSpec(
-        family=family,
-        unet=_count(unet),
-        text_encoders=tuple(_count(te) for te in tes),
-        vae_encoder=_count(vae.encoder) + _count(vae.quant_conv) if vae.quant_conv is not None else _count(vae.encoder),
-        vae_decoder=_count(vae) - _count(vae.encoder) - (_count(vae.quant_conv) if vae.quant_conv is not None else 0),
-        vae_channels=int(cfgs["vae"]["block_out_channels"][0]),
-        text_encoder_shapes=tuple(
-            (te.config.hidden_size, te.config.intermediate_size, te.config.num_hidden_layers) for te in tes
-        ),
-        cross_attention_dim=int(ucfg["cross_attention_dim"]),
-        unet_lora=unet_lora,
-        text_encoder_lora=te_lora,
-    )
-
-
-# --------------------------------------------------------------------------- the step
 
 
 @dataclass
@@ -443,6 +206,7 @@ class _Run:
     text_encoders: list[torch.nn.Module]
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
+    scaler: Any = None  # fp16: the GradScaler (CUDA) or its stand-in on fake / CPU tensors
 
 
 def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict[str, Any]]:
@@ -474,7 +238,12 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     for te in tes:
         te.train(train_te)
     vae = None if p.cache_latents else build_on_meta(family, "vae", vae_dtype)
-    info = {"family": family, "wdtype": wdtype, "vae_dtype": vae_dtype, "ucfg": cfgs["unet"]}
+    from diffusers import DDPMScheduler
+
+    info = {
+        "family": family, "wdtype": wdtype, "vae_dtype": vae_dtype, "ucfg": cfgs["unet"],
+        "scheduler": DDPMScheduler(num_train_timesteps=1000),
+    }  # fmt: skip
     return [unet, vae, *tes], info
 
 
@@ -485,7 +254,10 @@ def _materialise(config: Any, modules: list[Any], device: str, real_8bit: bool) 
             m.to_empty(device=device)
     unet, vae, *tes = modules
     params = lora_parameters([unet, *tes])
-    return _Run(unet, vae, tes, params, _make_optimizer(config.optimizer, params, real_8bit))
+    scaler: Any = None
+    if config.precision.training == "fp16":
+        scaler = torch.amp.GradScaler("cuda") if device == "cuda" else ScalerStandIn()
+    return _Run(unet, vae, tes, params, _make_optimizer(config.optimizer, params, real_8bit), scaler)
 
 
 def lora_parameters(modules: Iterable[torch.nn.Module | None]) -> list[torch.nn.Parameter]:
@@ -496,59 +268,44 @@ def lora_parameters(modules: Iterable[torch.nn.Module | None]) -> list[torch.nn.
 
 
 def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: Any) -> None:
-    """One training step like the trainer's: encode, noise, UNet forward, loss, backward, clip, update."""
-    p = config.precision
-    b = config.schedule.batch_size
-    res = config.dataset.resolution
-    lat = res // 8
-    ucfg = info["ucfg"]
-    wdtype = info["wdtype"]
-    if run.vae is not None:
+    """One training step through the trainer's own parts (:mod:`guitrainer.engine.amp_step`): latents and text
+    conditioning as the trainer makes them, then noise, UNet forward and loss, backward (scaled under fp16),
+    unscale, clip, update."""
+    b, res = config.schedule.batch_size, config.dataset.resolution
+    ucfg, wdtype = info["ucfg"], info["wdtype"]
+    if run.vae is not None:  # the trainer's uncached path: the frozen VAE, outside autocast, latents in wdtype
         with torch.no_grad():
             pixels = torch.randn(b, 3, res, res, device=device, dtype=info["vae_dtype"])
-            latents = run.vae.encode(pixels).latent_dist.sample()
+            latents = (run.vae.encode(pixels).latent_dist.sample() * 0.18215).to(wdtype)
             del pixels
-        latents = latents.float() * 0.18215
-    else:
-        latents = torch.randn(b, 4, lat, lat, device=device)
-    ids = torch.zeros(b, 77, dtype=torch.long, device=device)
+    else:  # cached latents are stored in the compute dtype
+        latents = torch.randn(b, 4, res // 8, res // 8, device=device, dtype=wdtype)
     with autocast:
-        if run.text_encoders:
-            grad = config.network.train_text_encoder
-            with torch.set_grad_enabled(grad):
-                outs = [te(ids, output_hidden_states=True) for te in run.text_encoders]
-            if len(outs) == 2:
-                text = torch.cat([outs[0].hidden_states[-2], outs[1].hidden_states[-2]], dim=-1)
-                pooled = outs[1].text_embeds
-            else:
-                text = outs[0].last_hidden_state
-                pooled = None
-            del outs
-        else:
-            text = torch.randn(b, 77, ucfg["cross_attention_dim"], device=device, dtype=wdtype)
-            pooled = None
-        kw: dict[str, Any] = {}
-        if ucfg.get("addition_embed_type") == "text_time":
+        text, pooled = _text_conditioning(config, run, ucfg, b, device, wdtype)
+        if ucfg.get("addition_embed_type") == "text_time" and pooled is None:
             n_pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
-            if pooled is None:
-                pooled = torch.randn(b, n_pooled, device=device, dtype=wdtype)
-            kw["added_cond_kwargs"] = {"text_embeds": pooled, "time_ids": torch.zeros(b, 6, device=device, dtype=wdtype)}
-        noise = torch.randn_like(latents)
-        timesteps = torch.randint(0, 1000, (b,), device=device)
-        noisy = (latents * 0.9 + noise * 0.1).to(wdtype)
-        pred = run.unet(noisy, timesteps, text, **kw).sample
-        loss = F.mse_loss(pred.float(), noise.float())
-        del pred, noisy, text, pooled, kw
-        scale = 65536.0 if p.training == "fp16" else 1.0  # GradScaler: scale the loss, unscale the grads
-        (loss * scale).backward()
-    grads = [prm.grad for prm in run.params if prm.grad is not None]
-    if scale != 1.0 and grads:
-        torch._foreach_mul_(grads, 1.0 / scale)
-    del grads
-    if config.schedule.max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_(run.params, config.schedule.max_grad_norm, foreach=True)
-    run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
+            pooled = torch.randn(b, n_pooled, device=device, dtype=wdtype)
+        added = amp_step.added_conditioning(pooled, None, res, torch.device(device), text.dtype)
+        drawn = amp_step.draw_noise(info["scheduler"], latents)
+        loss = amp_step.prediction_loss(run.unet, info["scheduler"], "epsilon", latents, drawn, text, added)
+        del drawn, text, pooled, added
+        amp_step.backward(loss, run.scaler)
+    del loss
+    amp_step.finish_step(run.optimizer, run.params, run.scaler, config.schedule.max_grad_norm, foreach=True)
+
+
+def _text_conditioning(
+    config: Any, run: _Run, ucfg: dict[str, Any], b: int, device: str, wdtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(hidden states, pooled) as the trainer feeds the UNet: from the text encoders, or cached embeddings."""
+    if not run.text_encoders:
+        return torch.randn(b, 77, ucfg["cross_attention_dim"], device=device, dtype=wdtype), None
+    ids = torch.zeros(b, 77, dtype=torch.long, device=device)
+    with torch.set_grad_enabled(bool(config.network.train_text_encoder)):
+        outs = [te(ids, output_hidden_states=True) for te in run.text_encoders]
+    if len(outs) == 2:
+        return torch.cat([outs[0].hidden_states[-2], outs[1].hidden_states[-2]], dim=-1), outs[1].text_embeds
+    return outs[0].last_hidden_state, None
 
 
 def _init_optimizer_state(run: _Run) -> None:
@@ -603,7 +360,8 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
         notes = ["real CPU tensors (random weights), every storage tracked; CUDA autocast emulated"]
     tracker = StorageTracker(block)
     modules, info = _build(config, emulate_autocast=half)
-    with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext(), tracker:
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+    with fake_mode, FakeScalars() if fake else contextlib.nullcontext(), tracker:
         run = _materialise(config, modules, "cpu", real_8bit=False)
         del modules
         if not fake:

@@ -45,7 +45,35 @@ Progress = Callable[[str, int, int], None]
 
 
 class ModelLoadError(RuntimeError):
-    """The base model could not be loaded; the message says what was tried and what to do."""
+    """The base model could not be loaded; the message says what was tried and what to do.
+
+    ``advice`` (optional) replaces the trainer's general model advice where the cause is known.
+    """
+
+    def __init__(self, message: str, advice: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.advice = advice
+
+
+#: a hub model that could not be reached: words that fit the window and the command line alike
+HUB_ADVICE = (
+    "check the network connection and the hub id (owner/name, as on huggingface.co)",
+    "or use a model already on this computer: a diffusers folder or one .safetensors file",
+)
+
+
+def _hub_failure(repo_id: str, e: BaseException) -> ModelLoadError:
+    """A failed hub download in plain words (no raw ``[Errno -2]``)."""
+    kind = type(e).__name__
+    if kind in ("RepositoryNotFoundError", "RevisionNotFoundError"):
+        why = "there is no such model on the Hugging Face hub (or it is private)"
+    elif kind == "GatedRepoError":
+        why = "the model is gated: accept its terms on huggingface.co and log in with `hf auth login`"
+    elif kind in ("LocalEntryNotFoundError", "ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout") or isinstance(e, OSError):
+        why = "the Hugging Face hub could not be reached (no network connection?)"
+    else:
+        why = str(e).splitlines()[0][:200] if str(e) else kind
+    return ModelLoadError(f"could not download the base model {repo_id!r}: {why}", HUB_ADVICE)
 
 
 @dataclass
@@ -126,7 +154,8 @@ def load_base_model(
             m = load_diffusers_folder(base, family=family, local_files_only=True)
         except (ModelLoadError, OSError, ValueError) as e:
             raise ModelLoadError(
-                f"could not load base model {base!r} (offline: only models already in the Hugging Face cache can be used): {e}"
+                f"could not load the base model {base!r}: working offline, and it is not in the Hugging Face cache",
+                ("connect to the network and unset HF_HUB_OFFLINE to download it", *HUB_ADVICE[1:]),
             ) from e
     else:
         folder = download_model(base, progress)
@@ -165,8 +194,8 @@ def download_model(repo_id: str, progress: Progress | None = None) -> Path:
 
     try:
         return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS, tqdm_class=_Bar))
-    except Exception as e:  # noqa: BLE001 - network / auth / missing repo: all end the same way
-        raise ModelLoadError(f"could not download {repo_id!r} from the Hugging Face hub: {e}") from e
+    except Exception as e:  # noqa: BLE001 - network / auth / missing repo: each said in plain words
+        raise _hub_failure(repo_id, e) from e
 
 
 def model_identity(path: str | Path) -> str:
@@ -417,13 +446,8 @@ def ensure_demo_model() -> Path:
     return target
 
 
-def build_demo_model(folder: Path, seed: int = 0) -> None:
-    """Write a tiny SD-1.x-shaped diffusers model (random weights from ``seed``) into ``folder``."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    folder = Path(folder)
-    tok_dir = folder / "tokenizer"
+def _write_demo_tokenizer(tok_dir: Path) -> dict[str, int]:
+    """The demo model's CLIP tokenizer files (its own tiny vocabulary); returns the vocabulary."""
     vocab, merges = demo_vocab()
     tok_dir.mkdir(parents=True, exist_ok=True)
     (tok_dir / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
@@ -441,7 +465,16 @@ def build_demo_model(folder: Path, seed: int = 0) -> None:
     (tok_dir / "special_tokens_map.json").write_text(
         json.dumps({k: tok_cfg[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token")}), encoding="utf-8"
     )
+    return vocab
 
+
+def build_demo_model(folder: Path, seed: int = 0) -> None:
+    """Write a tiny SD-1.x-shaped diffusers model (random weights from ``seed``) into ``folder``."""
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    folder = Path(folder)
+    vocab = _write_demo_tokenizer(folder / "tokenizer")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         unet = UNet2DConditionModel(

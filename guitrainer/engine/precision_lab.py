@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 EVAL_IMAGES = 8
 EVAL_SEED = 1234
 INIT_FILE = "lab_init_lora.safetensors"
+FLOAT8_DTYPES = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz") if hasattr(torch, n)}
 #: a candidate whose first step takes this many times the fp32 reference's median step is stopped there
 #: (fp16 convolutions on a CPU: ~20x slower than fp32; a lab of minutes per step helps nobody)
 SLOW_LIMIT = 10.0
@@ -115,6 +116,7 @@ class _LabReporter:
         self.energy_end: float | None = None
         self.control: _CandidateControl | None = None
         self.too_slow = ""
+        self.fp8_ignored = ""
 
     def _progress(self, step: int, message: str) -> None:
         self.lab.progress(LabProgress(self.index, self.lab.count, self.candidate, step, self.total_steps, message))
@@ -122,9 +124,25 @@ class _LabReporter:
     def on_status(self, text: str) -> None:
         if not self.steps and self.trainer is not None and trainer_model(self.trainer) is not None:
             self.lab.before_first_step(self.trainer)
+            self._check_fp8()
             if self.lab.warmup == 0:  # every step is timed: the energy window opens before the first
                 self.energy_start = self.lab.energy.read()
         self._progress(len(self.steps), f"{self.candidate.label}: {text}")
+
+    def _check_fp8(self) -> None:
+        """An fp8 candidate whose UNet holds no float8 weights measured nothing new: stop it, say why."""
+        if self.candidate.base_weights != "fp8" or self.fp8_ignored or self.control is None:
+            return
+        unet = trainer_model(self.trainer).unet
+        dtypes = {t.dtype for t in (*unet.parameters(), *unet.buffers())}
+        if not dtypes & FLOAT8_DTYPES:
+            stored = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+            self.fp8_ignored = (
+                f"this trainer does not store base weights in fp8 yet (precision.base_weights = fp8 left the "
+                f"UNet in {stored})"
+            )
+            self.lab.fp8_ignored = self.fp8_ignored
+            self.control.request_stop()
 
     def on_step(self, metrics: StepMetrics) -> None:
         self.steps.append(metrics)
@@ -170,6 +188,7 @@ class _Lab:
         self.energy: EnergyMeter = EnergyMeter()
         self.notes: list[str] = []
         self.reference_step: float | None = None  # fp32's median s/step, once measured
+        self.fp8_ignored = ""  # set when the trainer turned out not to store fp8 weights
 
     def slow_after(self) -> float | None:
         """Seconds a first step may take before the candidate counts as too slow (None: no limit yet)."""
@@ -208,7 +227,9 @@ class _Lab:
             return
         tes = model.text_encoders if trainer.config.network.train_text_encoder else []
         sd = {k: v.float() for k, v in L.kohya_state_dict(model.unet, tes, alpha=trainer.config.network.alpha).items()}
-        L.save_lora(self.init_path, sd, {"ss_network_module": "networks.lora"}, "fp32", check=False)
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in sd.items()}, str(self.init_path))  # a temp file: no metadata needed
         self.init_written = True
 
     def warm_up(self, factory: TrainerFactory) -> None:
@@ -241,6 +262,8 @@ class _Lab:
             trainer = factory(cfg, reporter, reporter.control)
             reporter.trainer = trainer
             summary: RunSummary = trainer.run()
+            if reporter.fp8_ignored and not self.control.stop_requested:
+                return CandidateResult(status="not_run", reason=reporter.fp8_ignored, **base)
             if reporter.too_slow and not self.control.stop_requested:
                 return CandidateResult(status="too_slow", reason=reporter.too_slow, losses=_losses(reporter), **base)
             if summary.status == "stopped" or self.control.stop_requested:
@@ -381,6 +404,8 @@ def compare_precisions(
         if tdev.type == "cpu" and not control.stop_requested and any(not reason for _c, reason in chosen):
             lab.warm_up(factory)
         for index, (candidate, reason) in enumerate(chosen):
+            if not reason and candidate.base_weights == "fp8" and lab.fp8_ignored:
+                reason = lab.fp8_ignored  # seen on an earlier fp8 candidate: not worth another model load
             if reason:
                 results.append(CandidateResult(candidate, "not_run", reason=reason))
             elif control.stop_requested:

@@ -20,7 +20,7 @@ import torch
 from guitrainer.config import TrainingConfig
 from guitrainer.core import run_state
 from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with
-from guitrainer.engine.errors import TrainingFailed
+from guitrainer.engine.errors import RunComplete, TrainingFailed
 
 #: settings a saved state must share with the run that resumes it
 RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
@@ -136,6 +136,27 @@ def read_checked_info(folder: Path, config: TrainingConfig) -> dict[str, Any]:
                     f"cannot resume: `{key}` was {saved.get(key)!r} in the saved state and is {config.get(key)!r} now",
                     (f"set `{key}` back to {saved.get(key)!r}",),
                 )
+    return info
+
+
+def resumable_info(folder: Path, session: Any, feedback: Any, progress: Progress) -> dict[str, Any]:
+    """The state to resume from, read and checked (:func:`read_checked_info`), before anything is cached.
+
+    A state with no steps left raises :class:`~guitrainer.engine.errors.RunComplete` (``progress`` then says
+    where the run ended): the run is complete, nothing is trained or written.
+    """
+    info = read_checked_info(folder, session.config)
+    class_len = len(session.class_dataset) if session.class_dataset is not None else 0
+    if info.get("dataset_len") != len(session.dataset) or info.get("class_dataset_len", 0) != class_len:
+        feedback.warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
+    done, total = int(info["global_step"]), session.total_steps
+    if done >= total:
+        progress.global_step, progress.epoch, progress.last_loss = done, int(info.get("epoch", 0)), info.get("last_loss")
+        feedback.status(f"the run in {folder} is already complete ({done} of {total} steps)")
+        raise RunComplete(
+            f"this run is already complete: all {total} steps were trained (state: {folder}); "
+            "nothing was trained and no new file was written"
+        )
     return info
 
 

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import logging
 import math
+import re
 import shutil
 from collections import Counter
 from datetime import UTC, datetime
@@ -95,12 +96,13 @@ class Saver:
                 metadata=self.metadata(),
                 on_fp16_overflow="bf16",
             )
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - any failure to write (safetensors' own errors too) is a save error
             err = explain_write_error(path, e)
             self.save_error = err.strerror or str(err)
             self.feedback.warn(
-                f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: "
-                "choose another output folder and press Save now."
+                f"The LoRA was not saved: {self.save_error} The trained LoRA is kept in memory: choose another "
+                "output folder, and the next save writes there; at the end of the run, if the folder still "
+                "fails, the LoRA goes to a rescue folder."
             )
             return None
         self.save_error = None
@@ -129,45 +131,86 @@ class Saver:
     def save_final_and_state(self) -> None:
         """The end of a run or a stop: the final LoRA, then the resumable state.
 
-        Raises :class:`WriteError` when either could not be written (the state is still tried when the
-        LoRA failed, so that a resume can finish the job); the trainer turns it into a "failed" summary.
+        Any failure to write goes to the rescue folders (:meth:`rescue`). Raises :class:`WriteError` when the
+        LoRA could not be written where asked (the message says where it went instead) or when the state
+        could be written nowhere; the trainer turns it into a "failed" summary.
         """
         self.lora_path = self.save_final()
         lora_error = self.save_error if self.session.main and self.lora_path is None else None
         if lora_error:
             self.rescue(lora_error)  # raises: the run ends "failed", saying where the LoRA went
-        self.state_path = self.save_state()
+        try:
+            self.state_path = self.save_state()
+        except WriteError as e:
+            self._rescue_state(str(e))
 
-    def rescue(self, reason: str) -> None:
-        """The final LoRA could not be written: save it and the state in the app's data folder instead.
+    def _rescue_folders(self) -> list[Path]:
+        """Where a save that failed goes instead: the app's data folder, then the system's temp folder
+        (another disk, often), each under a short name (the output name may be what was too long)."""
+        import tempfile
 
-        Nothing trained is lost to a full disk or a read-only folder when another disk has room: the
-        LoRA lands in ``<user data>/rescued/<name>-<time>``, and the message says so. Always raises
-        :class:`WriteError` (the run still failed to save where asked).
-        """
         from guitrainer.core.paths import user_data_dir
 
-        wanted = self.out_dir()
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        rescue = user_data_dir() / "rescued" / f"{self.config.output.name}-{stamp}"
-        self.config.output.folder = str(rescue)
-        self.feedback.warn(f"The LoRA was not saved in {wanted}: {reason} Saving it in {rescue} instead.")
-        self.lora_path = self.save_final()
+        short = "".join(c for c in str(self.config.output.name)[:40] if c.isalnum() or c in "-_") or "lora"
+        return [
+            user_data_dir() / "rescued" / f"{short}-{stamp}",
+            Path(tempfile.gettempdir()) / "guitrainer-rescued" / f"{short}-{stamp}",
+        ]
+
+    def rescue(self, reason: str) -> None:
+        """The final LoRA could not be written: save it (and the state) in a rescue folder instead.
+
+        Nothing trained is lost to a full disk, a read-only folder or a name too long when another folder
+        has room: the LoRA lands in ``<user data>/rescued/<name>-<time>`` (else the same under the system's temp
+        folder) under a short name, and the message says so. Always raises :class:`WriteError` (the run still
+        failed to save where asked).
+        """
+        wanted = self.out_dir()
+        o = self.config.output
+        tried: list[str] = []
+        for folder in self._rescue_folders():
+            o.folder, o.name = str(folder), folder.name.rsplit("-", 2)[0]
+            self.feedback.warn(f"The LoRA was not saved in {wanted}: {reason} Saving it in {folder} instead.")
+            self.lora_path = self.save_final()
+            if self.lora_path is not None:
+                break
+            tried.append(f"{folder} ({self.save_error})")
         if self.lora_path is None:
             raise WriteError(
                 errno.EIO,
-                f"The LoRA could not be saved in {wanted} ({reason}) nor in {rescue} ({self.save_error}). "
-                "The trained weights are lost; free some disk space and train again.",
+                f"The LoRA could not be saved in {wanted} ({reason}) nor in " + " nor in ".join(tried)
+                + ". The trained weights are lost; free some disk space and train again.",
             )
         try:
             self.state_path = self.save_state()
         except WriteError as e:
-            self.feedback.warn(f"The training state was not saved in {rescue} either: {e.strerror or e}")
+            self.feedback.warn(f"The training state was not saved in {o.folder} either: {e.strerror or e}")
         raise WriteError(
             errno.EIO,
-            f"The LoRA could not be saved in {wanted}: {reason} It was saved in {rescue} instead "
+            f"The LoRA could not be saved in {wanted}: {reason} It was saved in {o.folder} instead "
             f"({Path(self.lora_path).name}); move it where you want it.",
         )
+
+    def _rescue_state(self, reason: str) -> None:
+        """The final LoRA was saved but its state was not: write the state in a rescue folder (say where),
+        or raise :class:`WriteError` when it can be written nowhere."""
+        wanted = self.state_dir()
+        for folder in self._rescue_folders():
+            target = folder / wanted.name
+            try:
+                resume.write_state(target, self.session, self.progress, self.intermediates)
+            except Exception as e:  # noqa: BLE001 - try the next folder
+                log.warning("the state could not be rescued in %s: %s", target, e)
+                continue
+            self._state_target = target
+            self.state_path = str(target)
+            p = self.progress
+            self.feedback.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
+            self.feedback.warn(f"The training state was not saved in {wanted}: {reason} It was saved in {target} instead.")
+            return
+        lora = f"The LoRA was saved ({self.lora_path}), but the" if self.lora_path else "The"
+        raise WriteError(errno.EIO, f"{lora} training state could not be saved anywhere: {reason}")
 
     def save_intermediate(self, tag: str) -> None:
         """An epoch's or Save now's LoRA (pruned to ``output.keep_last``) and the state; failures only warn."""
@@ -191,6 +234,21 @@ class Saver:
             self.save_state()
         except WriteError as e:
             self.feedback.warn(f"The training state was not saved: {e.strerror or e}")
+
+    def adopt_unlisted(self, state_folder: Path) -> None:
+        """Intermediate LoRAs of this run written after its state (a kill between a LoRA and its state) join
+        the ``keep_last`` pruning: this run's tagged names (``<name>-000003``, ``<name>-step000120``), newer
+        than the state. Called on resume."""
+        o = self.config.output
+        pattern = re.compile(rf"^{re.escape(str(o.name))}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
+        try:
+            since = (state_folder / run_state.STATE_FILE).stat().st_mtime
+            found = [p for p in self.out_dir().iterdir() if pattern.match(p.name) and p.stat().st_mtime > since]
+        except OSError:
+            return
+        for p in sorted(found, key=lambda p: p.stat().st_mtime):
+            if str(p) not in self.intermediates:
+                self.intermediates.append(str(p))
 
     # ------------------------------------------------------------------ the state
     def state_dir(self) -> Path:
@@ -217,7 +275,7 @@ class Saver:
         target = self.state_dir()
         try:
             resume.write_state(target, self.session, self.progress, self.intermediates)
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - any failure to write (torch.save, safetensors, JSON) says why
             raise explain_write_error(target, e) from e
         p = self.progress
         self.feedback.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))

@@ -129,7 +129,7 @@ class Trainer:
         except data.DatasetError as e:
             return self._summary("failed", str(e), DATASET_ADVICE, details())
         except ModelLoadError as e:
-            return self._summary("failed", str(e), MODEL_ADVICE, details())
+            return self._summary("failed", str(e), e.advice or MODEL_ADVICE, details())
         except lora.LoraFormatError as e:
             return self._summary("failed", str(e), LORA_ADVICE, details())
         except (RuntimeError, MemoryError) as e:
@@ -174,11 +174,14 @@ class Trainer:
         self.caches = RunCaches(s, fb)
         self.step = AmpStep(s, self.caches, self.progress)
         self.saver = Saver(s, fb, self.progress)
-        info = self._check_resume(s) if cfg.schedule.resume_from else None
+        info = None
+        if cfg.schedule.resume_from:
+            info = resume.resumable_info(expand(cfg.schedule.resume_from), s, fb, self.progress)
         self.caches.prepare()
         if info is not None:
             folder = expand(cfg.schedule.resume_from)
             self.saver.intermediates = resume.load_state(folder, s, self.progress, info)
+            self.saver.adopt_unlisted(folder)
             fb.status(f"resumed from {folder} at step {self.progress.global_step} (epoch {self.progress.epoch + 1})")
             if s.processes.count > 1:  # the state holds the main process's RNG: each process draws its own
                 set_seed(cfg.schedule.seed + self.progress.global_step, device_specific=True)
@@ -187,24 +190,6 @@ class Trainer:
         if cfg.sampling.every_n_steps and not any(p.strip() for p in cfg.sampling.prompts):
             fb.warn("sampling is on but no sample prompts are set; no samples will be made")
         return s
-
-    def _check_resume(self, s: Session) -> dict:
-        """The state to resume from, read and checked; a state with no steps left ends the run as "complete"."""
-        folder = expand(self.config.schedule.resume_from)
-        info = resume.read_checked_info(folder, self.config)
-        class_len = len(s.class_dataset) if s.class_dataset is not None else 0
-        if info.get("dataset_len") != len(s.dataset) or info.get("class_dataset_len", 0) != class_len:
-            self.feedback.warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")
-        done = int(info["global_step"])
-        if done >= s.total_steps:
-            p = self.progress
-            p.global_step, p.epoch, p.last_loss = done, int(info.get("epoch", 0)), info.get("last_loss")
-            self.feedback.status(f"the run in {folder} is already complete ({done} of {s.total_steps} steps)")
-            raise RunComplete(
-                f"this run is already complete: all {s.total_steps} steps were trained (state: {folder}); "
-                "nothing was trained and no new file was written"
-            )
-        return info
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> RunSummary:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.engine import lora as L
+from guitrainer.engine import lora
 from guitrainer.engine.models import LoadedModel, load_base_model
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class VerifyResult:
 
 def _base(base: Any) -> LoadedModel:
     if isinstance(base, LoadedModel):
-        if L.lora_layers(base.unet):
+        if lora.lora_layers(base.unet):
             raise ValueError("verify_lora needs the base model without LoRA layers; pass the trained one as `reference`")
         return copy.deepcopy(base)
     if isinstance(base, (str, Path)):
@@ -183,9 +183,9 @@ class _EvalMode:
 
 def _loaded_layer_names(unet: nn.Module, text_encoders: list[nn.Module]) -> set[str]:
     """kohya names of the layers a loader gave a LoRA (any adapter name)."""
-    names = {L.kohya_module_name("lora_unet", n) for n, m in unet.named_modules() if _has_lora(m)}
-    for prefix, te in zip(L.te_prefixes(len(text_encoders)), text_encoders):
-        names |= {L.kohya_module_name(prefix, n) for n, m in te.named_modules() if _has_lora(m)}
+    names = {lora.kohya_module_name("lora_unet", n) for n, m in unet.named_modules() if _has_lora(m)}
+    for prefix, te in zip(lora.te_prefixes(len(text_encoders)), text_encoders):
+        names |= {lora.kohya_module_name(prefix, n) for n, m in te.named_modules() if _has_lora(m)}
     return names
 
 
@@ -214,9 +214,9 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
         seed: seed of the random inputs.
     """
     path = Path(path)
-    weights = L.lora_weights_file(path)
-    sd_kohya, _meta = L.read_lora_as_kohya(path)
-    raw = L.read_lora(weights)[0]
+    weights = lora.lora_weights_file(path)
+    sd_kohya, _meta = lora.read_lora_as_kohya(path)
+    raw = lora.read_lora(weights)[0]
     precision = _file_dtype(raw)
     m = _base(base)
     for mod in (m.unet, *m.text_encoders):
@@ -227,7 +227,7 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
     base_unet = _unet_out(m.unet, x)
     base_te = _te_out(m.text_encoders, x)
 
-    file_modules = sorted({L._module_of(k)[0] for k in sd_kohya if k.endswith(".lora_down.weight")})
+    file_modules = sorted({lora._module_of(k)[0] for k in sd_kohya if k.endswith(".lora_down.weight")})
     has_te = any(n.startswith("lora_te") for n in file_modules)
     try:
         pipe.load_lora_weights(str(path) if path.is_dir() else str(weights))
@@ -237,7 +237,7 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
     loaded = _loaded_layer_names(m.unet, m.text_encoders)
     lpb = m.unet.config.layers_per_block
     lpb = lpb if isinstance(lpb, int) else lpb[0]
-    unused_modules = [n for n in file_modules if L._resolve(n, dict.fromkeys(loaded), len(m.text_encoders), lpb) is None]
+    unused_modules = [n for n in file_modules if lora._resolve(n, dict.fromkeys(loaded), len(m.text_encoders), lpb) is None]
     unused_keys = _original_keys(raw, sd_kohya, unused_modules)
     theirs_unet = _unet_out(m.unet, x)
     theirs_te = _te_out(m.text_encoders, x)
@@ -252,8 +252,8 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
     else:
         ref_name = "our loader"
         pipe.unload_lora_weights()
-        L.inject_for_file(m.unet, m.text_encoders, sd_kohya)
-        L.load_kohya_lora(sd_kohya, m.unet, m.text_encoders, strict=False)
+        lora.inject_for_file(m.unet, m.text_encoders, sd_kohya)
+        lora.load_kohya_lora(sd_kohya, m.unet, m.text_encoders, strict=False)
         ours_unet = _unet_out(m.unet, x)
         ours_te = _te_out(m.text_encoders, x)
         rel = 0.0  # both readers apply the same rounded numbers
@@ -276,7 +276,7 @@ def _original_keys(raw: dict[str, torch.Tensor], sd_kohya: dict[str, torch.Tenso
     if not modules:
         return []
     if set(raw) == set(sd_kohya):
-        return sorted(k for k in raw if L._module_of(k)[0] in modules)
+        return sorted(k for k in raw if lora._module_of(k)[0] in modules)
     return sorted(f"{m}.*" for m in modules)  # a diffusers-format file: name the modules
 
 

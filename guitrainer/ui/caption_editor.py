@@ -1,31 +1,25 @@
 """Caption editor: the selected image large, its caption beside it, autosaved and undoable.
 
-Every saved change is a :class:`CaptionEditCommand` on the page's QUndoStack (one per autosave, one
-per bulk tag operation), holding the old and new bytes of each caption file, so undo restores the
-files byte for byte. A caption that is not UTF-8 is never written unless the user types in it.
-
-Writing many captions takes long (each write is atomic with an fsync: ~0.7 ms a file on a local SSD,
-far more on a network disk), so edits of :data:`BULK_MIN_CAPTIONS` captions or more, and their undo
-and redo, run in a worker thread through a :class:`CaptionJobRunner`, one at a time. While one runs,
-the page locks whatever else edits captions (caption box, tag tools, undo/redo).
+Every saved change is a :class:`~guitrainer.ui.caption_jobs.CaptionEditCommand` on the page's
+QUndoStack (one per autosave, one per bulk tag operation), holding the old and new bytes of each
+caption file, so undo restores the files byte for byte. A caption in a legacy encoding (Windows-1252,
+Latin-1, UTF-16, a BOM) is shown as written and saved back in that encoding
+(:mod:`guitrainer.core.caption_encoding`); a typed character that encoding cannot hold is asked about
+before the file is converted to UTF-8. Nothing writes U+FFFD.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import QImage, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoCommand, QUndoStack
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QImage, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoStack
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QSizePolicy,
     QToolButton,
@@ -33,236 +27,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.core.dataset import CaptionChange, CaptionEdit, DatasetItem, Flag, write_caption
+from guitrainer.core.caption_encoding import UTF8, Encoding, detect, encode, unencodable
+from guitrainer.core.dataset import CaptionChange, CaptionEdit, DatasetItem, Flag
+from guitrainer.core.fileio import atomic_write_bytes
+from guitrainer.ui.caption_jobs import (  # noqa: F401 - the page imports them from here
+    BULK_MIN_CAPTIONS,
+    CaptionEditCommand,
+    CaptionJobRunner,
+    Notify,
+    Report,
+)
 from guitrainer.ui.thumbnails import ThumbnailLoader
-from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
 
 AUTOSAVE_MS = 500
 PREVIEW_SIZE = 768
-#: Edits of at least this many captions (and their undo / redo) are written in a worker thread.
-#: Smaller ones take under ~40 ms and are written at once, which keeps their code path simple.
-BULK_MIN_CAPTIONS = 50
-PROGRESS_INTERVAL_S = 0.1  # at most 10 progress updates a second reach the GUI thread
-
-#: ``report(phase, done, total)``: how far a job is (phase: "reading" or "writing").
-Report = Callable[[str, int, int], None]
-#: ``notify(paths, written)``: these caption files changed on disk; ``written`` (when not None) holds the
-#: bytes now in each (None: removed), so the captions can be shown without reading the files again.
-Notify = Callable[[list[Path], Mapping[Path, bytes | None] | None], None]
-
-
-class CaptionJob(BaseWorker):
-    """Runs ``fn(report)`` in a worker thread; ``report`` calls become (rate-limited) ``progress`` signals."""
-
-    progress = Signal(str, int, int)  # phase, done, total
-
-    def __init__(self, fn: Callable[[Report], Any]):
-        super().__init__()
-        self._fn = fn
-        self._last = 0.0
-
-    def _report(self, phase: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done >= total or now - self._last >= PROGRESS_INTERVAL_S:
-            self._last = now
-            self.progress.emit(phase, done, total)
-
-    def work(self) -> Any:
-        return self._fn(self._report)
-
-
-@dataclass
-class _Job:
-    label: str
-    fn: Callable[[Report], Any]
-    on_done: Callable[[Any], None]
-    on_failed: Callable[[str], None]
-
-
-class CaptionJobRunner(QObject):
-    """Writes captions in a worker thread, one job at a time; a job submitted meanwhile waits its turn.
-
-    ``busy_changed(True)`` when the first job starts, ``busy_changed(False)`` after the last one's
-    callback ran; ``progress(text)`` says how far the running job is ("Sort tags… 800 / 2,000").
-    Each job's ``on_done(result)`` or ``on_failed(message)`` runs on the GUI thread.
-    """
-
-    busy_changed = Signal(bool)
-    progress = Signal(str)
-
-    def __init__(self, undo_stack: QUndoStack, parent: QObject | None = None):
-        super().__init__(parent)
-        self.undo_stack = undo_stack
-        self.min_captions = BULK_MIN_CAPTIONS
-        self._queue: deque[_Job] = deque()
-        self._current: _Job | None = None
-        self._thread: QThread | None = None
-        app = QCoreApplication.instance()
-        if app is not None:  # quitting mid-job: let the files be written to the end first
-            app.aboutToQuit.connect(self.wait)
-
-    @property
-    def busy(self) -> bool:
-        return self._current is not None
-
-    def in_background(self, count: int) -> bool:
-        """Should an edit of ``count`` captions run as a job? (always while busy: it then waits its turn)"""
-        return self.busy or count >= self.min_captions
-
-    def submit(
-        self,
-        label: str,
-        fn: Callable[[Report], Any],
-        on_done: Callable[[Any], None],
-        on_failed: Callable[[str], None],
-    ) -> None:
-        self._queue.append(_Job(label, fn, on_done, on_failed))
-        if self._current is None:
-            self.busy_changed.emit(True)
-            self._start_next()
-
-    def wait(self, timeout_ms: int = 120_000) -> None:
-        """Block until the last job's thread has ended (window closing); queued jobs are dropped."""
-        self._queue.clear()
-        thread = self._thread
-        if thread is not None:
-            with contextlib.suppress(RuntimeError):  # already deleted: it has finished
-                thread.wait(timeout_ms)
-
-    def _start_next(self) -> None:
-        job = self._current = self._queue.popleft()
-        self.progress.emit(f"{job.label}…")
-        worker = CaptionJob(job.fn)
-        worker.progress.connect(self._on_progress)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
-        self._thread = run_in_thread(worker, name="CaptionJobThread")
-
-    @Slot(str, int, int)
-    def _on_progress(self, phase: str, done: int, total: int) -> None:
-        if self._current is not None:
-            what = "reading captions " if phase == "reading" else ""
-            self.progress.emit(f"{self._current.label}… {what}{done:,} / {total:,}")
-
-    @Slot(object)
-    def _on_finished(self, result: object) -> None:
-        self._end(lambda job: job.on_done(result))
-
-    @Slot(str, str)
-    def _on_failed(self, message: str, _traceback: str) -> None:
-        self._end(lambda job: job.on_failed(message))
-
-    def _end(self, callback: Callable[[_Job], None]) -> None:
-        job = self._current  # self._thread stays: its OS thread may still be ending (see wait)
-        try:
-            if job is not None:
-                callback(job)  # still busy here: nothing else may start editing captions yet
-        finally:
-            self._current = None
-            if self._queue:
-                self._start_next()
-            else:
-                self.busy_changed.emit(False)
-
-
-class CaptionEditCommand(QUndoCommand):
-    """An already-applied CaptionEdit: undo restores the old bytes, redo writes the new ones.
-
-    With a ``runner``, a big edit is undone / redone in its worker thread (``notify`` and the message
-    follow when it is done). Undo and redo are all or nothing: if one file cannot be written, the others
-    are put back and the undo stack steps back to where it was.
-    """
-
-    def __init__(
-        self,
-        edit: CaptionEdit,
-        notify: Notify,
-        on_message: Callable[[str], None],
-        runner: CaptionJobRunner | None = None,
-    ):
-        super().__init__(edit.description)
-        self.edit = edit
-        self._notify = notify
-        self._on_message = on_message
-        self._runner = runner
-        self._skip_next = True  # pushed already applied: the stack's first redo writes nothing
-
-    def _paths(self) -> list[Path]:
-        return [ch.caption_path for ch in self.edit.changes]
-
-    def _written(self, forward: bool) -> dict[Path, bytes | None]:
-        """What each file holds after a successful apply (forward) or revert."""
-        if forward:
-            return {ch.caption_path: ch.new for ch in self.edit.changes}
-        return {ch.caption_path: ch.old for ch in reversed(self.edit.changes)}
-
-    def redo(self) -> None:
-        if self._skip_next:
-            self._skip_next = False
-            return
-        self._run(forward=True)
-
-    def undo(self) -> None:
-        if self._skip_next:
-            self._skip_next = False
-            return
-        self._run(forward=False)
-
-    def _run(self, forward: bool) -> None:
-        edit, verb = self.edit, ("Redo" if forward else "Undo")
-        runner = self._runner
-        if runner is None or not runner.in_background(edit.count):
-            try:
-                self._write(forward)
-            except OSError as e:
-                self._on_message(f"{verb} failed, no caption changed: {e}")
-                self._notify(self._paths(), None)
-                if runner is not None:  # the stack is mid-undo/redo now: step back once it is done
-                    QTimer.singleShot(0, runner, lambda: self._step_back(runner.undo_stack, forward))
-            else:
-                self._notify(self._paths(), self._written(forward))
-            return
-
-        def done(_result: object) -> None:
-            self._notify(self._paths(), self._written(forward))
-            n = edit.count
-            past = "Redone" if forward else "Undone"
-            self._on_message(f"{past}: {edit.description} ({n:,} caption{'s' if n != 1 else ''}).")
-
-        def failed(message: str) -> None:
-            self._notify(self._paths(), None)
-            self._step_back(runner.undo_stack, forward)
-            self._on_message(f"{verb} failed, no caption changed: {message}")
-
-        label = f"{'Redoing' if forward else 'Undoing'}: {edit.description}"
-        runner.submit(label, lambda report: self._write(forward, report), done, failed)
-
-    def _write(self, forward: bool, report: Report | None = None) -> None:
-        """Apply or revert the edit (all or nothing), reporting each file written (worker thread or GUI)."""
-        n = self.edit.count
-
-        def progress(done: int) -> None:
-            if report is not None:
-                report("writing", done, n)
-
-        if forward:
-            self.edit.apply(progress)
-        else:
-            self.edit.revert(progress)
-
-    def _step_back(self, stack: QUndoStack, forward: bool) -> None:
-        """The files are as before the failed undo / redo: move the stack's index back to match them."""
-        index = stack.index()
-        if forward and index > 0 and stack.command(index - 1) is self:
-            self._skip_next = True
-            stack.undo()
-        elif not forward and index < stack.count() and stack.command(index) is self:
-            self._skip_next = True
-            stack.redo()
-
-
 class CaptionTextEdit(QPlainTextEdit):
     """Plain-text caption box whose Ctrl+Z / Ctrl+Shift+Z go to the page's undo stack."""
 
@@ -303,7 +83,7 @@ class _Preview(QLabel):
         self._scaled = QPixmap()
         self._scaled_for = QSize()
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumSize(220, 220)
+        self.setMinimumSize(160, 110)  # small: the page fits 1366×768 without scrolling
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setStyleSheet("background: palette(base); border: 1px solid palette(mid); border-radius: 6px;")
 
@@ -362,6 +142,10 @@ class CaptionEditor(QWidget):
         self.loader = loader
         self._notify = notify
         self._item: DatasetItem | None = None
+        self._encoding: Encoding = UTF8  # of the current item's caption file
+        self._declined: set[Path] = set()  # files whose owner said "keep the encoding" to a conversion
+        #: the open "save as UTF-8?" question, if any (non-modal; tests answer it)
+        self.convert_box: QMessageBox | None = None
         self._loading = False
         self._dirty = False
         self._locked = False
@@ -382,7 +166,7 @@ class CaptionEditor(QWidget):
         self.text.setPlaceholderText("No caption yet. Type tags separated by commas, or a sentence.")
         self.text.setUndoRedoEnabled(False)
         self.text.setTabChangesFocus(True)
-        self.text.setMinimumHeight(80)
+        self.text.setMinimumHeight(60)
         self.text.setMaximumHeight(150)
         self.state = QLabel(self)
         self.state.setObjectName("caption_state")
@@ -466,6 +250,7 @@ class CaptionEditor(QWidget):
         flags = ", ".join(f.description for f in sorted(item.flags, key=lambda f: f.value) if f != Flag.CAPTION_NOT_UTF8)
         size = f"{item.width} × {item.height} px" if item.width else "size unknown"
         self.info.setText(f"<b>{item.name}</b> · {size} · repeats {item.repeats}" + (f"<br>⚠ {flags}" if flags else ""))
+        self._read_encoding(item)
         self._show_encoding_warning()
         self._set_text(item.caption)
         self._set_state("saved" if item.caption_exists else "new")
@@ -477,6 +262,7 @@ class CaptionEditor(QWidget):
         if self._item is None or self._dirty:
             return
         cursor = self.text.textCursor().position()
+        self._read_encoding(self._item)
         self._set_text(self._item.caption)
         c = self.text.textCursor()
         c.setPosition(min(cursor, len(self._item.caption)))
@@ -484,12 +270,24 @@ class CaptionEditor(QWidget):
         self._show_encoding_warning()
         self._set_state("saved" if self._item.caption_exists else "new")
 
+    def _read_encoding(self, item: DatasetItem) -> None:
+        """Tell the caption file's encoding from its bytes; show its text as written (no U+FFFD)."""
+        try:
+            raw = item.caption_path.read_bytes()
+        except OSError:  # no file yet (or unreadable: the save reports it)
+            self._encoding = UTF8
+            return
+        text, self._encoding = detect(raw)
+        if not self._encoding.is_utf8 and text != item.caption:
+            item.caption = text  # the grid, the search and the summary see the real characters
+
     def _show_encoding_warning(self) -> None:
         item = self._item
-        if item is not None and not item.caption_utf8:
+        if item is not None and not self._encoding.is_utf8:
+            label = self._encoding.label()
             self.warning.setText(
-                f"⚠ {item.caption_path.name} is not UTF-8 text. Unreadable bytes are shown as \ufffd. "
-                "The file is left exactly as it is unless you edit this caption (then it is saved as UTF-8)."
+                f"⚠ {item.caption_path.name} is {label} text, not UTF-8. It is shown as written and your edits are "
+                f"saved in {label}, as the file is; a character {label} cannot hold is asked about first."
             )
             self.warning.show()
         else:
@@ -528,12 +326,25 @@ class CaptionEditor(QWidget):
 
     # ------------------------------------------------------------------ saving
     def flush(self) -> bool:
-        """Save now if there are unsaved changes. False when the write failed (old file kept)."""
+        """Save now if there are unsaved changes. False when not saved (the old file is kept)."""
         self._timer.stop()
         item = self._item
         if item is None or not self._dirty:
             return True
         new_text = self.text.toPlainText()
+        if "\ufffd" in new_text:
+            return self._fail("the caption holds \ufffd (a character lost elsewhere); replace it first")
+        encoding = self._encoding
+        bad = unencodable(new_text, encoding)
+        if bad:
+            if item.caption_path in self._declined:
+                return self._fail(f"{''.join(bad)} cannot be saved in {encoding.label()}; take it out or convert")
+            self._ask_convert(item, new_text, bad)
+            return False
+        return self._write(item, new_text, encoding)
+
+    def _write(self, item: DatasetItem, new_text: str, encoding: Encoding) -> bool:
+        """Write ``new_text`` in ``encoding`` (atomically, one undo step). False when it failed."""
         path = item.caption_path
         try:
             old = path.read_bytes()
@@ -541,24 +352,63 @@ class CaptionEditor(QWidget):
             old = None
         except OSError as e:
             return self._fail(f"Could not read {path.name}: {e}")
-        new = new_text.encode("utf-8")
-        if old == new:
+        new = encode(new_text, encoding)
+        if item is self._item:
             self._dirty = False
+        if old == new:
             self._set_state("saved")
             return True
         try:
-            write_caption(path, new_text)
+            atomic_write_bytes(path, new)
         except OSError as e:
+            if item is self._item:
+                self._dirty = True
             return self._fail(str(e))
-        self._dirty = False
         edit = CaptionEdit(f"Edit caption of {item.name}", [CaptionChange(path, old, new)])
         self.undo_stack.push(CaptionEditCommand(edit, self._notify, self.status_message.emit, self.runner))
-        item.caption, item.caption_exists, item.caption_utf8 = new_text, True, True
-        item.flags.discard(Flag.CAPTION_NOT_UTF8)
-        self._show_encoding_warning()
-        self._set_state("saved")
+        item.caption, item.caption_exists, item.caption_utf8 = new_text, True, encoding.is_utf8
+        if encoding.is_utf8:
+            item.flags.discard(Flag.CAPTION_NOT_UTF8)
+        if item is self._item:
+            self._encoding = encoding
+            self._show_encoding_warning()
+            self._set_state("saved")
         self.caption_saved.emit(item)
         return True
+
+    def _ask_convert(self, item: DatasetItem, new_text: str, bad: list[str]) -> None:
+        """A typed character does not fit the file's encoding: ask before converting it to UTF-8."""
+        self._set_state("unsaved")
+        if self.convert_box is not None and self.convert_box.isVisible():
+            self._pending = (item, new_text)  # the question stands; it saves the latest text
+            return
+        self._pending = (item, new_text)
+        label = self._encoding.label()
+        box = QMessageBox(QMessageBox.Icon.Question, "Save the caption as UTF-8?", "", QMessageBox.StandardButton.NoButton, self)
+        box.setObjectName("caption_convert_box")
+        box.setText(f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.")
+        box.setInformativeText(
+            "Save this caption as UTF-8 (training reads both)? Or keep the file in "
+            f"{label} and take those characters out; nothing is written until you choose."
+        )
+        convert = box.addButton("Save as UTF-8", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(f"Keep {label}", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(convert)
+
+        def answered() -> None:
+            pending_item, pending_text = self._pending
+            if box.clickedButton() is convert:
+                self._declined.discard(pending_item.caption_path)
+                self._write(pending_item, pending_text, UTF8)
+            else:
+                self._declined.add(pending_item.caption_path)
+                if pending_item is self._item:
+                    self._set_state("error")
+            self.convert_box = None
+
+        box.finished.connect(lambda _r: answered())
+        self.convert_box = box
+        box.open()
 
     def _fail(self, message: str) -> bool:
         log.warning("caption not saved: %s", message)

@@ -271,7 +271,7 @@ class CaptioningPanel(QWidget):
 
     @Slot(object)
     def _on_finished(self, result: Any) -> None:
-        parts = [f"{'Cancelled' if result.cancelled else 'Done'}: wrote {len(result.changes)} captions"]
+        parts = [f"{'Cancelled' if result.cancelled else 'Done'}: wrote {plural(len(result.changes), 'caption')}"]
         if result.skipped:
             parts.append(f"skipped {result.skipped}")
         if result.failed:

@@ -36,25 +36,18 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.core.events import StepMetrics
+from guitrainer.ui.chart_data import COLUMNS, MetricBuffer, bounds, ema, sticky_range  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
-#: every series kept per step, in CSV column order
-COLUMNS: tuple[str, ...] = (
-    "step",
-    "epoch",
-    "loss",
-    "loss_ema",
-    "class_loss",
-    "lr",
-    "grad_scale",
-    "skipped",
-    "seconds_per_step",
-    "images_per_second",
-)
 REDRAW_INTERVAL_MS = 100  # <= 10 Hz
 MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
 NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
+NO_DATA = "no data yet"
+SCALE_HINT = (
+    "A flat line is healthy: the scale drops only when a step overflows (✕, that step is skipped) "
+    "and grows again after a run of good steps."
+)
 
 LOSS_COLOR = "#2f7ed8"
 EMA_COLOR = "#d9480f"
@@ -63,86 +56,6 @@ LR_COLOR = "#7048e8"
 SCALE_COLOR = "#0b7285"
 SKIP_COLOR = "#e03131"
 SPS_COLOR = "#5c677d"
-
-
-class MetricBuffer:
-    """Named float64 columns that grow by doubling; ``column(name)`` is a view of the filled part."""
-
-    def __init__(self, names: tuple[str, ...] = COLUMNS, capacity: int = 1024):
-        self.names = names
-        self._capacity = max(16, int(capacity))
-        self._n = 0
-        self._cols: dict[str, np.ndarray] = {k: np.full(self._capacity, np.nan) for k in names}
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def append(self, values: dict[str, float]) -> None:
-        """Add one row; missing columns are NaN."""
-        if self._n == self._capacity:
-            self._grow()
-        i = self._n
-        for name, col in self._cols.items():
-            col[i] = values.get(name, np.nan)
-        self._n += 1
-
-    def _grow(self) -> None:
-        new = self._capacity * 2
-        for name, col in self._cols.items():
-            bigger = np.full(new, np.nan)
-            bigger[: self._n] = col[: self._n]
-            self._cols[name] = bigger
-        self._capacity = new
-
-    def column(self, name: str) -> np.ndarray:
-        return self._cols[name][: self._n]
-
-    def set_column(self, name: str, values: np.ndarray) -> None:
-        self._cols[name][: self._n] = values
-
-    def clear(self) -> None:
-        self._n = 0
-        for col in self._cols.values():
-            col.fill(np.nan)
-
-
-def ema(values: np.ndarray, smoothing: float) -> np.ndarray:
-    """Debiased exponential moving average (TensorBoard's): non-finite values are passed over."""
-    out = np.full(values.shape, np.nan)
-    a = float(smoothing)
-    s, k = 0.0, 0
-    for i, v in enumerate(values.tolist()):
-        if math.isfinite(v):
-            s = a * s + (1.0 - a) * v
-            k += 1
-        if k:
-            out[i] = s / (1.0 - a**k) if a > 0 else s
-    return out
-
-
-def sticky_range(current: tuple[float, float], target: tuple[float, float]) -> tuple[float, float] | None:
-    """Where an auto-ranged axis should go: None keeps ``current`` while it still frames ``target`` well.
-
-    A new range leaves half the data's span as headroom on the side the data outgrew (10% on the
-    other), so a growing series moves the axis now and then instead of at every point.
-    """
-    a, b = min(target), max(target)
-    c, d = min(current), max(current)
-    span = b - a
-    if span <= 0:  # a flat series: frame it around its value, not pyqtgraph's arbitrary ±0.5
-        pad = abs(b) * 0.25 or 0.5
-        if c <= a <= d and (d - c) <= 8 * pad:
-            return None
-        return a - pad, b + pad
-    if c <= a and b <= d and span >= 0.3 * (d - c) > 0:
-        return None
-    lo = 0.5 * span if a < c else 0.1 * span
-    hi = 0.5 * span if b > d else 0.1 * span
-    return a - lo, b + hi
 
 
 class FollowViewBox(pg.ViewBox):
@@ -198,20 +111,6 @@ class FollowViewBox(pg.ViewBox):
             self.setRange(xRange=nx, yRange=ny, padding=0, disableAutoRange=False)
 
 
-def _bounds(*arrays: np.ndarray, positive: bool = False) -> tuple[float, float] | None:
-    """(min, max) of the finite values (positive ones only on a log axis), or None."""
-    lo, hi = math.inf, -math.inf
-    for a in arrays:
-        if not len(a):
-            continue
-        v = a[np.isfinite(a)]
-        if positive:
-            v = v[v > 0]
-        if v.size:
-            lo, hi = min(lo, float(v.min())), max(hi, float(v.max()))
-    return (lo, hi) if lo <= hi else None
-
-
 class TrainingCharts(QWidget):
     """Four linked plots fed with :class:`StepMetrics`; see the module docstring for the redraw rules."""
 
@@ -231,6 +130,8 @@ class TrainingCharts(QWidget):
         self._skipped: list[tuple[float, float]] = []
         self._has_class_loss = False
         self._scaler_visible = True
+        self._titles: dict[pg.PlotItem, str] = {}
+        self._titled_empty = True
         self.redraw_count = 0
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_INTERVAL_MS)
@@ -310,7 +211,15 @@ class TrainingCharts(QWidget):
         )
 
         self.scale_cell = QStackedWidget()
-        self.scale_cell.addWidget(self.scale_widget)
+        self.scale_box = scale_box = QWidget()
+        sb = QVBoxLayout(scale_box)
+        sb.setContentsMargins(0, 0, 0, 0)
+        sb.setSpacing(0)
+        sb.addWidget(self.scale_widget, 1)
+        self.scale_hint = QLabel(SCALE_HINT, wordWrap=True, objectName="scale_hint")
+        self.scale_hint.setStyleSheet("color: palette(placeholder-text); font-size: 8pt;")
+        sb.addWidget(self.scale_hint)
+        self.scale_cell.addWidget(scale_box)
         self.no_scaler_note = QLabel(f"<b>Loss scale</b><br>{NO_SCALER_TEXT}: the GradScaler chart is hidden.")
         self.no_scaler_note.setObjectName("no_scaler_note")
         self.no_scaler_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -338,7 +247,8 @@ class TrainingCharts(QWidget):
         w.setObjectName(f"plot_{key}")
         w.setMinimumHeight(120)
         p = w.getPlotItem()
-        p.setTitle(title, color=fg.name(), size="9pt")
+        self._titles[p] = title
+        p.setTitle(f"{title} — {NO_DATA}", color=fg.name(), size="9pt")
         # No grid: pyqtgraph draws it with the axes, which would then repaint with every new point.
         p.setDownsampling(auto=True, mode="peak")
         p.setClipToView(True)
@@ -442,7 +352,7 @@ class TrainingCharts(QWidget):
     def set_scaler_visible(self, visible: bool) -> None:
         """Show the loss-scale plot, or a one-line note that this precision has no scaler."""
         self._scaler_visible = bool(visible)
-        self.scale_cell.setCurrentWidget(self.scale_widget if visible else self.no_scaler_note)
+        self.scale_cell.setCurrentWidget(self.scale_box if visible else self.no_scaler_note)
 
     # ------------------------------------------------------------------ drawing
     def _on_timer(self) -> None:
@@ -478,20 +388,24 @@ class TrainingCharts(QWidget):
         self._frame()
         self._draw_epoch_lines()
         self._update_readout()
+        if self._titled_empty != (len(buf) == 0):  # empty charts say so instead of showing bare ticks
+            self._titled_empty = len(buf) == 0
+            for plot, title in self._titles.items():
+                plot.setTitle(title + (f" — {NO_DATA}" if self._titled_empty else ""), color=self._fg().name(), size="9pt")
         self.redraw_count += 1
         self.redrawn.emit()
 
     def _frame(self) -> None:
         """Keep the data in view (plots the user has not panned or zoomed); all plots show the same steps."""
         col = self.buffer.column
-        x = _bounds(col("step"))
+        x = bounds(col("step"))
         lead = self.loss_plot.getViewBox()
-        lead.follow(x, _bounds(col("loss"), col("loss_ema"), col("class_loss")))
+        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss")))
         same_x = tuple(lead.viewRange()[0]) if lead.following else None
-        self.lr_plot.getViewBox().follow(x, _bounds(col("lr")), x_exact=same_x)
-        self.sps_plot.getViewBox().follow(x, _bounds(col("seconds_per_step")), x_exact=same_x)
+        self.lr_plot.getViewBox().follow(x, bounds(col("lr")), x_exact=same_x)
+        self.sps_plot.getViewBox().follow(x, bounds(col("seconds_per_step")), x_exact=same_x)
         if self._scaler_visible:
-            self.scale_plot.getViewBox().follow(x, _bounds(col("grad_scale"), positive=True), x_exact=same_x)
+            self.scale_plot.getViewBox().follow(x, bounds(col("grad_scale"), positive=True), x_exact=same_x)
 
     def _recompute_ema(self) -> None:
         self._ema_stale = False

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.config import ModelConfig
 from guitrainer.core import dataset as ds
+from guitrainer.core.dataset_report import plural
 from guitrainer.core.paths import expand
 from guitrainer.core.regularization import class_usage
 from guitrainer.ui.binding import ConfigBinding
@@ -278,7 +279,7 @@ class GenerateClassImagesDialog(QDialog):
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
         if total:
-            self.status.setText(f"Made {done} of {total} images…")
+            self.status.setText(f"Made {done} of {plural(total, 'image')}…")
 
     def _on_finished(self, result: object) -> None:
         folder = self._folder
@@ -289,9 +290,9 @@ class GenerateClassImagesDialog(QDialog):
         self.cancel_button.setText("Close")
         written, have = getattr(result, "written", 0), getattr(result, "skipped_existing", 0)
         if getattr(result, "cancelled", False):
-            text = f"Cancelled: made {written} images ({have} were there). Generate again to continue."
+            text = f"Cancelled: made {plural(written, 'image')} ({have} were there). Generate again to continue."
         elif written == 0:
-            text = f"The folder already holds {have} images; nothing to make."
+            text = f"The folder already holds {plural(have, 'image')}; nothing to make."
         else:
             text = f"Made {written} class images" + (f" ({have} were there)." if have else ".")
         self.status.setText(text + " The folder is in the regularization set.")

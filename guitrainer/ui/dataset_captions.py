@@ -12,7 +12,7 @@ from pathlib import Path
 
 from guitrainer.core import dataset as ds
 from guitrainer.core.dataset import CaptionEdit, DatasetItem
-from guitrainer.core.dataset_report import edit_bytes, plan_and_write
+from guitrainer.core.dataset_report import edit_bytes, plan_and_write, plural
 from guitrainer.ui.caption_editor import CaptionEditCommand
 
 
@@ -146,7 +146,7 @@ class CaptionOps:
         if self.caption_jobs.busy:  # an undo / redo in flight must not lose its place on the stack
             self._when_idle.append(lambda: self._on_captioning_finished(result))
             return
-        edit = CaptionEdit(f"Auto-caption {len(result.changes)} images", list(result.changes))
+        edit = CaptionEdit(f"Auto-caption {plural(len(result.changes), 'image')}", list(result.changes))
         self.undo_stack.push(self._command(edit))
-        self.show_status(f"Auto-caption wrote {edit.count} captions (Ctrl+Z undoes all of them).")
+        self.show_status(f"Auto-caption wrote {plural(edit.count, 'caption')} (Ctrl+Z undoes all of them).")
 

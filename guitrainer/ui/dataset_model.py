@@ -222,6 +222,13 @@ class DatasetFilterProxy(QSortFilterProxyModel):
         self._mode = "all"
         self._text = ""
         self._tag = ""
+        #: the image being edited: it stays in view until the user moves on, even when an edit (autosave)
+        #: makes it stop matching the filter, so typing never lands in another image
+        self._pinned: object | None = None
+        self._unpin_timer = QTimer(self)
+        self._unpin_timer.setSingleShot(True)
+        self._unpin_timer.setInterval(0)
+        self._unpin_timer.timeout.connect(lambda: self._refilter(lambda: None))
 
     @property
     def mode(self) -> str:
@@ -234,13 +241,40 @@ class DatasetFilterProxy(QSortFilterProxyModel):
     def set_mode(self, mode: str) -> None:
         if mode not in self.MODES:
             raise ValueError(f"`mode` must be one of {self.MODES}, got {mode!r}")
-        self._refilter(lambda: setattr(self, "_mode", mode))
+        self._change(_mode=mode)
 
     def set_text(self, text: str) -> None:
-        self._refilter(lambda: setattr(self, "_text", text.strip().casefold()))
+        self._change(_text=text.strip().casefold())
 
     def set_tag(self, tag: str) -> None:
-        self._refilter(lambda: setattr(self, "_tag", tag.strip()))
+        self._change(_tag=tag.strip())
+
+    def _change(self, **values: str) -> None:
+        """A filter the user set applies to every image, the pinned one too (it stays pinned if it matches)."""
+        pinned = self._pinned
+
+        def change() -> None:
+            for name, value in values.items():
+                setattr(self, name, value)
+            self._pinned = None
+
+        self._refilter(change)
+        if pinned is not None and self.matches(pinned):  # type: ignore[arg-type]
+            self._pinned = pinned
+
+    def pin(self, item: object | None) -> None:
+        """Keep ``item`` (the image being edited) in view whatever the filter says; the one pinned before
+        leaves the view now if it no longer matches (the user moved on)."""
+        if item is self._pinned:
+            return
+        old, self._pinned = self._pinned, item
+        if old is not None and self.is_filtering():
+            # on the next event-loop turn: this is called while the view changes its current row
+            self._unpin_timer.start()
+
+    @property
+    def pinned(self) -> object | None:
+        return self._pinned
 
     def _refilter(self, change: Callable[[], None]) -> None:
         """Change the filter and re-run it (Qt >= 6.9 API where available)."""
@@ -260,6 +294,10 @@ class DatasetFilterProxy(QSortFilterProxyModel):
         if not isinstance(model, DatasetModel):
             return True
         item = model.item(source_row)
+        return item is self._pinned or self.matches(item)
+
+    def matches(self, item: DatasetItem) -> bool:
+        """Whether ``item`` passes the filter (pinned or not)."""
         if self._mode == "captioned" and not item.has_caption:
             return False
         if self._mode == "uncaptioned" and item.has_caption:

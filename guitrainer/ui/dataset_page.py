@@ -34,6 +34,7 @@ from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, 
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -47,6 +48,7 @@ from guitrainer.core.dataset_report import (
     CollectRequest,
     ImportReport,
     SummaryParams,
+    plural,
     strip_text,
     without_included,
 )
@@ -200,7 +202,10 @@ class DatasetPage(CaptionOps, Page):
         self.tabs.addTab(stacked(self, self.summary), "Summary")
         self.tabs.addTab(stacked(self, options_form(self.binding, self)), "Options")
         self.regularization = RegularizationPanel(self.binding, self.loader, self)  # class images (issue 11)
-        self.tabs.addTab(self.regularization, "Regularization")
+        self.tabs.addTab(self.regularization, "Class images")
+        self.tabs.setTabToolTip(self.tabs.count() - 1, "Regularization (class) images: prior preservation")
+        self.tabs.setUsesScrollButtons(True)  # a narrow window scrolls the tabs instead of eliding "Regula…"
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(left)
@@ -208,7 +213,9 @@ class DatasetPage(CaptionOps, Page):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
-        self.splitter.setMinimumHeight(560)
+        self.splitter.setMinimumHeight(300)  # fits 1366×768 without scrolling the page
+        # its (tall) size hint is ignored: it fills the page, which scrolls only below the minimum
+        self.splitter.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.body.addWidget(self.splitter, 1)
 
     def _build_actions(self) -> None:
@@ -504,7 +511,7 @@ class DatasetPage(CaptionOps, Page):
         n = self.model.remove_items(items)
         self._include([folder])  # the folder is gone: its left-out images need no entry any more
         self._after_items_changed()
-        self.show_status(f"Removed the folder {Path(folder).name} ({n} images) from the dataset; no files were deleted.")
+        self.show_status(f"Removed the folder {Path(folder).name} ({plural(n, 'image')}) from the dataset; no files were deleted.")
         return n
 
     def _on_config_changed(self, path: str) -> None:
@@ -555,6 +562,8 @@ class DatasetPage(CaptionOps, Page):
     def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         item = current.data(ItemRole) if current.isValid() else None
         self.editor.set_item(item)
+        if item is not None or not self.proxy.rowCount():
+            self.proxy.pin(item)
 
     def _focus_caption(self) -> None:
         self.tabs.setCurrentWidget(self.editor)

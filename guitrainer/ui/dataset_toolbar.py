@@ -35,7 +35,7 @@ class DatasetToolbar(QWidget):
         self.search.setObjectName("dataset_search")
         self.search.setPlaceholderText("Search captions and names…")
         self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(200)
+        self.search.setMinimumWidth(160)
         bar.addWidget(self.search)
         self.tag_chip = QToolButton(self)
         self.tag_chip.setVisible(False)

@@ -41,7 +41,7 @@ def make_grid(parent: QWidget) -> QListView:
     delegate = ThumbnailDelegate(GRID_SIZE, grid)
     grid.setItemDelegate(delegate)
     grid.setGridSize(delegate.sizeHint(None, QModelIndex()) + QSize(4, 4))  # type: ignore[arg-type]
-    grid.setMinimumWidth(360)
+    grid.setMinimumWidth(300)
     return grid
 
 

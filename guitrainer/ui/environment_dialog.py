@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.core import cache_store
+from guitrainer.core.dataset_report import plural
 from guitrainer.core.vram import format_bytes
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.icons import level_icon
@@ -48,17 +49,19 @@ class EnvironmentDialog(QDialog):
     ):
         super().__init__(parent)
         self.folders = folders
-        self.setWindowTitle("Environment")
-        self.resize(820, 380)
+        self.setWindowTitle("Welcome — what this computer can do" if first_run else "Environment")
+        self.resize(980, 460)
         lay = QVBoxLayout(self)
         intro = "Welcome to guitrainer. Here is what this computer can do for training." if first_run else ""
         self.summary = QLabel(intro + ("<br>" if intro else "") + "Checking this computer…")
         self.summary.setWordWrap(True)
         lay.addWidget(self.summary)
         self.table = QTableWidget(0, 3)
-        self.table.setHorizontalHeaderLabels(["", "Value", "What to do"])
+        self.table.setHorizontalHeaderLabels(["Check", "This computer", "What to do"])
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.table.setWordWrap(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         lay.addWidget(self.table, 1)
@@ -142,9 +145,9 @@ class EnvironmentDialog(QDialog):
         if isinstance(result, Exception):
             self.cache_label.setText(f"Disk cache: clearing failed ({result}).")
             return
-        failed = f"; {result.failed} files could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
+        failed = f"; {plural(result.failed, 'file')} could not be removed (in use?)" if result.failed else ""  # type: ignore[attr-defined]
         self._start_job(cache_store.usage, self._show_cache)
-        self.cleared_text = f"Removed {result.files} files, {format_bytes(result.bytes)}{failed}."  # type: ignore[attr-defined]
+        self.cleared_text = f"Removed {plural(result.files, 'file')}, {format_bytes(result.bytes)}{failed}."  # type: ignore[attr-defined]
         self.summary.setText(self.summary.text() + f"<br>{self.cleared_text}")
 
     def show_items(self, items: list) -> None:
@@ -159,9 +162,7 @@ class EnvironmentDialog(QDialog):
             fix = QTableWidgetItem(item.fix or "—")
             fix.setToolTip(item.fix)
             self.table.setItem(row, 2, fix)
-        self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(2, max(300, self.table.columnWidth(2)))
-        self.table.resizeRowsToContents()
+        self.fit_columns()
         level = worst(items)
         verdict = {
             "ok": "Everything needed for training is in place.",
@@ -171,6 +172,23 @@ class EnvironmentDialog(QDialog):
         }[level]
         self.summary.setText((self._intro + "<br>" if self._intro else "") + f"<b>{verdict}</b>")
         self.checked.emit(level)
+
+    def fit_columns(self) -> None:
+        """Every column on screen: the first two as wide as their text (capped), the advice takes the rest
+        and wraps, so nothing is off to the right."""
+        self.table.resizeColumnsToContents()
+        width = self.table.viewport().width() or self.width() - 40
+        first = min(self.table.columnWidth(0), 200)
+        second = min(self.table.columnWidth(1), max(200, width // 3))
+        self.table.setColumnWidth(0, first)
+        self.table.setColumnWidth(1, second)
+        self.table.setColumnWidth(2, max(220, width - first - second - 4))
+        self.table.resizeRowsToContents()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802, ANN001 - Qt override
+        super().resizeEvent(event)
+        if self.items:
+            self.fit_columns()
 
     def report_text(self) -> str:
         return "\n".join(f"[{i.level}] {i.label}: {i.value}" + (f" — {i.fix}" if i.fix else "") for i in self.items)

@@ -10,8 +10,16 @@ import logging
 import warnings
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDesktopServices,
+    QDragEnterEvent,
+    QDropEvent,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -35,6 +43,15 @@ from guitrainer.core import paths
 from guitrainer.presets import DEFAULT_PRESET, PresetStore, read_preset
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.drops import local_paths
+from guitrainer.ui.workspace import (
+    DATASET_KEYS,
+    Workspace,
+    ask_save,
+    first_window_size,
+    keep_dataset,
+    load_workspace,
+    save_workspace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +71,9 @@ class MainWindow(QMainWindow):
         self.binding = ConfigBinding(TrainingConfig(), self)
         self.current_preset: str = ""
         self._dirty = False
+        self._quit_answered = False  # the unsaved-settings question on quit was answered
+        self.preset_box: QMessageBox | None = None  # the open "save before another preset?" question
+        self.quit_box: QMessageBox | None = None  # the open "save before quitting?" question
         self.setWindowTitle(APP_NAME)
         icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
         if icon_path.exists():
@@ -74,12 +94,13 @@ class MainWindow(QMainWindow):
         from guitrainer.ui.device_service import DeviceService
         from guitrainer.ui.model_page import ModelPage
         from guitrainer.ui.output_page import OutputPage
+        from guitrainer.ui.runs_page import RunsPage
         from guitrainer.ui.training_page import TrainingPage
 
         self.nav = QListWidget()
         self.nav.setObjectName("page_nav")
         self.nav.setIconSize(QSize(20, 20))
-        self.nav.setFixedWidth(190)
+        self.nav.setFixedWidth(170)
         self.nav.setSpacing(2)
         self.stack = QStackedWidget()
         self.devices = DeviceService(parent=self)  # the one device probe every page listens to
@@ -87,14 +108,16 @@ class MainWindow(QMainWindow):
         self.model_page = ModelPage(self.binding, device_service=self.devices)
         self.training_page = TrainingPage(self.binding, device_service=self.devices)
         self.output_page = OutputPage(self.binding)
+        self.runs_page = RunsPage(self.binding)
         style = self.style()
         icons = [
             QStyle.StandardPixmap.SP_DirIcon,
             QStyle.StandardPixmap.SP_ComputerIcon,
             QStyle.StandardPixmap.SP_MediaPlay,
             QStyle.StandardPixmap.SP_DialogSaveButton,
+            QStyle.StandardPixmap.SP_FileDialogDetailedView,
         ]
-        self.pages = [self.dataset_page, self.model_page, self.training_page, self.output_page]
+        self.pages = [self.dataset_page, self.model_page, self.training_page, self.output_page, self.runs_page]
         for page, icon in zip(self.pages, icons, strict=True):
             self.stack.addWidget(page)
             QListWidgetItem(style.standardIcon(icon), page.title, self.nav)
@@ -103,6 +126,8 @@ class MainWindow(QMainWindow):
         self.model_page.device_detected.connect(self._on_device_detected)
         # An fp16 overflow found while saving shows up on the Output page with its "save as bf16" fix.
         self.training_page.warning_raised.connect(self.output_page.note_warning)
+        # The Output page names the file the last run actually wrote (name_3.safetensors, say).
+        self.training_page.run_finished.connect(self.output_page.show_last_run)
         # Error-level precision advice disables Train, with the reason in its tooltip.
         self.model_page.errors_changed.connect(
             lambda _has: self.training_page.set_blocking_errors(self.model_page.error_text())
@@ -110,6 +135,7 @@ class MainWindow(QMainWindow):
         self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
         # The dataset page's own status line (import report, tag edits) shows in the window's status bar too.
         self.dataset_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
+        self._wire_runs_page()
         self.nav.setCurrentRow(0)
 
         right = QWidget()
@@ -129,6 +155,23 @@ class MainWindow(QMainWindow):
         cl.addWidget(right, 1)
         self.setCentralWidget(central)
 
+    def _wire_runs_page(self) -> None:
+        """Runs page: resume a stored run on the Training page; its list follows the runs that end;
+        at start, runs a dead process left running are marked interrupted and offered for resuming."""
+        self.runs_page.resume_requested.connect(self.resume_run)
+        self.runs_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
+        self.training_page.run_finished.connect(lambda _s: self.runs_page.refresh())
+        self.training_page.run_failed.connect(lambda _m, _d: self.runs_page.refresh())
+        QTimer.singleShot(0, self.runs_page.check_interrupted)
+
+    def resume_run(self, config: TrainingConfig, state_path: str) -> None:
+        """Make a stored run's settings current and continue it from ``state_path`` on the Training page."""
+        self.binding.replace(config)
+        self.current_preset = ""
+        self._fill_preset_combo()
+        self.nav.setCurrentRow(self.pages.index(self.training_page))
+        self.training_page.start(resume_from=state_path)
+
     def _on_device_detected(self, device: object) -> None:
         """The probe finished: the VRAM meter measures against the selected device."""
         if self.vram_meter is not None:
@@ -137,7 +180,15 @@ class MainWindow(QMainWindow):
     def _make_vram_meter(self) -> QWidget | None:
         from guitrainer.ui.vram_meter import VramMeter
 
-        return VramMeter(self.binding)
+        meter = VramMeter(self.binding)
+        # "Check precisely" failing: the message on the meter, the details in the Training page's Log
+        meter.measurement_failed.connect(
+            lambda message, details: self.training_page.log_panel.append(
+                f"Check precisely failed: {message}\n{details}".rstrip(), logging.ERROR
+            )
+        )
+        self.preset_loaded.connect(meter.set_target)
+        return meter
 
     def _build_toolbar(self) -> None:
         bar = QToolBar("Preset")
@@ -159,7 +210,7 @@ class MainWindow(QMainWindow):
         lay.addWidget(self.preset_state)
         bar.addWidget(box)
         self._fill_preset_combo()
-        self.preset_combo.activated.connect(lambda i: self.load_preset(self.preset_combo.itemData(i)))
+        self.preset_combo.activated.connect(lambda i: self.choose_preset(self.preset_combo.itemData(i)))
 
     def _fill_preset_combo(self) -> None:
         self.preset_combo.blockSignals(True)
@@ -195,6 +246,7 @@ class MainWindow(QMainWindow):
         quit_act.triggered.connect(self.close)
         m.addAction(quit_act)
         h = self.menuBar().addMenu("&Help")
+        h.addAction("&Guide (README)", self.open_guide)
         h.addAction("&Environment…", self.show_environment)
         h.addAction("&About guitrainer", self._about)
 
@@ -204,14 +256,37 @@ class MainWindow(QMainWindow):
         if isinstance(geom, QByteArray | bytes) and geom:
             self.restoreGeometry(QByteArray(geom))
         else:
-            self.resize(1180, 780)
+            self.resize(first_window_size(self.screen()))
         last = str(self.settings.value("last_preset", DEFAULT_PRESET) or DEFAULT_PRESET)
         if last not in self.store.presets:
             last = DEFAULT_PRESET if DEFAULT_PRESET in self.store.presets else (self.store.names() or [""])[0]
         if last:
             self.load_preset(last)
+        self._restore_workspace()
 
-    def _on_config_changed(self, _path: str) -> None:
+    def _restore_workspace(self) -> None:
+        """The settings and dataset of the last session (saved on quit) come back."""
+        ws = load_workspace(self.settings)
+        if ws is None:
+            return
+        self.binding.replace(ws.config)
+        if ws.preset in self.store.presets or not ws.preset:
+            self.current_preset = ws.preset
+        self._dirty = ws.modified
+        self._fill_preset_combo()
+        self._update_title()
+        folders = len(ws.config.dataset.folders)
+        self.statusBar().showMessage(
+            "Restored your last workspace" + (f" ({folders} image folder{'s' if folders != 1 else ''})" if folders else ""),
+            STATUS_TIMEOUT_MS,
+        )
+
+    def _save_workspace(self) -> None:
+        save_workspace(self.settings, Workspace(self.binding.config.copy(), self.current_preset, self._dirty))
+
+    def _on_config_changed(self, path: str) -> None:
+        if path.startswith("dataset.") and path in DATASET_KEYS:
+            return  # the images are the workspace's, not the preset's: kept when the preset changes
         self._dirty = True
         self._update_title()
 
@@ -222,13 +297,46 @@ class MainWindow(QMainWindow):
         self.preset_state.setText("modified" if self._dirty else "")
 
     # ------------------------------------------------------------------ presets
+    def choose_preset(self, name: str) -> bool:
+        """The user picked a preset: with unsaved setting edits, ask first (save / discard / cancel).
+
+        Returns True when the preset was loaded now; False when it was not, or waits for the answer.
+        """
+        if not name or name == self.current_preset and not self._dirty:
+            return False
+        if not self._dirty:
+            return self.load_preset(name)
+        self._fill_preset_combo()  # shows the current preset until the question is answered
+
+        def answered(answer: str) -> None:
+            self.preset_box = None
+            if answer == "save":
+                self.save_preset()
+                if self._dirty:  # the name dialog was cancelled: nothing is thrown away
+                    return
+            if answer in ("save", "discard"):
+                self.load_preset(name)
+
+        current = self.current_preset or "untitled"
+        self.preset_box = ask_save(
+            self,
+            "Load another preset?",
+            f"You changed settings of “{current}” that are not saved in a preset.",
+            f"Loading “{name}” replaces them. Your images stay in the dataset.",
+            "Discard changes",
+            "preset_change_box",
+            answered,
+        )
+        return False
+
     def load_preset(self, name: str) -> bool:
+        """Load a preset's settings; the dataset (image folders, class images) stays as it is."""
         try:
             cfg = self.store.get(name).config()
         except (KeyError, ConfigError) as e:
             self._error("Cannot load preset", str(e))
             return False
-        self.binding.replace(cfg)
+        self.binding.replace(keep_dataset(cfg, self.binding.config))
         self.current_preset = name
         self._dirty = False
         self.settings.setValue("last_preset", name)
@@ -433,6 +541,21 @@ class MainWindow(QMainWindow):
         dlg.open()
         return dlg
 
+    def guide_path(self) -> Path | None:
+        """The user guide shipped with the app (the README), if this install has it."""
+        for root in (paths.install_root(), paths.resources_dir().parent):
+            if (root / "README.md").is_file():
+                return root / "README.md"
+        return None
+
+    def open_guide(self) -> bool:
+        """Help ▸ Guide: open the README (how to use the app, presets, headless runs)."""
+        guide = self.guide_path()
+        if guide is None:
+            self._error("No guide here", "This install has no README.md; see the project page of guitrainer.")
+            return False
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide)))
+
     def maybe_first_run(self) -> None:
         """Show the environment check once, on the first start."""
         if not self.settings.value("first_run_done", False, type=bool):
@@ -448,9 +571,42 @@ class MainWindow(QMainWindow):
         )
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if self._dirty and not self._quit_answered:
+            event.ignore()
+            self._ask_quit()
+            return
         guard = getattr(self.training_page, "confirm_close", None)
         if guard is not None and not guard():
             event.ignore()
+            self._quit_answered = False
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
+        self._save_workspace()
+        self.devices.wait(10_000)  # a probe still importing torch: let it end before the app does
         super().closeEvent(event)
+
+    def _ask_quit(self) -> None:
+        """Unsaved setting edits on quit: offer to save them as a preset (non-modal; Cancel keeps the window)."""
+        if self.quit_box is not None and self.quit_box.isVisible():
+            return
+
+        def answered(answer: str) -> None:
+            self.quit_box = None
+            if answer == "save":
+                self.save_preset()
+                if self._dirty:
+                    return
+            if answer in ("save", "discard"):
+                self._quit_answered = True
+                self.close()
+
+        self.quit_box = ask_save(
+            self,
+            "Quit guitrainer?",
+            f"Your settings of “{self.current_preset or 'untitled'}” are not saved in a preset.",
+            "They and your dataset come back when you start guitrainer again; save them as a preset to keep "
+            "them for later too.",
+            "Quit without saving",
+            "quit_box",
+            answered,
+        )

@@ -19,7 +19,7 @@ from guitrainer.core.hardware import DeviceInfo
 from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.model_picker import ModelPicker
-from guitrainer.ui.pages import Page
+from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.precision_lab import LabRunner, PrecisionLabDialog
 from guitrainer.ui.precision_picker import PrecisionPicker
 
@@ -83,7 +83,6 @@ class ModelPage(Page):
         lab.setBuddy(init_lora)
         extra.addRow(lab, init_lora)
         mb.addLayout(extra)
-        self.body.addWidget(model_box)
 
         precision_box = QGroupBox("Precision", self)
         pb = QVBoxLayout(precision_box)
@@ -103,10 +102,9 @@ class ModelPage(Page):
         pb.addLayout(lab_row)
         self.lab_dialog: PrecisionLabDialog | None = None
         self.lab_runner: LabRunner | None = None  # tests: a stand-in for the engine's lab
-        self.body.addWidget(precision_box)
 
         self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
-        self.body.addWidget(self.memory_form)
+        self.body.addLayout(two_columns([model_box, self.memory_form], [precision_box]))
         self.finish()
 
         self.precision_picker.errors_changed.connect(self._update_errors)

@@ -33,6 +33,7 @@ from guitrainer.core import paths
 from guitrainer.core.checkpoint import PICKLE_SUFFIXES, SINGLE_FILE_SUFFIXES, ModelDetection, detect_model
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding, make_editor
 from guitrainer.ui.icons import level_icon
+from guitrainer.ui.workers import call_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class ModelPicker(QWidget):
         super().__init__(parent)
         self.binding = binding
         self.settings = settings or default_settings()
+        self._network_note = ""
         self._detection: ModelDetection = detect_model(binding.get("model.base"))
 
         outer = QVBoxLayout(self)
@@ -263,9 +265,36 @@ class ModelPicker(QWidget):
         self._detection = detect_model(model)
         if not self._detection.path:
             self._detection = dataclasses.replace(self._detection, path=model)
+        self._network_note = ""
         self._show_detection()
+        if self._detection.kind == "hub_id" and self._detection.ok:
+            self._check_network(model)
         self.detected.emit(self._detection)
         return self._detection
+
+    def _check_network(self, model: str) -> None:
+        """A hub id is only usable online (or already downloaded): say so when the hub cannot be reached."""
+        import os
+
+        from guitrainer.core.captioner_catalog import hub_reachable
+
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            self._show_network(model, False)
+            return
+
+        call_in_thread(
+            hub_reachable, lambda ok: self._show_network(model, bool(ok)), lambda *_: None, name="HubCheck", parent=self
+        )
+
+    def _show_network(self, model: str, reachable: bool) -> None:
+        if self._detection.kind != "hub_id" or self._detection.path != model:
+            return  # the user chose another model meanwhile
+        self._network_note = (
+            "" if reachable else
+            "No network now: unless it was downloaded before, training cannot fetch it. "
+            "Connect, or choose a model file or folder on this computer."
+        )  # fmt: skip
+        self._show_detection()
 
     def family_mismatch(self) -> str:
         """A message when ``model.family`` contradicts what was detected ("" when they agree)."""
@@ -283,15 +312,19 @@ class ModelPicker(QWidget):
         d = self._detection
         mismatch = self.family_mismatch()
         level = "warning" if mismatch and d.level == "info" else d.level
-        icon = level_icon(self, "ok" if level == "info" else level)  # a usable model shows a check
+        if level == "info" and self._network_note:
+            level = "warning"
+        # a model on this computer shows a check; a hub id (downloaded on first use) shows an "i", not a check
+        icon = level_icon(self, ("info" if d.kind == "hub_id" else "ok") if level == "info" else level)
         self.status_icon.setPixmap(icon.pixmap(18, 18))
-        self.family_badge.setText(d.family_label if d.family else ("unsupported" if not d.ok else "family ?"))
+        badge = d.family_label if d.family else ("not found" if d.kind == "missing" else "unsupported" if not d.ok else "family ?")
+        self.family_badge.setText(badge)
         color = {"error": "220, 53, 69", "warning": "230, 145, 0", "info": "30, 140, 70"}[level]
         self.family_badge.setStyleSheet(
             f"background: rgba({color}, 0.15); border: 1px solid rgba({color}, 0.6); border-radius: 4px;"
             " padding: 1px 6px; font-weight: 600;"
         )
-        self.message_label.setText(f"{d.message} {mismatch}".strip())
+        self.message_label.setText(f"{d.message} {mismatch} {self._network_note}".strip())
         self.setProperty("detection_level", level)
 
     def _fill_recent(self) -> None:

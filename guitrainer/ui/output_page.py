@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -27,7 +28,7 @@ from PySide6.QtWidgets import (
 from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
-from guitrainer.ui.pages import Page
+from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,10 @@ class OutputPage(Page):
         super().__init__(binding, parent)
         self._verifier = verifier
         self.verify_running = False
-        self.body.addWidget(self._where_box())
-        self.body.addWidget(self._saving_box())
-        self.body.addWidget(self._metadata_box())
-        self.body.addWidget(self._verify_box())
+        self._last_run_path = ""
+        self.body.addLayout(
+            two_columns([self._where_box(), self._saving_box()], [self._metadata_box(), self._verify_box()])
+        )
         self.finish()
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
@@ -111,6 +112,11 @@ class OutputPage(Page):
         self.preview.setWordWrap(True)
         self.preview.setTextInteractionFlags(self.preview.textInteractionFlags() | self.preview.textInteractionFlags().TextSelectableByMouse)
         form.addRow(QLabel("Files written", box), self.preview)
+        self.last_run_label = QLabel("No run yet in this session.", box)
+        self.last_run_label.setObjectName("last_run_file")
+        self.last_run_label.setWordWrap(True)
+        self.last_run_label.setTextInteractionFlags(self.last_run_label.textInteractionFlags() | self.last_run_label.textInteractionFlags().TextSelectableByMouse)
+        form.addRow(QLabel("Last run wrote", box), self.last_run_label)
         return box
 
     def _saving_box(self) -> QGroupBox:
@@ -133,8 +139,13 @@ class OutputPage(Page):
         self._advice_row = adv
         adv.setVisible(False)
         self._advice: Any = None
-        self._row(form, "output.save_every_n_epochs")
-        self._row(form, "output.keep_last")
+        every = self._row(form, "output.save_every_n_epochs")
+        keep = self._row(form, "output.keep_last")
+        self.tensorboard_switch = self._row(form, "output.tensorboard")
+        # 0 means "off" / "no limit": say it in words instead of "0 epochs"
+        for editor, zero in ((every, "never (only the final LoRA)"), (keep, "all of them")):
+            if isinstance(editor, QSpinBox) and editor.minimum() == 0:
+                editor.setSpecialValueText(zero)
         return box
 
     def _metadata_box(self) -> QGroupBox:
@@ -178,11 +189,26 @@ class OutputPage(Page):
         if path == "precision.save" and self.binding.get("precision.save") != "fp16":
             self._advice_row.setVisible(False)
 
+    def show_last_run(self, summary: Any) -> None:
+        """A run ended: name the file it actually wrote (``name_3.safetensors`` when others were there)."""
+        path = getattr(summary, "lora_path", "") or ""
+        if not path:
+            self.last_run_label.setText("The last run wrote no LoRA file.")
+            return
+        self.last_run_label.setText(f"<b>{html.escape(path)}</b>")
+        if not self.verify_path.text().strip() or self.verify_path.text() == self._last_run_path:
+            self.verify_path.setText(path)  # "Verify" checks that file
+        self._last_run_path = path
+        self._refresh_preview()
+
     def _refresh_preview(self) -> None:
         rows = X.planned_files(self.binding.config.output)
+        rows = [("Next run's LoRA" if what == "Final LoRA" else what, p) for what, p in rows]
         self.preview.setText(
             "<br>".join(f"<b>{html.escape(what)}</b>: {html.escape(path)}" for what, path in rows)
         )
+        self.preview.setToolTip("A file that exists is never overwritten unless “Overwrite” is on: the next run "
+                                "then writes name_2, name_3, …")
 
     def preview_paths(self) -> list[str]:
         """The previewed paths, in order (final, intermediate when enabled, state folder)."""

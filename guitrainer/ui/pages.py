@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from guitrainer.ui.binding import ConfigBinding
 
@@ -33,3 +33,17 @@ class Page(QScrollArea):
 
     def finish(self) -> None:
         self.body.addStretch(1)
+
+
+def two_columns(left: list[QWidget], right: list[QWidget]) -> QHBoxLayout:
+    """Group boxes side by side (a wide window uses its width instead of scrolling), each column top-aligned."""
+    row = QHBoxLayout()
+    row.setSpacing(14)
+    for widgets in (left, right):
+        col = QVBoxLayout()
+        col.setSpacing(10)
+        for w in widgets:
+            col.addWidget(w)
+        col.addStretch(1)
+        row.addLayout(col, 1)
+    return row

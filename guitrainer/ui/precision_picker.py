@@ -364,7 +364,7 @@ class PrecisionPicker(QWidget):
 
     def _update_notes(self) -> None:
         """Per training choice: "not supported here", "recommended here" (a measurement on this device and
-        model family outranks the rules, and says so), or "see the note"."""
+        model family outranks the rules, and says so), or the rules' caveat."""
         rec = recommended_here(self._device, self.binding.config, self.measurement_store)
         best = rec.training if rec is not None else None
         measured = rec is not None and rec.measured is not None
@@ -372,17 +372,30 @@ class PrecisionPicker(QWidget):
         self.measured_label.setVisible(measured)
         for choice in precision.TRAINING_CHOICES:
             level = precision.training_choice_level(self._device, choice.value)
+            tip = ""
             if self._device is None:
                 self.training_group.set_note(choice.value, "")
             elif level == "error":
                 self.training_group.set_note(choice.value, "not supported here", f"rgb({LEVEL_COLORS['error']})")
             elif choice.value == best and rec is not None:
                 self.training_group.set_note(choice.value, rec.note, "rgb(30, 140, 70)")
-            elif level == "warning":
-                self.training_group.set_note(choice.value, "see the note", f"rgb({LEVEL_COLORS['warning']})")
+                tip = rec.reason  # a measurement's date and speed-up, or that the rules decided
+            elif level == "warning":  # the caveat itself, not a pointer to a note shown only once chosen
+                why = self._choice_warning(choice.value)
+                self.training_group.set_note(choice.value, _short(why) or "has a caveat here", f"rgb({LEVEL_COLORS['warning']})")
+                tip = why
             else:
                 self.training_group.set_note(choice.value, "")
-            self.training_group.notes[choice.value].setToolTip(rec.reason if rec is not None and choice.value == best else "")
+            self.training_group.notes[choice.value].setToolTip(tip)
+
+    def _choice_warning(self, value: str) -> str:
+        """The precision rules' warning for training in ``value`` on this device (the first one)."""
+        cfg = self.binding.config.copy()
+        cfg.set("precision.training", value)
+        for a in precision.advise(self._device, cfg):
+            if a.level == "warning" and a.topic in ("precision.training", "device"):
+                return a.message
+        return ""
 
     def _rebuild_rows(self) -> None:
         for row in self.advice_rows():
@@ -391,3 +404,9 @@ class PrecisionPicker(QWidget):
         for advice in self._advice:
             self.advice_layout.addWidget(AdviceRow(advice, self.apply, self.advice_box))
         self.advice_box.setVisible(bool(self._advice))
+
+
+def _short(message: str, limit: int = 60) -> str:
+    """The first clause of an advice message, for the note beside a choice (the tooltip has it all)."""
+    first = message.split(". ")[0].split(": ")[0].strip().rstrip(".")
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"

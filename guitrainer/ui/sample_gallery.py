@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtGui import QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -60,6 +60,14 @@ class SampleDialog(QDialog):
         lay.addWidget(buttons)
 
 
+def sampling_note(sampling: object) -> str:
+    """What the empty Samples tab says: that sampling is off, or how often samples come."""
+    every, prompts = getattr(sampling, "every_n_steps", 0), getattr(sampling, "prompts", [])
+    if not prompts or not every:
+        return "Sampling is off: add sample prompts and set “Sample every” (Samples, on the left) to see images while training."
+    return f"Samples appear here every {every} steps while training."
+
+
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -80,6 +88,21 @@ class SampleGallery(QListWidget):
         self.itemClicked.connect(self.open_item)
         self.itemActivated.connect(self.open_item)
         self.dialog: SampleDialog | None = None
+        self.empty_text = ""
+
+    def set_empty_text(self, text: str) -> None:
+        """What the empty gallery says (e.g. that sampling is off)."""
+        self.empty_text = text
+        self.viewport().update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802, ANN001 - Qt override
+        super().paintEvent(event)
+        if not self.count() and self.empty_text:
+            painter = QPainter(self.viewport())
+            painter.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
+            flags = Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap
+            painter.drawText(self.viewport().rect().adjusted(16, 8, -16, -8), int(flags), self.empty_text)
+            painter.end()
 
     def add_sample(self, sample: SampleImage) -> QListWidgetItem:
         """Insert at the top (newest first)."""

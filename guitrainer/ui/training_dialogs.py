@@ -10,7 +10,16 @@ import html
 from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def bullets(lines: Sequence[str]) -> str:
@@ -78,3 +87,37 @@ def ask_close(parent: QWidget) -> str:
     if clicked is keep:
         return "keep"
     return "cancel"
+
+
+def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callable[[int], None]) -> QDialog:
+    """"The last run is complete" and a choice of more epochs (opened); ``answered(more_epochs)`` on yes."""
+    dlg = QDialog(parent)
+    dlg.setObjectName("finished_run_box")
+    dlg.setWindowTitle("The last run is complete")
+    lay = QVBoxLayout(dlg)
+    text = QLabel(
+        f"The last run is complete: it trained all its {steps} steps ({epochs} epoch{'s' if epochs != 1 else ''}). "
+        "Resuming it would train nothing more.<br><br>Train more epochs, starting from where it ended?",
+        dlg,
+    )
+    text.setWordWrap(True)
+    lay.addWidget(text)
+    row = QHBoxLayout()
+    row.addWidget(QLabel("Train", dlg))
+    spin = QSpinBox(dlg)
+    spin.setObjectName("more_epochs")
+    spin.setRange(1, 1000)
+    spin.setValue(max(1, epochs // 2))
+    spin.setSuffix(" more epochs")
+    row.addWidget(spin)
+    row.addStretch(1)
+    lay.addLayout(row)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel, dlg)
+    train = buttons.addButton("Train more", QDialogButtonBox.ButtonRole.AcceptRole)
+    train.setObjectName("train_more_button")
+    buttons.accepted.connect(dlg.accept)
+    buttons.rejected.connect(dlg.reject)
+    lay.addWidget(buttons)
+    dlg.accepted.connect(lambda: answered(spin.value()))
+    dlg.open()
+    return dlg

@@ -20,6 +20,7 @@ from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QFrame,
     QLabel,
     QMessageBox,
@@ -32,20 +33,25 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import run_state
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
-from guitrainer.core.run_state import find_state
+from guitrainer.core.run_state import SavedRun, find_state, read_saved_run
 from guitrainer.core.start_check import check_start
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
 from guitrainer.ui.regularization_panel import prior_loss_box
-from guitrainer.ui.sample_gallery import SampleGallery
+from guitrainer.ui.sample_gallery import SampleGallery, sampling_note
 from guitrainer.ui.training_controls import ACTIVE, ProgressPanel, RunControls, TrainState
-from guitrainer.ui.training_dialogs import ask_close, error_box, start_confirm_box, start_problems_box
+from guitrainer.ui.training_dialogs import (
+    ask_close,
+    error_box,
+    finished_run_box,
+    start_confirm_box,
+    start_problems_box,
+)
 from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
 
 if TYPE_CHECKING:
@@ -55,11 +61,6 @@ log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_MS = 200
 LOG_TAIL_LINES = 40  # log lines put under "Show Details…" for a failure reported without details
-
-
-# --------------------------------------------------------------------------- pre-start checks (core.start_check)
-
-
 
 
 # --------------------------------------------------------------------------- the page
@@ -101,6 +102,7 @@ class TrainingPage(Page):
         self.error_box: QMessageBox | None = None
         self.problems_box: QMessageBox | None = None
         self.confirm_box: QMessageBox | None = None
+        self.finished_box: QDialog | None = None  # "the last run is complete: train more epochs?"
         self._charts: TrainingCharts | None = None
         self._metrics: StepMetrics | None = None
         self._progress_dirty = False
@@ -118,7 +120,9 @@ class TrainingPage(Page):
         self._progress_timer.timeout.connect(self._refresh_progress)
         binding.changed.connect(self._on_config_changed)
         binding.replaced.connect(self._refresh_state_path)
+        binding.replaced.connect(self._refresh_sampling_note)
         self._refresh_state_path()
+        self._refresh_sampling_note()
         self._apply_state()
 
     # ------------------------------------------------------------------ layout
@@ -174,7 +178,7 @@ class TrainingPage(Page):
         split.setStretchFactor(1, 1)
         split.setSizes([340, 900])
         split.setChildrenCollapsible(False)
-        split.setMinimumHeight(560)
+        split.setMinimumHeight(340)  # fits 1366×768: the settings column scrolls, the page does not
         # Ignore the splitter's (huge) size hint: it fills the page, and scrolls only below its minimum
         split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.body.addWidget(split, 1)
@@ -263,8 +267,13 @@ class TrainingPage(Page):
             self._redirect_output(str(self.binding.get(path)))
         if path.startswith("output."):
             self._refresh_state_path()
+        if path.startswith("sampling."):
+            self._refresh_sampling_note()
         if path == "precision.training" and self._charts is not None and not self.is_active:
             self._charts.set_scaler_visible(self.binding.get(path) == "fp16")
+
+    def _refresh_sampling_note(self) -> None:
+        self.gallery.set_empty_text(sampling_note(self.binding.config.sampling))
 
     def _refresh_state_path(self) -> None:
         self.last_state_path = find_state(self.binding.config)
@@ -332,7 +341,8 @@ class TrainingPage(Page):
     def _launch(self, cfg: TrainingConfig) -> None:
         resuming = bool(cfg.schedule.resume_from)
         charts = self.charts
-        if resuming and len(charts) and self._resume_step(cfg.schedule.resume_from) == int(charts.series("step")[-1]):
+        saved = read_saved_run(cfg.schedule.resume_from) if resuming else None
+        if saved is not None and len(charts) and saved.global_step == int(charts.series("step")[-1]):
             pass  # the charts show this run up to the saved state: keep them and continue
         else:
             charts.clear()
@@ -357,15 +367,29 @@ class TrainingPage(Page):
         log.info("training started%s", f" from {cfg.schedule.resume_from}" if resuming else "")
         run_in_thread(worker, name="TrainingThread")
 
-    @staticmethod
-    def _resume_step(state_path: str) -> int | None:
-        return run_state.saved_step(state_path)
-
     def resume_last(self) -> None:
         """Continue from the last saved state (of this run, or found in the output folder)."""
         path = self.last_state_path or find_state(self.binding.config)
-        if path:
-            self.start(resume_from=path)
+        if not path:
+            return
+        saved = read_saved_run(path)
+        if saved is not None and saved.complete and not self.is_active:
+            self.finished_box = finished_run_box(
+                self, saved.total_steps, saved.epoch, lambda more: self._train_more(saved, more)
+            )
+            return
+        self.start(resume_from=path)
+
+    def _train_more(self, saved: SavedRun, more_epochs: int) -> None:
+        """Resume a complete run with ``more_epochs`` epochs added to its schedule."""
+        s = self.binding.config.schedule
+        if s.max_steps > 0:
+            per_epoch = max(1, saved.total_steps // max(1, saved.epoch))
+            self.binding.set("schedule.max_steps", saved.total_steps + more_epochs * per_epoch)
+        else:
+            self.binding.set("schedule.epochs", saved.epochs_for_more(more_epochs, s.epochs))
+        self._say(f"Training {more_epochs} more epoch{'s' if more_epochs != 1 else ''} from the saved state…")
+        self.start(resume_from=saved.path)
 
     # ------------------------------------------------------------------ controls
     def stop(self) -> None:
@@ -466,6 +490,8 @@ class TrainingPage(Page):
         if saved.kind == "state":
             self.last_state_path = saved.path
         self.log_panel.append(f"saved {saved.kind} at step {saved.step}: {saved.path}")
+        if self.status_label.text().startswith(("Saving", "Samples will")):  # no stale "Saving after this step…"
+            self._say(f"Saved the {saved.kind} at step {saved.step}.")
 
     @Slot(object)
     def _on_finished(self, summary: RunSummary) -> None:
@@ -502,6 +528,8 @@ class TrainingPage(Page):
 
     def _end_run(self) -> None:
         self.worker = None
+        if self._metrics is None:  # no step reported: the bar must not stay on "Loading the model…"
+            self.progress_bar.setFormat("No steps trained")
         self.log_panel.detach()
         if self._charts is not None:
             self._charts.redraw()

@@ -1,18 +1,22 @@
-"""VramMeter: the live VRAM estimate as a stacked bar, with one-click fixes and a precise check.
+"""VramMeter: the live VRAM estimate as a stacked bar with a legend, one-click fixes and a precise check.
 
 Re-estimates on every config change (coalesced with a 0-ms single-shot timer; an estimate takes
-microseconds). "Check precisely" measures one real training step in a background thread
-(:mod:`guitrainer.engine.memory`, which imports torch only then).
+microseconds). Every part is named with its size in the legend under the bar (no hover needed) and in
+a tooltip over its piece of the bar. "Check precisely" measures one real training step through
+:func:`~guitrainer.ui.workers.run_in_thread` (:mod:`guitrainer.engine.memory` imports torch only then);
+the measured peak then replaces the estimate's number until a setting changes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import html
 import logging
-import traceback
+import re
 from types import SimpleNamespace
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, QRectF, QSize, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QColor, QHelpEvent, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -25,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.core import vram
+from guitrainer.core import precision, vram
 from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,40 @@ PART_COLORS = {
 }
 WARN_FRACTION = 0.85
 MAX_HINTS = 3
+TARGET_COLOR = "#2e9d4f"
+_CARD_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b")
+
+
+def preset_card_bytes(name: str) -> int | None:
+    """The card size a preset is made for, from its name ("SD 1.5 character — 6 GB" -> 6 GiB)."""
+    m = _CARD_SIZE.search(name or "")
+    return int(float(m.group(1)) * vram.GiB) if m else None
+
+
+def is_cpu(device: Any) -> bool:
+    """A probed CPU-only machine (no CUDA context to count)."""
+    return getattr(device, "kind", "") == "cpu"
+
+
+def shown_parts(b: vram.VramBreakdown, device: Any) -> list[vram.VramPart]:
+    """The parts worth showing: no CUDA context on a CPU, no empty parts."""
+    return [p for p in b.parts if p.bytes > 0 and not (p.key == "cuda_context" and is_cpu(device))]
+
+
+def advised_against(device: Any, config: Any, changes: dict[str, Any]) -> bool:
+    """True when the precision panel would warn (or err) about ``changes`` on ``device`` and does not now."""
+    if device is None or not hasattr(device, "for_gpu_index"):
+        return False
+    try:
+        before = {a.code for a in precision.advise(device, config) if a.level in ("warning", "error")}
+        changed = config.copy()
+        for path, value in changes.items():
+            changed.set(path, value)
+        after = {a.code for a in precision.advise(device, changed) if a.level in ("warning", "error")}
+    except Exception:  # noqa: BLE001 - a hint filter must not break the meter
+        log.exception("precision advice for a hint failed")
+        return False
+    return bool(after - before)
 
 
 class _Bar(QWidget):
@@ -53,8 +92,10 @@ class _Bar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.breakdown: vram.VramBreakdown | None = None
+        self.parts: list[vram.VramPart] = []
         self.level = "unknown"
         self.measured: int | None = None
+        self.target: int | None = None  # the card size the preset is made for
         self.setMinimumSize(160, 18)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMouseTracking(True)
@@ -66,7 +107,8 @@ class _Bar(QWidget):
         b = self.breakdown
         if b is None:
             return 1.0
-        return float(max(b.total, b.device_total or 0, self.measured or 0, 1))
+        total = sum(p.bytes for p in self.parts)
+        return float(max(total, b.device_total or 0, self.measured or 0, self.target or 0, 1))
 
     def segments(self) -> list[tuple[QRectF, vram.VramPart]]:
         """Rectangles of the non-empty parts, left to right."""
@@ -77,9 +119,7 @@ class _Bar(QWidget):
         scale = self._scale()
         x = inner.left()
         out = []
-        for part in b.parts:
-            if part.bytes <= 0:
-                continue
+        for part in self.parts:
             w = inner.width() * part.bytes / scale
             out.append((QRectF(x, inner.top(), w, inner.height()), part))
             x += w
@@ -98,6 +138,10 @@ class _Bar(QWidget):
             x = inner.left() + inner.width() * b.device_total / self._scale()
             p.setPen(QPen(QColor("#202020"), 2))
             p.drawLine(int(x), 0, int(x), self.height())
+        if self.target and b is not None:
+            x = inner.left() + inner.width() * self.target / self._scale()
+            p.setPen(QPen(QColor(TARGET_COLOR), 2, Qt.PenStyle.DotLine))
+            p.drawLine(int(x), 0, int(x), self.height())
         if self.measured:
             x = inner.left() + inner.width() * self.measured / self._scale()
             p.setPen(QPen(QColor("#000000"), 1, Qt.PenStyle.DashLine))
@@ -106,37 +150,39 @@ class _Bar(QWidget):
         p.drawRect(frame.adjusted(0.5, 0.5, -0.5, -0.5))
         p.end()
 
+    def part_at(self, pos: QPointF) -> vram.VramPart | None:
+        for rect, part in self.segments():
+            if rect.contains(pos):
+                return part
+        return None
+
+    def tooltip_for(self, part: vram.VramPart) -> str:
+        return f"<b>{html.escape(part.label)}</b>: {vram.format_bytes(part.bytes)}<br>{html.escape(part.tooltip)}"
+
     def event(self, e: QEvent) -> bool:
         if e.type() == QEvent.Type.ToolTip:
             he: QHelpEvent = e  # type: ignore[assignment]
-            for rect, part in self.segments():
-                if rect.contains(he.position()):
-                    QToolTip.showText(he.globalPos(), f"<b>{part.label}</b>: {vram.format_bytes(part.bytes)}<br>{part.tooltip}", self)
-                    return True
+            part = self.part_at(QPointF(he.pos()))  # QHelpEvent has pos(), not position(), in PySide6 6.11
+            if part is not None:
+                QToolTip.showText(he.globalPos(), self.tooltip_for(part), self)
+                return True
             QToolTip.hideText()
             e.ignore()
             return True
         return super().event(e)
 
 
-class _MeasureWorker(QObject):
-    """Runs engine.memory.measure_training_step in a worker thread."""
-
-    finished = Signal(object)
-    failed = Signal(str)
+class _MeasureWorker(BaseWorker):
+    """Runs engine.memory.measure_training_step (through run_in_thread: errors reach the GUI thread)."""
 
     def __init__(self, config: Any) -> None:
         super().__init__()
         self.config = config
 
-    @Slot()
-    def run(self) -> None:
-        try:
-            from guitrainer.engine.memory import measure_training_step  # imports torch, here only
+    def work(self) -> Any:
+        from guitrainer.engine.memory import measure_training_step  # imports torch, here only
 
-            self.finished.emit(measure_training_step(self.config))
-        except Exception:  # delivered to the GUI, never swallowed
-            self.failed.emit(traceback.format_exc())
+        return measure_training_step(self.config)
 
 
 class VramMeter(QWidget):
@@ -144,7 +190,7 @@ class VramMeter(QWidget):
 
     estimate_updated = Signal(object)  # VramBreakdown
     measurement_finished = Signal(object)  # engine.memory.MemoryMeasurement
-    measurement_failed = Signal(str)
+    measurement_failed = Signal(str, str)  # message in plain words, details (traceback) for the Log
 
     def __init__(self, binding: ConfigBinding, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -155,6 +201,7 @@ class VramMeter(QWidget):
         self._thread: QThread | None = None
         self._worker: _MeasureWorker | None = None
         self._hint_buttons: list[QPushButton] = []
+        self._target: tuple[int, str] | None = None
 
         self.bar = _Bar(self)
         self.total_label = QLabel(self)
@@ -171,6 +218,12 @@ class VramMeter(QWidget):
         self.busy.hide()
         self.status_label = QLabel(self)
         self.status_label.setObjectName("vram_status")
+        self.status_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens
+        self.legend = QLabel(self)
+        self.legend.setObjectName("vram_legend")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("font-size: 8pt;")
         self._hint_row = QHBoxLayout()
         self._hint_row.setSpacing(4)
 
@@ -181,13 +234,13 @@ class VramMeter(QWidget):
         top.addWidget(self.busy)
         top.addWidget(self.check_button)
         bottom = QHBoxLayout()
-        bottom.addWidget(self.status_label)
-        bottom.addStretch(1)
+        bottom.addWidget(self.status_label, 1)
         bottom.addLayout(self._hint_row)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(6, 4, 6, 4)
         outer.setSpacing(3)
         outer.addLayout(top)
+        outer.addWidget(self.legend)
         outer.addLayout(bottom)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
 
@@ -217,6 +270,12 @@ class VramMeter(QWidget):
     def hint_buttons(self) -> list[QPushButton]:
         return list(self._hint_buttons)
 
+    def set_target(self, preset_name: str) -> None:
+        """Mark the card size the preset is made for ("… — 6 GB"); none when its name gives none."""
+        size = preset_card_bytes(preset_name)
+        self._target = (size, preset_name) if size else None
+        self._schedule()
+
     def set_device(self, total_memory_bytes: int | None, name: str = "", info: object | None = None) -> None:
         """The GPU to compare with; None for an unknown device or CPU training.
 
@@ -242,26 +301,57 @@ class VramMeter(QWidget):
             self.status_label.setText("No estimate for this model.")
             return
         self._breakdown = b
-        frac = b.fraction
+        parts = shown_parts(b, self._device)
+        total = sum(p.bytes for p in parts)
+        frac = None if not b.device_total else total / b.device_total
         level = "unknown" if frac is None else "over" if frac > 1.0 else "warn" if frac > WARN_FRACTION else "ok"
-        self.bar.breakdown = b
-        self.bar.level = level
+        self.bar.breakdown, self.bar.parts, self.bar.level = b, parts, level
         self.bar.measured = None
+        self.bar.target = self._target[0] if self._target else None
         self.bar.update()
+        self._show_total(total, b.device_total, level, measured=False)
+        self._show_legend(parts)
+        self.status_label.setText(self._status(level, b))
+        self.status_label.setToolTip("")
+        hint_list = [h for h in hint_list if not advised_against(self._device, cfg, h.changes)]
+        self._show_hints(hint_list if level in ("over", "warn", "unknown") else hint_list[:1])
+        self.estimate_updated.emit(b)
+
+    def _show_total(self, total: int, device_total: int | None, level: str, measured: bool) -> None:
         color = LEVEL_COLORS[level].name()
-        if b.device_total:
-            text = f"<b style='color:{color}'>{b.total / vram.GiB:.1f}</b> / {b.device_total / vram.GiB:.1f} GB"
+        what = "measured" if measured else "estimated"
+        if device_total:
+            text = f"<b style='color:{color}'>{total / vram.GiB:.1f}</b> / {device_total / vram.GiB:.1f} GB {what}"
         else:
-            text = f"<b>{b.total / vram.GiB:.1f} GB</b>"
+            text = f"<b>{total / vram.GiB:.1f} GB</b> {what}"
         self.total_label.setText(text)
-        parts = [f"{p.label}: {vram.format_bytes(p.bytes)}" for p in b.parts if p.bytes]
         try:
-            ram = vram.format_bytes(vram.peak_system_ram_loading(cfg))
+            ram = vram.format_bytes(vram.peak_system_ram_loading(self.binding.config))
         except Exception:  # noqa: BLE001 - a tooltip line is not worth an error
             log.exception("system RAM estimate failed")
-        else:
-            parts.append(f"\nSystem RAM while loading the base model: about {ram}")
-        self.total_label.setToolTip("\n".join(parts))
+            ram = ""
+        lines = [f"{p.label}: {vram.format_bytes(p.bytes)}" for p in self.bar.parts]
+        if ram:
+            lines.append(f"\nSystem RAM while loading the base model: about {ram}")
+        self.total_label.setToolTip("\n".join(lines))
+
+    def _show_legend(self, parts: list[vram.VramPart]) -> None:
+        """Every part with its colour and size, always visible (hovering a part shows its explanation)."""
+        items = [
+            f"<span style='color:{PART_COLORS.get(p.key, '#999999')}'>■</span>&nbsp;{html.escape(p.label)} "
+            f"{vram.format_bytes(p.bytes)}"
+            for p in parts
+        ]
+        if self._target:
+            size, name = self._target
+            items.append(
+                f"<span style='color:{TARGET_COLOR}'>┆</span>&nbsp;{vram.format_bytes(size)} card the preset is made for"
+            )
+        if self._breakdown is not None and self._breakdown.device_total:
+            items.append("<b>│</b>&nbsp;your GPU")
+        self.legend.setText("&nbsp;&nbsp; ".join(items))
+
+    def _status(self, level: str, b: vram.VramBreakdown) -> str:
         if getattr(self._device, "total_memory", None) is None:
             status = "CPU training uses system RAM" + (f" ({self._device_name})" if self._device_name else "") + "; estimate for a GPU"
         elif level == "over":
@@ -272,9 +362,7 @@ class VramMeter(QWidget):
             status = f"Fits {self._device_name}" if self._device_name else "Fits"
         if b.notes:
             status += f" ({b.notes[0]})"
-        self.status_label.setText(status)
-        self._show_hints(hint_list if level in ("over", "warn", "unknown") else hint_list[:1])
-        self.estimate_updated.emit(b)
+        return status
 
     @Slot()
     def check_precisely(self) -> None:
@@ -284,13 +372,11 @@ class VramMeter(QWidget):
         self.check_button.setEnabled(False)
         self.busy.show()
         self.status_label.setText("Measuring one training step…")
-        self._thread = QThread(self)
-        self._worker = _MeasureWorker(self.binding.config.copy())
-        self._worker.moveToThread(self._thread)
-        self._thread.started.connect(self._worker.run)
-        self._worker.finished.connect(self._on_measured)
-        self._worker.failed.connect(self._on_failed)
-        self._thread.start()
+        self.status_label.setToolTip("")
+        worker = _MeasureWorker(self.binding.config.copy())
+        worker.finished.connect(self._on_measured)
+        worker.failed.connect(self._on_failed)
+        self._thread = run_in_thread(worker, name="VramMeasure")
 
     # ------------------------------------------------------------------ internals
     def _schedule(self, *_args: Any) -> None:
@@ -314,41 +400,45 @@ class VramMeter(QWidget):
             self.binding.set(path, value)
 
     def _finish_thread(self) -> None:
-        if self._thread is not None:
-            self._thread.quit()
-            self._thread.wait()
-            self._thread.deleteLater()
-        if self._worker is not None:
-            self._worker.deleteLater()
-        self._thread = None
-        self._worker = None
+        self._thread = None  # run_in_thread deletes it and the worker when it ends
         self.busy.hide()
         self.check_button.setEnabled(True)
 
     @Slot(object)
     def _on_measured(self, m: Any) -> None:
+        """One number from now on: the measured peak replaces the estimate (until a setting changes)."""
         self._finish_thread()
         b = self._breakdown
-        est = b.allocated if b else 0
-        how = "measured on the GPU" if m.method == "cuda" else "measured (simulated step)"
-        self.status_label.setText(
-            f"Peak {how}: {vram.format_bytes(m.peak)} allocated; estimated {vram.format_bytes(est)}"
-        )
-        self.status_label.setToolTip("\n".join(m.notes))
-        self.bar.measured = int(m.peak + (b.total - b.allocated if b else 0))
+        overhead = b.total - b.allocated if b else 0  # context and allocator slack: not in the peak
+        peak = int(m.peak + overhead)
+        est = sum(p.bytes for p in self.bar.parts)
+        device_total = b.device_total if b else None
+        level = "unknown" if not device_total else "over" if peak > device_total else "warn" if peak > WARN_FRACTION * device_total else "ok"
+        self.bar.measured = peak
+        self.bar.level = level
         self.bar.update()
+        self._show_total(peak, device_total, level, measured=True)
+        how = "on the GPU" if m.method == "cuda" else "with a simulated step on this computer"
+        self.status_label.setText(
+            f"Measured {how}: one training step of these settings needs {vram.format_bytes(peak)} "
+            "(the dashed line). This replaces the estimate until you change a setting."
+        )
+        self.status_label.setToolTip(
+            f"Estimated before measuring: {vram.format_bytes(est)}.\n" + "\n".join(m.notes)
+        )
         self.measurement_finished.emit(m)
 
-    @Slot(str)
-    def _on_failed(self, message: str) -> None:
+    @Slot(str, str)
+    def _on_failed(self, message: str, details: str) -> None:
+        """The message on screen in plain words; the details (traceback) go to the Log, not to a tooltip."""
         self._finish_thread()
-        log.error("VRAM measurement failed:\n%s", message)
-        self.status_label.setText("Measurement failed (see log)")
-        self.status_label.setToolTip(message)
-        self.measurement_failed.emit(message)
+        first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+        self.status_label.setText(f"Check precisely failed: {first}. The Log on the Training page has the details.")
+        self.status_label.setToolTip("")
+        self.measurement_failed.emit(message, details)
 
     def closeEvent(self, event: Any) -> None:
         if self._thread is not None:
-            self._thread.quit()
-            self._thread.wait()
+            with contextlib.suppress(RuntimeError):  # already ended and deleted
+                self._thread.wait()
         super().closeEvent(event)

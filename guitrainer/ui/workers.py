@@ -11,6 +11,7 @@ No torch at import time: the engine is imported inside the worker thread when a 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -174,6 +175,15 @@ class _Janitor(QObject):
         self.deleteLater()
 
 
+@atexit.register
+def _wait_for_live_threads(timeout_ms: int = 10_000) -> None:
+    """At exit, give threads still running (a device probe importing torch, say) time to end: a QThread
+    destroyed while it runs aborts the process."""
+    for thread, _worker in list(_LIVE):
+        with contextlib.suppress(RuntimeError):  # already deleted
+            thread.wait(timeout_ms)
+
+
 def live_threads() -> int:
     """How many threads started by :func:`run_in_thread` have not yet been released."""
     return len(_LIVE)
@@ -243,11 +253,13 @@ class TrainingWorker(BaseWorker):
     sample_ready = Signal(object)
     checkpoint_saved = Signal(object)
 
-    def __init__(self, config: TrainingConfig, trainer_factory: TrainerFactory | None = None):
+    def __init__(self, config: TrainingConfig, trainer_factory: TrainerFactory | None = None, *, record: bool = True):
         super().__init__()
         self.config = config.copy()  # the run owns its settings; the user's stay untouched
         self.control = Control()
         self._factory: TrainerFactory = trainer_factory or default_trainer_factory
+        self.record = record  # keep the run in the run history (Runs page)
+        self.run_id: int | None = None  # its id there, once the run has started
 
     # ------------------------------------------------------------------ control (any thread)
     def stop(self) -> None:
@@ -280,9 +292,14 @@ class TrainingWorker(BaseWorker):
 
     # ------------------------------------------------------------------ the run (worker thread)
     def work(self) -> RunSummary:
-        reporter = _SignalReporter(self)
-        trainer = self._factory(self.config, reporter, self.control)
-        summary = trainer.run()
-        if not isinstance(summary, RunSummary):
-            raise TypeError(f"the trainer returned {type(summary).__name__}, not a RunSummary")
+        from guitrainer.engine.recording import recording  # no torch: the recorder only needs sqlite
+
+        with recording(_SignalReporter(self), self.config, source="app", enabled=self.record) as rec:
+            self.run_id = rec.run_id
+            trainer = self._factory(self.config, rec.reporter, self.control)
+            rec.attach(trainer)
+            summary = trainer.run()
+            if not isinstance(summary, RunSummary):
+                raise TypeError(f"the trainer returned {type(summary).__name__}, not a RunSummary")
+            rec.finish(summary)
         return summary

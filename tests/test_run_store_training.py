@@ -1,0 +1,168 @@
+"""Real demo runs recorded in the run store: from the CLI, from the app's worker, and after a kill -9."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import fake_device
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QPushButton
+
+from guitrainer.cli import main
+from guitrainer.config import TrainingConfig
+from guitrainer.core import hardware
+from guitrainer.core.run_store import RunStore
+from guitrainer.presets import PresetStore
+from guitrainer.ui.workers import TrainingWorker, run_in_thread
+
+DEMO = "Demo — tiny built-in model (CPU, seconds)"
+REPO = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("guitrainer.engine.trainer")
+
+
+@pytest.fixture
+def runs_db(tmp_path, monkeypatch) -> Path:
+    db = tmp_path / "runs.sqlite3"
+    monkeypatch.setenv("GUITRAINER_RUNS_DB", str(db))
+    return db
+
+
+def test_cli_demo_run_is_recorded_with_its_full_series(tmp_path, runs_db):
+    out = tmp_path / "out"
+    assert main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
+    with RunStore(runs_db) as store:
+        (row,) = store.list_runs()
+        assert (row.status, row.source, row.steps, row.total_steps) == ("finished", "cli", 8, 8)  # 8 images, batch 2, 2 epochs
+        s = store.series(row.id)
+        assert s["step"] == list(range(1, 9)) and s["epoch"] == [1] * 4 + [2] * 4
+        assert all(math.isfinite(v) for v in s["loss"]) and row.final_loss == s["loss"][-1]
+        assert s["lr"] == [1e-3] * 8 and all(v > 0 for v in s["seconds_per_step"])
+        assert s["images"] == [2.0 * i for i in range(1, 9)]
+        detail = store.run(row.id)
+        assert detail.device == "cpu" and detail.save_precision == "fp16"
+        cfg = TrainingConfig.from_dict(detail.config)
+        assert cfg.network.rank == 2 and cfg.output.folder == str(out)
+        kinds = {a["kind"] for a in detail.artifacts}
+        assert {"lora", "state"} <= kinds and Path(row.lora_path).is_file()
+        assert detail.timings["mean_seconds_per_step"] > 0
+    assert main(["--preset", DEMO, "--quiet", "--no-record", "--set", f"output.folder={out}"]) == 0
+    with RunStore(runs_db) as store:
+        assert len(store.list_runs()) == 1  # --no-record left no row
+
+
+def test_gui_worker_demo_run_is_recorded(qtbot, tmp_path, runs_db):
+    cfg = PresetStore().get(DEMO).config()
+    cfg.output.folder = str(tmp_path / "out")
+    worker = TrainingWorker(cfg)
+    seen: list[tuple[int, float]] = []
+    worker.step_finished.connect(lambda m: seen.append((m.step, m.loss)))
+    with qtbot.waitSignal(worker.finished, timeout=120_000) as blocker:
+        run_in_thread(worker)
+    summary = blocker.args[0]
+    assert summary.status == "finished"
+    qtbot.waitUntil(lambda: len(seen) == 8, timeout=5000)
+    with RunStore(runs_db) as store:
+        (row,) = store.list_runs()
+        assert row.id == worker.run_id and row.source == "app" and row.status == "finished"
+        s = store.series(row.id, ["step", "loss"])
+        assert list(zip(s["step"], s["loss"])) == seen  # the very numbers the charts got
+        assert row.state_path == str(Path(summary.state_path).absolute())
+
+
+def _read(db: Path, sql: str) -> list[tuple]:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:  # not made yet
+        return []
+
+
+def _kill_mid_run(tmp_path: Path, db: Path, home: Path) -> int:
+    """A CLI run of 60 steps (state saved every epoch of 4 steps), killed with SIGKILL once the store
+    holds at least 12 steps and a state; returns the pid."""
+    out = tmp_path / "out"
+    env = dict(os.environ, GUITRAINER_RUNS_DB=str(db), GUITRAINER_HOME=str(home), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "guitrainer.cli", "--preset", DEMO, "--quiet", "--set", f"output.folder={out}",
+           "--set", "schedule.max_steps=60", "--set", "schedule.epochs=100", "--set", "output.save_every_n_epochs=1",
+           "--set", "output.keep_last=1"]  # fmt: skip
+    with open(tmp_path / "cli.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                rows = _read(db, "SELECT steps, state_step FROM runs")
+                if rows and rows[0][0] >= 12 and rows[0][1] and rows[0][0] > rows[0][1]:
+                    break
+                assert proc.poll() is None, (tmp_path / "cli.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the CLI run recorded no 12 steps within 180 s"
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return proc.pid
+
+
+def test_kill_9_leaves_a_readable_store_and_the_app_resumes_the_run(qtbot, tmp_path, tmp_path_factory, runs_db, monkeypatch):
+    home = tmp_path_factory.getbasetemp() / "guitrainer_home"  # the cached demo model
+    _kill_mid_run(tmp_path, runs_db, home)
+    conn = sqlite3.connect(runs_db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+    with RunStore(runs_db) as store:
+        (row,) = store.list_runs()
+        assert row.status == "running"  # nobody has looked yet
+        before = store.series(row.id, ["step", "loss"])
+        assert before["step"] == list(range(1, row.steps + 1))  # every committed batch, no gap
+        state_step = row.state_step
+        assert state_step % 4 == 0 and 4 <= state_step < row.steps
+
+    # the next start of the app: the run is marked interrupted and offered for resuming
+    from guitrainer.ui.main_window import MainWindow
+
+    dev = fake_device("cpu")
+    monkeypatch.setattr(hardware, "cached", lambda: dev)
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        qtbot.waitUntil(lambda: w.runs_page.interrupted_box is not None and w.runs_page.interrupted_box.isVisible(), timeout=10_000)
+        box = w.runs_page.interrupted_box
+        assert f"step {state_step}" in box.informativeText()
+        with RunStore(runs_db) as store:
+            assert store.run_row(row.id).status == "interrupted"
+        with qtbot.waitSignal(w.training_page.run_finished, timeout=180_000) as blocker:
+            qtbot.mouseClick(box.findChild(QPushButton, "interrupted_resume"), Qt.MouseButton.LeftButton)
+            assert w.stack.currentWidget() is w.training_page
+        summary = blocker.args[0]
+        assert summary.status == "finished" and summary.steps == 60
+    finally:
+        if w.training_page.is_active:
+            w.training_page.stop()
+            w.training_page.wait_until_idle(120)
+        w.dataset_page.shutdown()
+    with RunStore(runs_db) as store:
+        (again,) = store.list_runs()  # the same run, continued
+        assert again.id == row.id and again.status == "finished" and again.steps == 60
+        after = store.series(row.id, ["step", "loss"])
+        assert after["step"] == list(range(1, 61))
+        assert after["loss"][:state_step] == before["loss"][:state_step]  # untouched up to the state
+        # the steps redone after the state repeat the killed run's (the state holds the RNG): it continued
+        redone = slice(state_step, len(before["loss"]))
+        assert after["loss"][redone] == pytest.approx(before["loss"][redone], rel=1e-4)
