@@ -21,8 +21,19 @@ $(VENV)/.installed: pyproject.toml
 run: install
 	$(BIN)/python -m guitrainer
 
+# Two pytest processes (a Qt process has one platform): the offscreen suite, then the real-window suite
+# (tests/realwindow: its own Xvfb + openbox, real input through xdotool, screenshots in artifacts/).
+# Logs in artifacts/; the last line sums up both runs; make fails if either failed.
+test: SHELL := /bin/bash
 test: install
-	QT_QPA_PLATFORM=offscreen OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+	@mkdir -p artifacts; set -o pipefail; offscreen=0; realwindow=0; \
+	QT_QPA_PLATFORM=offscreen OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --ignore=tests/realwindow \
+	  | tee artifacts/test-offscreen.log || offscreen=$$?; \
+	echo "---- real-window suite (Xvfb + openbox, real mouse and keyboard): tests/realwindow"; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/realwindow | tee artifacts/test-realwindow.log || realwindow=$$?; \
+	echo "make test: offscreen suite: $$(tail -n1 artifacts/test-offscreen.log | tr -d '=' | sed 's/^ *//; s/ *$$//')" \
+	  "| real-window suite: $$(tail -n1 artifacts/test-realwindow.log | tr -d '=' | sed 's/^ *//; s/ *$$//')"; \
+	test $$offscreen -eq 0 -a $$realwindow -eq 0
 
 lint: install
 	$(BIN)/ruff check .

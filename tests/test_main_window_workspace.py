@@ -115,3 +115,13 @@ def test_quit_with_unsaved_edits_asks_and_the_workspace_comes_back(qtbot, tmp_pa
     qtbot.waitUntil(lambda: len(again.dataset_page.items) == 2, timeout=10000)
     assert "•" in again.windowTitle()  # still not saved in a preset
     again.dataset_page.shutdown()
+
+
+def test_question_boxes_are_as_wide_as_their_titles(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path)
+    type_rank(w, 21)
+    w.close()
+    box = w.quit_box
+    assert box is not None and box.isVisible()
+    assert box.width() >= box.fontMetrics().horizontalAdvance(box.windowTitle()) + 60  # the title is not cut off
+    button(box, "Cancel").click()

@@ -15,6 +15,7 @@ from PIL import Image
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core import regularization as reg
 from guitrainer.core.events import Control, NullReporter
+from guitrainer.engine.amp_step import AmpStep
 from guitrainer.engine.lora import read_lora
 from guitrainer.engine.trainer import WRITE_ADVICE, Trainer
 
@@ -84,19 +85,19 @@ def run(cfg: TrainingConfig, reporter: NullReporter | None = None, control: Cont
 
 
 def lora_params(tr: Trainer) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in tr.model.unet.named_parameters() if p.requires_grad}
+    return {n: p.detach().clone() for n, p in tr.session.model.unet.named_parameters() if p.requires_grad}
 
 
 @pytest.fixture
 def record(monkeypatch):
     """Records every class half: (epoch, step, class item names, its RNG seed)."""
     calls: list[dict] = []
-    orig_half, orig_seed = Trainer._class_half, Trainer._class_seed
+    orig_half, orig_seed = AmpStep.class_half, AmpStep.class_seed
 
     def half(self, items, micro_index, micro_count, sync):
         calls.append(
             {"epoch": self.progress.epoch, "step": self.progress.global_step + 1, "items": list(items),
-             "names": [self.class_dataset.items[i].image.stem for i in items]}  # fmt: skip
+             "names": [self.session.class_dataset.items[i].image.stem for i in items]}  # fmt: skip
         )
         return orig_half(self, items, micro_index, micro_count, sync)
 
@@ -105,8 +106,8 @@ def record(monkeypatch):
         calls[-1]["seed"] = value
         return value
 
-    monkeypatch.setattr(Trainer, "_class_half", half)
-    monkeypatch.setattr(Trainer, "_class_seed", seed)
+    monkeypatch.setattr(AmpStep, "class_half", half)
+    monkeypatch.setattr(AmpStep, "class_seed", seed)
     return calls
 
 
@@ -133,13 +134,13 @@ def test_loss_is_instance_plus_weight_times_class_and_matches_a_hand_run(tmp_pat
 
     # step 1's class half, computed by hand from the recorded draws and seed
     first = next(c for c in record if c["step"] == 1)
-    m = heavy.model
+    m = heavy.session.model
     captions = [CLASS_CAPTIONS[n] or CLASS_PROMPT for n in first["names"]]
     assert not any(TRIGGER in c for c in captions)
-    assert [heavy.class_dataset.fixed_caption(i) for i in first["items"]] == captions
+    assert [heavy.session.class_dataset.fixed_caption(i) for i in first["items"]] == captions
     with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(first["seed"])
-        lat = torch.stack([heavy.class_latents[(i, False)] for i in first["items"]])
+        lat = torch.stack([heavy.caches.class_latents[(i, False)] for i in first["items"]])
         noise = torch.randn_like(lat)
         t = torch.randint(0, m.noise_scheduler.config.num_train_timesteps, (lat.shape[0],)).long()
         tok = m.tokenizers[0]
@@ -230,18 +231,18 @@ def test_latent_and_text_caches_cover_class_images(tmp_path, data):
     }
     first, _, s1 = run(cfg_for(tmp_path / "o1", data, 1.0, **common))
     assert s1.status == "finished", s1.message
-    assert set(first.class_latents) == {(i, False) for i in range(4)} and len(first.latents) == 3
-    assert (first.latent_store.misses, first.latent_store.hits) == (3 + 4, 0)
+    assert set(first.caches.class_latents) == {(i, False) for i in range(4)} and len(first.caches.latents) == 3
+    assert (first.caches.latent_store.misses, first.caches.latent_store.hits) == (3 + 4, 0)
     class_captions = {c or CLASS_PROMPT for c in CLASS_CAPTIONS.values()}
-    assert class_captions <= set(first._text_mem)
-    assert first.text_store.misses == 3 + len(class_captions)
+    assert class_captions <= set(first.caches._text_mem)
+    assert first.caches.text_store.misses == 3 + len(class_captions)
 
     again, _, s2 = run(cfg_for(tmp_path / "o2", data, 1.0, **common))  # a new run: all from the disk cache
     assert s2.status == "finished", s2.message
-    assert again.latent_store.misses == 0 and again.latent_store.disk_hits == 3 + 4
-    assert again.text_store.misses == 0
-    for k, v in first.class_latents.items():
-        assert torch.equal(v, again.class_latents[k])
+    assert again.caches.latent_store.misses == 0 and again.caches.latent_store.disk_hits == 3 + 4
+    assert again.caches.text_store.misses == 0
+    for k, v in first.caches.class_latents.items():
+        assert torch.equal(v, again.caches.class_latents[k])
 
 
 def test_missing_class_images_fail_before_training(tmp_path, data):
@@ -267,7 +268,7 @@ def test_unwritable_output_folder_ends_as_failed_with_advice(tmp_path, stop):
     assert summary.status == "failed"
     assert summary.message.startswith(f"The LoRA could not be saved in {blocker}: The output folder {blocker} is a file")
     assert summary.advice == WRITE_ADVICE
-    assert summary.advice[0] == "choose another output folder, then Save now or resume"
+    assert summary.advice[0] == "choose another output folder, then resume from the saved state (or train again)"
     assert summary.steps == (1 if stop else 2)
     # nothing trained is lost: the LoRA and the state went to the rescue folder, which the message names
     from guitrainer.core.paths import user_data_dir

@@ -109,11 +109,10 @@ def test_probed_device_filters_hints_and_cpu_status(qtbot) -> None:
 
 def test_every_part_has_a_tooltip_on_hover_and_a_legend_entry(qtbot) -> None:
     """Issue 15 #4: a real QHelpEvent over each part shows its tooltip (the handler used to raise)."""
+    from helpers import fake_device
     from PySide6.QtCore import QEvent, QPoint
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QToolTip
-
-    from guitrainer.core.hardware import fake_device
 
     binding, meter = make(qtbot, model__family="sd15")
     gpu = fake_device("rtx3060")
@@ -139,7 +138,7 @@ def test_every_part_has_a_tooltip_on_hover_and_a_legend_entry(qtbot) -> None:
 
 
 def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
-    from guitrainer.core.hardware import fake_device
+    from helpers import fake_device
 
     binding, meter = make(qtbot, model__family="sd15")
     assert any(p.key == "cuda_context" for p in meter.bar.parts)  # unknown device: a GPU is assumed
@@ -155,8 +154,9 @@ def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
 
 
 def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbot) -> None:
+    from helpers import fake_device
+
     from guitrainer.core import precision
-    from guitrainer.core.hardware import fake_device
     from guitrainer.ui.vram_meter import advised_against
 
     binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")

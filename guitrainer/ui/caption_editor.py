@@ -4,7 +4,7 @@ Every saved change is a :class:`~guitrainer.ui.caption_jobs.CaptionEditCommand` 
 QUndoStack (one per autosave, one per bulk tag operation), holding the old and new bytes of each
 caption file, so undo restores the files byte for byte. A caption in a legacy encoding (Windows-1252,
 Latin-1, UTF-16, a BOM) is shown as written and saved back in that encoding
-(:mod:`guitrainer.core.caption_encoding`); a typed character that encoding cannot hold is asked about
+(:mod:`guitrainer.core.captions`); a typed character that encoding cannot hold is asked about
 before the file is converted to UTF-8. Nothing writes U+FFFD.
 """
 
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.core.caption_encoding import UTF8, Encoding, detect, encode, unencodable
+from guitrainer.core.captions import CaptionEncodingError, decode_caption, encode_caption, encoding_label
 from guitrainer.core.dataset import CaptionChange, CaptionEdit, DatasetItem, Flag
 from guitrainer.core.fileio import atomic_write_bytes
 from guitrainer.ui.caption_jobs import (  # noqa: F401 - the page imports them from here
@@ -38,6 +38,7 @@ from guitrainer.ui.caption_jobs import (  # noqa: F401 - the page imports them f
     Report,
 )
 from guitrainer.ui.thumbnails import ThumbnailLoader
+from guitrainer.ui.training_dialogs import fit_title
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class CaptionEditor(QWidget):
         self.loader = loader
         self._notify = notify
         self._item: DatasetItem | None = None
-        self._encoding: Encoding = UTF8  # of the current item's caption file
+        self._encoding: str = "utf-8"  # the codec of the current item's caption file (core.captions)
         self._declined: set[Path] = set()  # files whose owner said "keep the encoding" to a conversion
         #: the open "save as UTF-8?" question, if any (non-modal; tests answer it)
         self.convert_box: QMessageBox | None = None
@@ -275,16 +276,17 @@ class CaptionEditor(QWidget):
         try:
             raw = item.caption_path.read_bytes()
         except OSError:  # no file yet (or unreadable: the save reports it)
-            self._encoding = UTF8
+            self._encoding = "utf-8"
             return
-        text, self._encoding = detect(raw)
-        if not self._encoding.is_utf8 and text != item.caption:
-            item.caption = text  # the grid, the search and the summary see the real characters
+        read = decode_caption(raw)
+        self._encoding = read.encoding
+        if not read.was_utf8 and read.text != item.caption:
+            item.caption = read.text  # the grid, the search and the summary see the real characters
 
     def _show_encoding_warning(self) -> None:
         item = self._item
-        if item is not None and not self._encoding.is_utf8:
-            label = self._encoding.label()
+        if item is not None and not _is_utf8(self._encoding):
+            label = encoding_label(self._encoding)
             self.warning.setText(
                 f"⚠ {item.caption_path.name} is {label} text, not UTF-8. It is shown as written and your edits are "
                 f"saved in {label}, as the file is; a character {label} cannot hold is asked about first."
@@ -335,15 +337,19 @@ class CaptionEditor(QWidget):
         if "\ufffd" in new_text:
             return self._fail("the caption holds \ufffd (a character lost elsewhere); replace it first")
         encoding = self._encoding
-        bad = unencodable(new_text, encoding)
+        try:
+            encode_caption(new_text, encoding)
+            bad: list[str] = []
+        except CaptionEncodingError as e:
+            bad = list(e.characters)
         if bad:
             if item.caption_path in self._declined:
-                return self._fail(f"{''.join(bad)} cannot be saved in {encoding.label()}; take it out or convert")
+                return self._fail(f"{''.join(bad)} cannot be saved in {encoding_label(encoding)}; take it out or convert")
             self._ask_convert(item, new_text, bad)
             return False
         return self._write(item, new_text, encoding)
 
-    def _write(self, item: DatasetItem, new_text: str, encoding: Encoding) -> bool:
+    def _write(self, item: DatasetItem, new_text: str, encoding: str) -> bool:
         """Write ``new_text`` in ``encoding`` (atomically, one undo step). False when it failed."""
         path = item.caption_path
         try:
@@ -352,7 +358,7 @@ class CaptionEditor(QWidget):
             old = None
         except OSError as e:
             return self._fail(f"Could not read {path.name}: {e}")
-        new = encode(new_text, encoding)
+        new = encode_caption(new_text, encoding, path=path)
         if item is self._item:
             self._dirty = False
         if old == new:
@@ -366,8 +372,9 @@ class CaptionEditor(QWidget):
             return self._fail(str(e))
         edit = CaptionEdit(f"Edit caption of {item.name}", [CaptionChange(path, old, new)])
         self.undo_stack.push(CaptionEditCommand(edit, self._notify, self.status_message.emit, self.runner))
-        item.caption, item.caption_exists, item.caption_utf8 = new_text, True, encoding.is_utf8
-        if encoding.is_utf8:
+        item.caption, item.caption_exists, item.caption_utf8 = new_text, True, _is_utf8(encoding)
+        item.caption_encoding = encoding
+        if _is_utf8(encoding):
             item.flags.discard(Flag.CAPTION_NOT_UTF8)
         if item is self._item:
             self._encoding = encoding
@@ -383,9 +390,10 @@ class CaptionEditor(QWidget):
             self._pending = (item, new_text)  # the question stands; it saves the latest text
             return
         self._pending = (item, new_text)
-        label = self._encoding.label()
+        label = encoding_label(self._encoding)
         box = QMessageBox(QMessageBox.Icon.Question, "Save the caption as UTF-8?", "", QMessageBox.StandardButton.NoButton, self)
         box.setObjectName("caption_convert_box")
+        fit_title(box)
         box.setText(f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.")
         box.setInformativeText(
             "Save this caption as UTF-8 (training reads both)? Or keep the file in "
@@ -399,7 +407,7 @@ class CaptionEditor(QWidget):
             pending_item, pending_text = self._pending
             if box.clickedButton() is convert:
                 self._declined.discard(pending_item.caption_path)
-                self._write(pending_item, pending_text, UTF8)
+                self._write(pending_item, pending_text, "utf-8")
             else:
                 self._declined.add(pending_item.caption_path)
                 if pending_item is self._item:
@@ -437,3 +445,7 @@ class CaptionEditor(QWidget):
 def notify_noop(_paths: list[Path], _written: Mapping[Path, bytes | None] | None = None) -> None:
     """A ``notify`` that does nothing (for editors used alone)."""
 
+
+def _is_utf8(encoding: str) -> bool:
+    """UTF-8, with or without a byte-order mark (training reads both as they are)."""
+    return encoding in ("utf-8", "utf-8-sig")

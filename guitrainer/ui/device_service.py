@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from guitrainer.core import hardware
@@ -58,6 +59,7 @@ class DeviceService(QObject):
         self._error = ""
         self._thread: QThread | None = None
         self._started = self._device is not None
+        self._waiting: list[tuple[Callable[[DeviceInfo], None], Callable[[str], None]]] = []
 
     # ------------------------------------------------------------------ queries
     def device(self) -> DeviceInfo | None:
@@ -95,9 +97,7 @@ class DeviceService(QObject):
         if self._started and not self.running():
             failed(self._error or "the device probe did not finish")
             return
-        pending = _Pending(self, ready, failed)
-        self.device_ready.connect(pending.ready)
-        self.probe_failed.connect(pending.failed)
+        self._waiting.append((ready, failed))  # answered once, when the probe ends
         self.start()
 
     @Slot(object)
@@ -105,14 +105,22 @@ class DeviceService(QObject):
         self._thread = None
         self._device = device
         self._error = ""
+        waiting, self._waiting = self._waiting, []
         self.device_ready.emit(device)
+        for ready, _failed in waiting:
+            if _alive(ready):
+                ready(device)
 
     @Slot(str, str)
     def _on_failed(self, message: str, _details: str) -> None:
         self._thread = None
         self._error = message
         log.warning("device probe failed: %s", message)
+        waiting, self._waiting = self._waiting, []
         self.probe_failed.emit(message)
+        for _ready, failed in waiting:
+            if _alive(failed):
+                failed(message)
 
     def wait(self, timeout_ms: int = 5000) -> None:
         """Closing: give a running probe a moment to end (a stuck driver call never blocks the quit)."""
@@ -122,24 +130,7 @@ class DeviceService(QObject):
                 thread.wait(timeout_ms)
 
 
-class _Pending(QObject):
-    """One :meth:`DeviceService.when_known` request: answers once, then disconnects itself."""
-
-    def __init__(self, service: DeviceService, ready: Callable[[DeviceInfo], None], failed: Callable[[str], None]):
-        super().__init__(service)
-        self._service, self._ready, self._failed = service, ready, failed
-
-    def _done(self) -> None:
-        self._service.device_ready.disconnect(self.ready)
-        self._service.probe_failed.disconnect(self.failed)
-        self.deleteLater()
-
-    @Slot(object)
-    def ready(self, device: DeviceInfo) -> None:
-        self._done()
-        self._ready(device)
-
-    @Slot(str)
-    def failed(self, message: str) -> None:
-        self._done()
-        self._failed(message)
+def _alive(callback: Callable[..., object]) -> bool:
+    """False when ``callback`` is a method of a Qt object deleted meanwhile (a dialog closed before the probe ended)."""
+    owner = getattr(callback, "__self__", None)
+    return not isinstance(owner, QObject) or shiboken6.isValid(owner)

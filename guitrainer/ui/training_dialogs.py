@@ -22,6 +22,13 @@ from PySide6.QtWidgets import (
 )
 
 
+def fit_title(box: QMessageBox) -> QMessageBox:
+    """Make a message box at least as wide as its title, so window managers do not cut the title off."""
+    need = box.fontMetrics().horizontalAdvance(box.windowTitle()) + 160  # buttons and frame of the title bar
+    box.setStyleSheet(f"QLabel#qt_msgbox_label {{ min-width: {max(0, need - 80)}px; }}")
+    return box
+
+
 def bullets(lines: Sequence[str]) -> str:
     return "<ul style='margin-left:-20px'>" + "".join(f"<li>{html.escape(s)}</li>" for s in lines) + "</ul>"
 
@@ -32,6 +39,7 @@ def start_problems_box(parent: QWidget, errors: Sequence[str]) -> QMessageBox:
         QMessageBox.Icon.Warning, "Cannot start training", "Training cannot start yet:", QMessageBox.StandardButton.Ok, parent
     )
     box.setObjectName("start_problems_box")
+    fit_title(box)
     box.setInformativeText(bullets(errors))
     box.open()
     return box
@@ -47,6 +55,7 @@ def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable
         parent,
     )
     box.setObjectName("start_confirm_box")
+    fit_title(box)
     box.setInformativeText(bullets(points) + "Start training anyway?")
     box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -59,6 +68,7 @@ def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], 
     """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
     box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, parent)
     box.setObjectName("training_error_box")
+    fit_title(box)
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     if advice:
         box.setInformativeText("<b>What to try:</b>" + bullets(list(advice)))
@@ -74,6 +84,7 @@ def ask_close(parent: QWidget) -> str:
     box.setObjectName("close_box")
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle("Training is running")
+    fit_title(box)
     box.setText("Training is still running.")
     box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
     stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)

@@ -204,6 +204,7 @@ class VramMeter(QWidget):
         self._target: tuple[int, str] | None = None
 
         self.bar = _Bar(self)
+        self.bar.setObjectName("vram_bar")
         self.total_label = QLabel(self)
         self.total_label.setObjectName("vram_total")
         self.total_label.setTextFormat(Qt.TextFormat.RichText)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay
 from guitrainer.core.fileio import atomic_write_bytes
+from guitrainer.ui.training_dialogs import fit_title
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def ask_save(
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
     box.setObjectName(name)
     box.setInformativeText(info)
+    fit_title(box)
     save = box.addButton("Save as preset…", QMessageBox.ButtonRole.AcceptRole)
     discard = box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
