@@ -229,3 +229,22 @@ def test_a_candidate_far_slower_than_fp32_is_stopped_after_its_first_step(tmp_pa
     assert not report.cancelled
     assert report.recommended().candidate != Candidate("fp16")
     assert "too slow to measure" in format_table(report)
+
+
+def test_a_candidate_that_raises_is_reported_failed_and_the_others_run(tmp_path):
+    """A bug in one precision path (an exception the trainer does not turn into a summary) is a row of
+    the table, with the error named, not the end of the lab."""
+
+    def factory(cfg, reporter, control):
+        trainer = Trainer(cfg, reporter, control)
+        if cfg.precision.training == "fp16":
+            def broken():
+                raise RuntimeError("expected scalar type Half but found Float8_e4m3fn")
+
+            trainer.run = broken
+        return trainer
+
+    report = compare_precisions(demo_config(), THREE, steps=1, trainer_factory=factory, store=MeasurementStore(tmp_path / "s.json"))
+    by = {r.candidate.training: r for r in report.results}
+    assert by["fp16"].status == "failed" and by["fp16"].reason.startswith("RuntimeError: expected scalar type Half")
+    assert by["fp32"].ran and by["bf16"].ran

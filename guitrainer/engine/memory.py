@@ -59,6 +59,7 @@ from guitrainer.engine.memory_modes import (
     FakeScalars,
     ScalerStandIn,
     StorageTracker,
+    cast_layerwise,
 )
 from guitrainer.engine.model_spec import build_on_meta, component_configs
 
@@ -229,6 +230,11 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     if train_te or not p.cache_text_encoder_outputs:
         tes = [build_on_meta(family, part, wdtype) for part in ("text_encoder", "text_encoder_2") if part in cfgs]
     inject_engine_lora(unet, tes if train_te else [], net)  # as the trainer: inject, fp32 cast, then checkpointing
+    if p.base_weights == "fp8":  # as the trainer: frozen Linear / Conv weights stored in float8
+        from guitrainer.engine.session import FP8_SKIP_PATTERNS
+
+        for module in (unet, *tes):
+            cast_layerwise(module, torch.float8_e4m3fn, wdtype, FP8_SKIP_PATTERNS)
     if p.gradient_checkpointing:
         unet.enable_gradient_checkpointing(functools.partial(torch.utils.checkpoint.checkpoint, **ckpt_kwargs))
         if train_te:
@@ -378,13 +384,14 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
             for t in s.values()
             if isinstance(t, torch.Tensor)  # moments and the 0-dim step counters
         )
+        # the stored weights, before a forward casts any of them up (fp8 storage)
+        frozen = _param_bytes([run.unet, run.vae, *run.text_encoders], lora=False, block=block)
+        lora = _param_bytes([run.unet, *run.text_encoders], lora=True, block=block)
         tracker.reset_peak()
         static = tracker.live
         autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
         _step(config, run, info, "cpu", autocast)
         peak = tracker.peak
-        frozen = _param_bytes([run.unet, run.vae, *run.text_encoders], lora=False, block=block)
-        lora = _param_bytes([run.unet, *run.text_encoders], lora=True, block=block)
     extra, analytic = 0, False
     if config.optimizer.name.endswith("8bit"):  # the step ran a stateless SGD: add the real 8-bit state
         extra, note, analytic = _8bit_state(config, run.params, block)

@@ -157,3 +157,47 @@ class FakeScalars(TorchDispatchMode):
             dtype = args[0].dtype
             return True if dtype == torch.bool else (1.0 if dtype.is_floating_point else 1)
         return func(*args, **(kwargs or {}))
+
+
+def cast_layerwise(module: torch.nn.Module, storage: torch.dtype, compute: torch.dtype, skip: tuple[str, ...]) -> None:
+    """diffusers' layerwise casting (``apply_layerwise_casting``: Linear / Conv weights stored in ``storage``, cast
+    to ``compute`` around each forward, layers matching ``skip`` left alone) in a form fake tensors allow: their
+    parameters cannot be swapped by ``Module.to``, so the cast copies are put in ``_parameters`` for the forward
+    and the stored ones put back after it. The same allocations: one compute-dtype copy per layer while it runs
+    (kept for the backward where autograd saves it)."""
+    import re
+
+    layers = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.Linear)
+
+    def visit(m: torch.nn.Module, prefix: str) -> None:
+        if any(re.search(p, prefix) for p in skip):
+            return
+        if isinstance(m, layers):
+            _hook(m, storage, compute)
+            return
+        for name, child in m.named_children():
+            visit(child, f"{prefix}.{name}" if prefix else name)
+
+    visit(module, "")
+
+
+def _hook(m: torch.nn.Module, storage: torch.dtype, compute: torch.dtype) -> None:
+    keys = [k for k in ("weight", "bias") if m._parameters.get(k) is not None]
+    for k in keys:
+        m._parameters[k] = torch.nn.Parameter(m._parameters[k].detach().to(storage), requires_grad=False)
+    stored: dict[str, torch.nn.Parameter] = {}
+
+    def up(mod: torch.nn.Module, _args: Any) -> None:
+        for k in keys:
+            p = mod._parameters[k]
+            # a forward cut short (checkpointing's early stop) left the compute copy: store it again, as
+            # diffusers' hook does at this layer's next forward
+            stored[k] = p if p.dtype == storage else torch.nn.Parameter(p.detach().to(storage), requires_grad=False)
+            mod._parameters[k] = torch.nn.Parameter(stored[k].detach().to(compute), requires_grad=False)
+
+    def down(mod: torch.nn.Module, _args: Any, _out: Any) -> None:
+        for k in keys:
+            mod._parameters[k] = stored.pop(k)
+
+    m.register_forward_pre_hook(up)
+    m.register_forward_hook(down)

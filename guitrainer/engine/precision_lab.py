@@ -277,10 +277,12 @@ class _Lab:
             if candidate == Candidate("fp32"):
                 self.reference_step = result.seconds_per_step
             return result
-        except (RuntimeError, MemoryError) as e:
-            if not _is_oom(e):
-                raise
-            return CandidateResult(status="does_not_fit", reason=f"does not fit: {str(e).splitlines()[0][:200]}", **base)
+        except Exception as e:  # noqa: BLE001 - one candidate's failure is a result; the others still run
+            first = (str(e).splitlines() or [""])[0][:200]
+            if _is_oom(e):
+                return CandidateResult(status="does_not_fit", reason=f"does not fit: {first}", **base)
+            log.exception("precision lab: %s failed", candidate.label)  # the traceback, for a bug report
+            return CandidateResult(status="failed", reason=f"{type(e).__name__}: {first}", losses=_losses(reporter), **base)
         finally:
             reporter.trainer = None
             del trainer

@@ -257,6 +257,8 @@ def _prepare_model(
         for te in m.text_encoders:
             lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
     cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
+    if config.precision.base_weights == "fp8":
+        store_fp8([m.unet, *m.text_encoders], dtype, feedback)
     if config.model.init_lora and not config.schedule.resume_from:
         _continue_from(config, m, train_te, feedback)
     if config.precision.gradient_checkpointing:
@@ -269,6 +271,29 @@ def _prepare_model(
     for te in m.text_encoders:
         te.train(train_te)
     return train_te
+
+
+#: layers whose weights stay in the compute dtype under fp8 storage: norms, embeddings and the LoRA itself
+FP8_SKIP_PATTERNS = ("pos_embed", "patch_embed", "norm", "embeddings", "^proj_in$", "^proj_out$", "lora_")
+
+
+def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, feedback: Feedback) -> None:
+    """``precision.base_weights = "fp8"``: the frozen Linear / Conv weights of ``modules`` are stored in float8
+    e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (diffusers' layerwise casting, as
+    kohya's ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    if fp8 is None:
+        raise TrainingFailed(
+            "fp8 storage of the frozen weights needs a PyTorch with float8 types (2.1 or newer)",
+            ("set precision.base_weights = \"auto\"", "or update PyTorch"),
+        )
+    from diffusers.hooks import apply_layerwise_casting
+
+    for module in modules:
+        apply_layerwise_casting(
+            module, storage_dtype=fp8, compute_dtype=compute_dtype, skip_modules_pattern=FP8_SKIP_PATTERNS
+        )
+    feedback.status("frozen weights stored in fp8 (e4m3), cast up layer by layer")
 
 
 def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedback: Feedback) -> None:

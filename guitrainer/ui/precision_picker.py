@@ -65,6 +65,9 @@ class _ChoiceGroup(QGroupBox):
             button.setObjectName(f"{path.replace('.', '_')}_{choice.value}")
             button.setToolTip(choice.explanation)
             note = QLabel("", self)
+            # a steady width for the notes column: the page's two columns then share 1366 px the same way
+            # whatever the device's notes say (a short note let the wrapped explanations grow taller)
+            note.setMinimumWidth(note.fontMetrics().horizontalAdvance("fp16 on the CPU works but is slow"))
             note.setObjectName(f"{path.replace('.', '_')}_{choice.value}_note")
             explanation = QLabel(choice.explanation, self)
             explanation.setWordWrap(True)
@@ -382,7 +385,7 @@ class PrecisionPicker(QWidget):
                 tip = rec.reason  # a measurement's date and speed-up, or that the rules decided
             elif level == "warning":  # the caveat itself, not a pointer to a note shown only once chosen
                 why = self._choice_warning(choice.value)
-                self.training_group.set_note(choice.value, _short(why) or "has a caveat here", f"rgb({LEVEL_COLORS['warning']})")
+                self.training_group.set_note(choice.value, _gist(why), f"rgb({LEVEL_COLORS['warning']})")
                 tip = why
             else:
                 self.training_group.set_note(choice.value, "")
@@ -406,7 +409,17 @@ class PrecisionPicker(QWidget):
         self.advice_box.setVisible(bool(self._advice))
 
 
-def _short(message: str, limit: int = 60) -> str:
-    """The first clause of an advice message, for the note beside a choice (the tooltip has it all)."""
-    first = message.split(". ")[0].split(": ")[0].strip().rstrip(".")
-    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+#: what a caveat is about, in the few words that fit beside a choice on a 1366 px screen (first match wins);
+#: the note's tooltip holds the advice in full
+_GISTS = (
+    ("nan", "NaN / black-image risk here"),
+    ("emulated", "emulated here: slow"),
+    ("slower", "slower than fp32 here"),
+    ("slow", "slow here"),
+)
+
+
+def _gist(message: str) -> str:
+    """A caveat in a few words for the note beside a choice (never widening the page); the tooltip has it all."""
+    low = message.lower()
+    return next((gist for key, gist in _GISTS if key in low), "has a caveat here (hover)")
