@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QShowEvent
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
@@ -89,8 +89,6 @@ class ModelPage(Page):
         cached = self.devices.device()
         self.precision_picker = PrecisionPicker(binding, cached, precision_box)
         pb.addWidget(self.precision_picker)
-        lab_row = QHBoxLayout()
-        lab_row.addStretch(1)
         self.measure_button = QPushButton("Measure on this machine…", precision_box)
         self.measure_button.setObjectName("measure_precisions")
         self.measure_button.setToolTip(
@@ -98,8 +96,8 @@ class ModelPage(Page):
             "and loss (the precision lab)"
         )
         self.measure_button.clicked.connect(self.open_precision_lab)
-        lab_row.addWidget(self.measure_button)
-        pb.addLayout(lab_row)
+        # under the device's facts (that column has room to spare: the page still fits 1366 x 768)
+        self.precision_picker.device_box.layout().addWidget(self.measure_button)
         self.lab_dialog: PrecisionLabDialog | None = None
         self.lab_runner: LabRunner | None = None  # tests: a stand-in for the engine's lab
 

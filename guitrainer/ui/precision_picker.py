@@ -187,11 +187,6 @@ class PrecisionPicker(QWidget):
         self.training_group = _ChoiceGroup(binding, "precision.training", "Training precision", precision.TRAINING_CHOICES, self)
         self.save_group = _ChoiceGroup(binding, "precision.save", "Save precision", precision.SAVE_CHOICES, self)
         left.addWidget(self.training_group)
-        self.measured_label = QLabel("", self)  # "Precision lab: bf16 AMP, measured …" when a measurement decides
-        self.measured_label.setObjectName("measured_note")
-        self.measured_label.setWordWrap(True)
-        self.measured_label.setVisible(False)
-        left.addWidget(self.measured_label)
         left.addWidget(self.save_group)
         left.addStretch(1)
 
@@ -213,6 +208,13 @@ class PrecisionPicker(QWidget):
         self.facts_form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
         self.facts_form.setHorizontalSpacing(12)
         dev.addLayout(self.facts_form)
+        # "Precision lab: bf16 AMP, measured …" when a measurement decides "recommended here"; in this column,
+        # which has room to spare, so the page still fits 1366 x 768
+        self.measured_label = QLabel("", self.device_box)
+        self.measured_label.setObjectName("measured_note")
+        self.measured_label.setWordWrap(True)
+        self.measured_label.setVisible(False)
+        dev.addWidget(self.measured_label)
         self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         right = QVBoxLayout()
         right.setSpacing(8)
