@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-presets", action="store_true", help="list the available presets and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-record", action="store_true", help="do not keep this run in the run history (the app's Runs page)")
+    from guitrainer.lab_cli import add_arguments
+
+    add_arguments(p)  # --compare-precisions [--steps N] [--json]: the precision lab
     return p
 
 
@@ -126,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 2
+    if args.compare_precisions:
+        from guitrainer.lab_cli import run
+
+        return run(cfg, steps=args.steps, as_json=args.json)
     if args.check:
         print(cfg.to_toml())
         inputs = _print_inputs(cfg)

@@ -13,13 +13,14 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QShowEvent
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.model_picker import ModelPicker
 from guitrainer.ui.pages import Page, two_columns
+from guitrainer.ui.precision_lab import LabRunner, PrecisionLabDialog
 from guitrainer.ui.precision_picker import PrecisionPicker
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,17 @@ class ModelPage(Page):
         cached = self.devices.device()
         self.precision_picker = PrecisionPicker(binding, cached, precision_box)
         pb.addWidget(self.precision_picker)
+        self.measure_button = QPushButton("Measure on this machine…", precision_box)
+        self.measure_button.setObjectName("measure_precisions")
+        self.measure_button.setToolTip(
+            "Train a few real steps of these settings in each precision and compare speed, memory, energy "
+            "and loss (the precision lab)"
+        )
+        self.measure_button.clicked.connect(self.open_precision_lab)
+        # under the device's facts (that column has room to spare: the page still fits 1366 x 768)
+        self.precision_picker.device_box.layout().addWidget(self.measure_button)
+        self.lab_dialog: PrecisionLabDialog | None = None
+        self.lab_runner: LabRunner | None = None  # tests: a stand-in for the engine's lab
 
         self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
         self.body.addLayout(two_columns([model_box, self.memory_form], [precision_box]))
@@ -97,6 +109,16 @@ class ModelPage(Page):
         self.model_picker.detected.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
+
+    # ------------------------------------------------------------------ precision lab
+    def open_precision_lab(self) -> PrecisionLabDialog:
+        """Show the precision lab for the current settings (one window; shown again when already open)."""
+        if self.lab_dialog is None:
+            self.lab_dialog = PrecisionLabDialog(self.binding, self, runner=self.lab_runner)
+            self.lab_dialog.measured.connect(lambda _report: self.precision_picker.measurements_changed())
+        self.lab_dialog.show()
+        self.lab_dialog.raise_()
+        return self.lab_dialog
 
     # ------------------------------------------------------------------ device probe
     def start_probe(self) -> bool:

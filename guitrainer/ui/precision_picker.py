@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from guitrainer.config import field_info
 from guitrainer.core import precision
 from guitrainer.core.hardware import DeviceInfo
+from guitrainer.core.measurements import MeasurementStore, recommended_here
 from guitrainer.core.precision import Advice, PrecisionChoice
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding
 from guitrainer.ui.icons import level_icon
@@ -171,6 +172,8 @@ class PrecisionPicker(QWidget):
         self._advice: list[Advice] = []
         self._advice_key: tuple = ()
         self._had_errors = False
+        #: the precision lab's measurements: "recommended here" follows one for this device and model family
+        self.measurement_store = MeasurementStore()
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -205,6 +208,13 @@ class PrecisionPicker(QWidget):
         self.facts_form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
         self.facts_form.setHorizontalSpacing(12)
         dev.addLayout(self.facts_form)
+        # "Precision lab: bf16 AMP, measured …" when a measurement decides "recommended here"; in this column,
+        # which has room to spare, so the page still fits 1366 x 768
+        self.measured_label = QLabel("", self.device_box)
+        self.measured_label.setObjectName("measured_note")
+        self.measured_label.setWordWrap(True)
+        self.measured_label.setVisible(False)
+        dev.addWidget(self.measured_label)
         self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         right = QVBoxLayout()
         right.setSpacing(8)
@@ -318,13 +328,20 @@ class PrecisionPicker(QWidget):
             self.save_group.pull()
         elif path == GPU_PATH:
             self._follow_gpu_index()
+        elif path in ("model.family", "model.base", "dataset.resolution"):
+            self._update_notes()  # another model or size: another measurement may apply
         self.refresh()
 
     def _on_replaced(self) -> None:
         self.training_group.pull()
         self.save_group.pull()
         self._follow_gpu_index()
+        self._update_notes()
         self.refresh()
+
+    def measurements_changed(self) -> None:
+        """The precision lab stored a measurement: let "recommended here" follow it."""
+        self._update_notes()
 
     def _show_device(self) -> None:
         while self.facts_form.rowCount():
@@ -351,21 +368,30 @@ class PrecisionPicker(QWidget):
         self.refresh()
 
     def _update_notes(self) -> None:
-        best = precision.recommended_training(self._device) if self._device is not None else None
+        """Per training choice: "not supported here", "recommended here" (a measurement on this device and
+        model family outranks the rules, and says so), or the rules' caveat."""
+        rec = recommended_here(self._device, self.binding.config, self.measurement_store)
+        best = rec.training if rec is not None else None
+        measured = rec is not None and rec.measured is not None
+        self.measured_label.setText(f"Precision lab: {rec.reason}" if measured else "")  # type: ignore[union-attr]
+        self.measured_label.setVisible(measured)
         for choice in precision.TRAINING_CHOICES:
             level = precision.training_choice_level(self._device, choice.value)
+            tip = ""
             if self._device is None:
                 self.training_group.set_note(choice.value, "")
             elif level == "error":
                 self.training_group.set_note(choice.value, "not supported here", f"rgb({LEVEL_COLORS['error']})")
-            elif choice.value == best:
-                self.training_group.set_note(choice.value, "recommended here", "rgb(30, 140, 70)")
+            elif choice.value == best and rec is not None:
+                self.training_group.set_note(choice.value, rec.note, "rgb(30, 140, 70)")
+                tip = rec.reason  # a measurement's date and speed-up, or that the rules decided
             elif level == "warning":  # the caveat itself, not a pointer to a note shown only once chosen
                 why = self._choice_warning(choice.value)
                 self.training_group.set_note(choice.value, _gist(why), f"rgb({LEVEL_COLORS['warning']})")
-                self.training_group.notes[choice.value].setToolTip(why)
+                tip = why
             else:
                 self.training_group.set_note(choice.value, "")
+            self.training_group.notes[choice.value].setToolTip(tip)
 
     def _choice_warning(self, value: str) -> str:
         """The precision rules' warning for training in ``value`` on this device (the first one)."""

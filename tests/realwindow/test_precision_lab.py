@@ -1,0 +1,40 @@
+"""The precision lab with the real pointer: open it from the Model & Precision page, measure, "Use this"."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QPushButton
+from xinput import open_page, pump, wait_for
+
+from guitrainer.core.precision_lab import Candidate
+from guitrainer.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.ui.precision_lab import PrecisionLabDialog
+
+
+def test_measure_on_this_machine_then_use_this(main_window, xin):
+    main_window.binding.replace(PresetStore().get(DEFAULT_PRESET).config())  # the Demo preset: seconds on a CPU
+    open_page(main_window, xin, "Model & Precision")
+    page = main_window.model_page
+    wait_for(lambda: page.precision_picker.device() is not None, 90, "the device probe")
+    button = page.findChild(QPushButton, "measure_precisions")
+    assert button is not None and button.isVisible()
+    xin.click(button)
+    wait_for(lambda: isinstance(page.lab_dialog, PrecisionLabDialog) and page.lab_dialog.isVisible(), 10, "the lab window")
+    dialog = page.lab_dialog
+    wait_for(lambda: dialog.windowHandle() is not None and dialog.windowHandle().isExposed(), 10, "the lab window shown")
+    xin.activate(dialog)
+    dialog.steps_box.setValue(1)  # the quickest measurement: one timed step per precision
+    before = main_window.binding.config.to_dict()
+    xin.click(dialog.measure_button)
+    wait_for(lambda: dialog.report is not None, 240, lambda: f"the measurement ({dialog.status.text()})")
+    report = dialog.report
+    ran = [r.candidate for r in report.results if r.ran]
+    assert {Candidate("fp32"), Candidate("fp16"), Candidate("bf16")} <= set(ran), [r.reason for r in report.results]
+    assert main_window.binding.config.to_dict() == before  # measuring changed no setting
+    pump(300)  # the table's buttons laid out
+    use = dialog.use_button(Candidate("bf16"))
+    xin.click(use)
+    wait_for(lambda: main_window.binding.config.precision.training == "bf16", 5, "Use this to set bf16")
+    best = report.recommended().candidate
+    notes = page.precision_picker.training_group.notes
+    assert notes[best.training].text() == "recommended here (measured)"
+    dialog.close()
