@@ -8,6 +8,7 @@ the config and the presets loads neither torch nor Qt, and the window opens with
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,3 +72,19 @@ def test_core_config_and_presets_load_neither_torch_nor_qt():
 def test_app_window_opens_without_torch():
     out = _run("from guitrainer.app import main; main(['--quit-after-show'])")
     assert "torch imported: False" in out
+
+
+def test_every_engine_module_is_public_or_forbidden_to_the_ui():
+    """A new engine module must be classified: named in pyproject's comment as an entry point for the UI, or
+    listed in the contract that keeps the UI out of the engine's internals."""
+    import tomllib
+
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    contract = next(
+        c for c in tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"] if c["source_modules"] == ["guitrainer.ui", "guitrainer.app"]
+    )
+    forbidden = {m.removeprefix("guitrainer.engine.") for m in contract["forbidden_modules"]}
+    public = set(re.findall(r"engine\.(\w+) \(", pyproject))
+    modules = {p.stem for p in (ROOT / "guitrainer" / "engine").glob("*.py") if p.stem != "__init__"}
+    assert public and not public & forbidden
+    assert modules - public - forbidden == set(), "engine modules neither public nor forbidden to the UI"

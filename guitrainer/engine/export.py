@@ -206,17 +206,25 @@ def build_metadata(
     from guitrainer.engine.recipes import recipe_metadata
 
     meta.update(recipe_metadata(config))  # loss, noise, warm-up and validation settings, sd-scripts' names
-    for key, value in (
-        ("modelspec.author", o.author),
-        ("modelspec.description", o.description),
-        ("modelspec.trigger_phrase", o.trigger_words),
-        ("modelspec.license", o.license),
-    ):
-        if str(value).strip():
-            meta[key] = str(value).strip()
-    if fam == "demo":
-        meta["modelspec.description"] = " ".join((DEMO_NOTE, str(meta.get("modelspec.description", "")))).strip()
+    meta.update(_user_modelspec(o, demo=fam == "demo"))
     return {k: str(v) for k, v in meta.items() if str(v) != ""}
+
+
+def _user_modelspec(output: Any, *, demo: bool) -> dict[str, str]:
+    """The ``modelspec.*`` fields the user typed on the Output page; a demo LoRA's description says what it is."""
+    meta = {
+        key: str(value).strip()
+        for key, value in (
+            ("modelspec.author", output.author),
+            ("modelspec.description", output.description),
+            ("modelspec.trigger_phrase", output.trigger_words),
+            ("modelspec.license", output.license),
+        )
+        if str(value).strip()
+    }
+    if demo:
+        meta["modelspec.description"] = " ".join((DEMO_NOTE, meta.get("modelspec.description", ""))).strip()
+    return meta
 
 
 def tag_frequency(items: Sequence[Any]) -> dict[str, dict[str, int]]:

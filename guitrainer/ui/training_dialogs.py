@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -142,3 +144,23 @@ def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callabl
     dlg.accepted.connect(lambda: answered(spin.value()))
     dlg.open()
     return dlg
+
+
+def open_in_file_manager(folder: Path) -> str:
+    """Open ``folder`` (created first) in the file manager: "" when it opened, else what to tell the user."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"Cannot create the output folder {folder}: {e.strerror or e}"
+    if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+        return f"Could not open a file manager; the files are in {folder}"
+    return ""
+
+
+def log_tail(text: str, lines: int) -> str:
+    """The last ``lines`` lines of a log, as details for a failure that came without any."""
+    text = text.rstrip("\n")
+    if not text:
+        return ""
+    tail = text.splitlines()[-lines:]
+    return f"The last {len(tail)} lines of the log:\n\n" + "\n".join(tail)

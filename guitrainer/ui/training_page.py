@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import QDesktopServices, QShowEvent
+from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -50,6 +50,8 @@ from guitrainer.ui.training_dialogs import (
     ask_close,
     error_box,
     finished_run_box,
+    log_tail,
+    open_in_file_manager,
     start_confirm_box,
     start_problems_box,
 )
@@ -461,16 +463,10 @@ class TrainingPage(Page):
 
     def open_output_folder(self) -> bool:
         """Open the output folder in the file manager (created first if needed)."""
-        folder = self.output_folder()
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            self._say(f"Cannot create the output folder {folder}: {e.strerror or e}")
-            return False
-        ok = QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
-        if not ok:
-            self._say(f"Could not open a file manager; the files are in {folder}")
-        return bool(ok)
+        problem = open_in_file_manager(self.output_folder())
+        if problem:
+            self._say(problem)
+        return not problem
 
     # ------------------------------------------------------------------ worker signals (GUI thread, queued)
     @Slot(object)
@@ -514,7 +510,7 @@ class TrainingPage(Page):
         if summary.status == "failed":
             self._set_state(TrainState.FAILED)
             self._say(f"Training failed: {summary.message}")
-            self.show_error("Training failed", summary.message, summary.advice, summary.details or self._log_tail())
+            self.show_error("Training failed", summary.message, summary.advice, summary.details or log_tail(self.log_panel.text(), LOG_TAIL_LINES))
         else:
             self._set_state(TrainState.FINISHED)
             where = f" LoRA: {summary.lora_path}" if summary.lora_path else ""
@@ -534,7 +530,7 @@ class TrainingPage(Page):
         self.last_state_path = find_state(self.run_config or self.binding.config)
         self._set_state(TrainState.FAILED)
         self._say(f"Training failed: {message}")
-        self.show_error("Training failed", message, (), details or self._log_tail())
+        self.show_error("Training failed", message, (), details or log_tail(self.log_panel.text(), LOG_TAIL_LINES))
         self._apply_state()
         self.run_failed.emit(message, details)
 
@@ -545,14 +541,6 @@ class TrainingPage(Page):
         self.log_panel.detach()
         if self._charts is not None:
             self._charts.redraw()
-
-    def _log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last ``lines`` lines of the log panel, as details for a failure that came without any."""
-        text = self.log_panel.text().rstrip("\n")
-        if not text:
-            return ""
-        tail = text.splitlines()[-lines:]
-        return f"The last {len(tail)} lines of the log:\n\n" + "\n".join(tail)
 
     def show_error(self, title: str, message: str, advice: tuple[str, ...] | list[str], details: str) -> QMessageBox:
         """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
