@@ -316,3 +316,28 @@ def test_an_offline_hub_id_is_no_green_check(qtbot, settings, monkeypatch):
     picker.choose("stabilityai/stable-diffusion-xl-base-1.0")
     assert picker.property("detection_level") == "warning"
     assert "No network" in picker.message_label.text() and "choose a model file or folder" in picker.message_label.text()
+
+
+def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_estimate(qtbot, settings):
+    """Issue 17: the page offers fp8 storage of the frozen weights (and bf16 LoRA weights) with their caveat,
+    and the estimate follows: picked with the keyboard in the combo box, as a person would."""
+    from PySide6.QtWidgets import QComboBox, QToolButton
+
+    from guitrainer.core import vram
+
+    binding = ConfigBinding()
+    binding.set("model.family", "sd15")
+    page = _page(qtbot, settings, binding)
+    page.show()
+    toggle = next(b for b in page.memory_form.findChildren(QToolButton) if "advanced" in b.text().lower())
+    qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton)
+    combo = bound_editors(page)["precision.base_weights"]
+    assert isinstance(combo, QComboBox) and combo.isVisible()
+    assert "half" in combo.toolTip() and "quality" in combo.toolTip()  # the saving and the caveat
+    assert isinstance(bound_editors(page)["precision.lora_weights"], QComboBox)
+    before = {p.key: p.bytes for p in vram.estimate(binding.config).parts}
+    combo.setFocus()
+    qtbot.keyClick(combo, Qt.Key.Key_Down)  # "auto" -> "fp8"
+    assert binding.get("precision.base_weights") == "fp8"
+    after = {p.key: p.bytes for p in vram.estimate(binding.config).parts}
+    assert 0.45 < after["unet"] / before["unet"] < 0.55  # fp16 base (2 bytes) -> fp8 (1 byte); training is fp16

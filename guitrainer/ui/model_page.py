@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 #: after the event loop starts, wait this long before probing, so the window paints first
 PROBE_DELAY_MS = 400
-MEMORY_FIELDS = ("gradient_checkpointing", "cache_latents", "cache_text_encoder_outputs", "cache_to_disk")
+MEMORY_FIELDS = (
+    "gradient_checkpointing", "cache_latents", "cache_text_encoder_outputs", "cache_to_disk", "base_weights", "lora_weights",
+)  # fmt: skip
 
 
 class ModelPage(Page):
