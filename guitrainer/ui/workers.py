@@ -67,9 +67,22 @@ class BaseWorker(QObject):
             message = str(e) or type(e).__name__
             if not isinstance(e, Exception):
                 message = f"{type(e).__name__}: {message}"
+            self._home()
             self.failed.emit(message, tb)
             return
+        self._home()
         self.finished.emit(result)
+
+    def _home(self) -> None:
+        """Hand the worker back to the GUI thread before its last signal, so ``deleteLater`` destroys it there.
+
+        Destroyed in the worker thread, a Python-backed QObject needs the GIL inside Qt's destructor while it
+        holds one of Qt's shared signal-slot mutexes; a GUI thread holding the GIL and waiting for that mutex
+        (any ``connect``) then deadlocks both — seen as a hung test run.
+        """
+        app = QCoreApplication.instance()
+        if app is not None and self.thread() is not app.thread():
+            self.moveToThread(app.thread())
 
 
 def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
