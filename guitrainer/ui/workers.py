@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Control, Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
@@ -101,8 +101,10 @@ def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
     janitor.entry = entry
     _LIVE.add(entry)
     thread.started.connect(worker.run)
-    worker.finished.connect(thread.quit)
-    worker.failed.connect(thread.quit)
+    # Direct: QThread.quit is thread-safe, and a GUI thread blocked in QThread.wait() (closing) could not run a
+    # queued quit, so the wait would last its whole timeout
+    worker.finished.connect(thread.quit, Qt.ConnectionType.DirectConnection)
+    worker.failed.connect(thread.quit, Qt.ConnectionType.DirectConnection)
     thread.finished.connect(worker.deleteLater)
     thread.finished.connect(thread.deleteLater)
     thread.finished.connect(janitor.release)
