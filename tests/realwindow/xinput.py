@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import shiboken6
 from PySide6.QtCore import QEventLoop, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QListWidget, QMessageBox, QWidget
 
@@ -127,12 +128,14 @@ class ModalAnswerer(QObject):
 
     def _tick(self) -> None:
         w = QApplication.activeModalWidget()
-        if not isinstance(w, QDialog) or not w.isVisible() or id(w) in self._answered:
+        # the C++ object, not the Python wrapper: a wrapper dropped by the app is rebuilt with another id()
+        key = shiboken6.getCppPointer(w)[0] if isinstance(w, QDialog) else 0
+        if not isinstance(w, QDialog) or not w.isVisible() or key in self._answered:
             return
         handle = w.windowHandle()
         if handle is None or not handle.isExposed() or not w.isActiveWindow():
             return
-        self._answered.add(id(w))
+        self._answered.add(key)
         info = SeenDialog(w.windowTitle(), "", "")
         if isinstance(w, QMessageBox):
             info = SeenDialog(
