@@ -142,7 +142,7 @@ def test_cancel_stops_mid_run_and_ends_the_thread(page, qtbot, tmp_path, tagger,
 
     events: list[object] = []
     panel.run_finished.connect(events.append)
-    thread.finished.connect(lambda: events.append("thread finished"), Qt.ConnectionType.DirectConnection)
+    thread.finished.connect(lambda: events.append("thread finished"), Qt.ConnectionType.QueuedConnection)  # as the panel sees it
     with qtbot.waitSignal(panel.run_finished, timeout=20000):
         panel.cancel_button.click()
         assert panel.status.text() == "Stopping after the current images…"
