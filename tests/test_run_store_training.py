@@ -161,11 +161,16 @@ def test_kill_9_leaves_a_readable_store_and_the_app_resumes_the_run(qtbot, tmp_p
         (again,) = store.list_runs()  # the same run, continued
         assert again.id == row.id and again.status == "finished" and again.steps == 60
         after = store.series(row.id, ["step", "loss"])
-        assert after["step"] == list(range(1, 61))
-        assert after["loss"][:state_step] == before["loss"][:state_step]  # untouched up to the state
+        # a kill can lose the steps of the one batch not yet committed (metrics are written once a second), so
+        # the killed run's part is what it had committed; from the state on, the resumed run has every step
+        steps = after["step"]
+        assert steps == sorted(set(steps)) and set(range(state_step + 1, 61)) <= set(steps) and steps[-1] == 60
+        was = dict(zip(before["step"], before["loss"]))
+        now = dict(zip(steps, after["loss"]))
+        assert {k: now[k] for k in was if k <= state_step} == {k: v for k, v in was.items() if k <= state_step}
         # the steps redone after the state repeat the killed run's (the state holds the RNG): it continued
-        redone = slice(state_step, len(before["loss"]))
-        assert after["loss"][redone] == pytest.approx(before["loss"][redone], rel=1e-4)
+        redone = [k for k in was if k > state_step]
+        assert redone and [now[k] for k in redone] == pytest.approx([was[k] for k in redone], rel=1e-4)
 
 
 def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path, runs_db):
