@@ -401,21 +401,21 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
         assert torch.allclose(src.unet(x, t, h).sample, dst.unet(x, t, h).sample, atol=1e-5)
         assert torch.allclose(src.text_encoder(ids)[0], dst.text_encoder(ids)[0], atol=1e-5)
 
-    # SDXL as kohya-ss writes it: the original UNet's block names
+    # SDXL as kohya-ss writes it (the original UNet's block names: our writer's spelling too) and in the
+    # diffusers spelling (our files before, some other trainers): both land on the same layers
     xl = _trained(sdxl, te=False, alpha=2.0)
-    sgm = {}
-    for k, v in L.kohya_state_dict(xl.unet).items():
-        k = k.replace("down_blocks_1_attentions_0", "input_blocks_4_1").replace("down_blocks_1_attentions_1", "input_blocks_5_1")
-        k = k.replace("up_blocks_0_attentions_", "output_blocks_").replace("mid_block_attentions_0", "middle_block_1")
-        for i in range(3):
-            k = k.replace(f"output_blocks_{i}_", f"output_blocks_{i}_1_")
-        sgm[k] = v
+    sgm = L.kohya_state_dict(xl.unet)
     assert any(k.startswith("lora_unet_input_blocks_4_1_") for k in sgm) and any("output_blocks_2_1" in k for k in sgm)
-    fresh = M.load_base_model(ModelConfig(base=sdxl, family="auto"))
-    L.inject_unet_lora(fresh.unet, RANK, 8.0)
-    assert L.load_kohya_lora(sgm, fresh.unet) == len(L.lora_layers(fresh.unet))
-    for (na, a), (nb, b) in zip(L.lora_layers(xl.unet).items(), L.lora_layers(fresh.unet).items()):
-        assert na == nb and torch.equal(a.lora_A[L.ADAPTER].weight, b.lora_A[L.ADAPTER].weight)
+    assert not any("down_blocks" in k or "up_blocks" in k or "mid_block_" in k for k in sgm)
+    spelled = L.kohya_from_diffusers(L.diffusers_state_dict(xl.unet), {"unet.lora_alpha": 2.0})
+    assert any(k.startswith("lora_unet_down_blocks_1_attentions_0_") for k in spelled)
+    for sd in (sgm, spelled):
+        fresh = M.load_base_model(ModelConfig(base=sdxl, family="auto"))
+        L.inject_unet_lora(fresh.unet, RANK, 8.0)
+        assert L.load_kohya_lora(sd, fresh.unet) == len(L.lora_layers(fresh.unet))
+        for (na, a), (nb, b) in zip(L.lora_layers(xl.unet).items(), L.lora_layers(fresh.unet).items()):
+            assert na == nb and torch.equal(a.lora_A[L.ADAPTER].weight, b.lora_A[L.ADAPTER].weight)
+            assert torch.allclose(a.lora_B[L.ADAPTER].weight * 2.0 / RANK, b.lora_B[L.ADAPTER].weight * 8.0 / RANK)
 
 
 def test_clear_errors_for_rank_mismatch_unknown_keys_and_non_lora(sd15):

@@ -105,3 +105,40 @@ def test_locon_is_read_by_diffusers_and_matches_the_trained_model(request, tmp_p
     result = verify_lora(path, str(folder), reference=trained)
     assert result.ok and result.message.startswith("diffusers reads this file: every key used"), result.message
     assert result.max_abs_diff_te is not None and result.lora_effect > 0
+
+
+@pytest.mark.parametrize("kind", ["loha", "lokr", "dora"])
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_without_the_trained_model_the_clients_merge_is_compared_with_the_network_rebuilt_from_the_file(
+    request, tmp_path, family, kind
+):
+    """The Output page's Verify (no trained model at hand) rebuilds the network from the file and compares."""
+    folder, base = request.getfixturevalue(family)
+    trained = _trained_all(base, kind)
+    path = tmp_path / "r.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp16")
+    result = verify_lora(path, str(folder))
+    assert result.ok, result.message
+    assert result.reference == "our loader", result.message
+    assert "matches the network as trained, rebuilt from the file" in result.message
+    assert result.max_abs_diff_te is not None and result.lora_effect > 0
+    # the rebuilt network is the trained one: same outputs as the trained model within fp16 rounding
+    assert verify_lora(path, str(folder), reference=trained).ok
+
+
+def test_a_merge_rule_that_reads_the_file_otherwise_than_training_fails(sd15, tmp_path, monkeypatch):
+    """The comparison has teeth: a client rule that drops the alpha / rank scale no longer matches."""
+    from guitrainer.engine import verify_variants
+
+    folder, base = sd15
+    trained = _trained(base, "loha")
+    path = tmp_path / "s.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    rule = verify_variants._module_delta
+
+    def unscaled(parts, weight):
+        return rule({**parts, "alpha": torch.tensor(float(parts["hada_w1_b"].shape[0]))}, weight)
+
+    monkeypatch.setattr(verify_variants, "_module_delta", unscaled)
+    result = verify_lora(path, str(folder))
+    assert not result.ok and "differs from the network as trained" in result.message

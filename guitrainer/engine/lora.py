@@ -1,8 +1,9 @@
 """LoRA: inject with peft, kohya (real alpha) and diffusers/peft state dicts, load a LoRA file back into peft params.
 
 kohya keys (DESIGN §5): ``lora_unet_<module path, . -> _>.lora_down.weight`` [r, in],
-``.lora_up.weight`` [out, r], ``.alpha`` (0-dim). Text encoders: ``lora_te_`` (one), ``lora_te1_`` /
-``lora_te2_`` (SDXL's two).
+``.lora_up.weight`` [out, r], ``.alpha`` (0-dim); the UNet path is the original layout's for SDXL
+(``input_blocks_4_1_...``, :mod:`guitrainer.engine.kohya_names`), diffusers' otherwise, as kohya writes them.
+Text encoders: ``lora_te_`` (one), ``lora_te1_`` / ``lora_te2_`` (SDXL's two).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from guitrainer.core.lora_format import DIFFUSERS_WEIGHT_NAME, TEXT_ENCODER_TARGETS, UNET_LORA_TARGETS
+from guitrainer.engine.kohya_names import UnetNames
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +86,10 @@ def kohya_state_dict(unet: nn.Module, text_encoders: Sequence[nn.Module] = (), a
     groups: list[tuple[str, nn.Module]] = [("lora_unet", unet)]
     trained = [te for te in text_encoders if lora_layers(te)]
     groups += list(zip(te_prefixes(len(text_encoders)), text_encoders)) if trained else []
+    unet_names = UnetNames(unet)
     for prefix, model in groups:
         for name, layer in lora_layers(model).items():
-            key = kohya_module_name(prefix, name)
+            key = unet_names.name(name) if model is unet else kohya_module_name(prefix, name)
             down = layer.lora_A[ADAPTER].weight.detach().cpu()
             up = layer.lora_B[ADAPTER].weight.detach().cpu()
             a = alpha if alpha is not None else float(layer.lora_alpha[ADAPTER])
@@ -250,27 +253,26 @@ def _module_of(key: str) -> tuple[str, str]:
     return module, part
 
 
-_SGM = re.compile(r"^lora_unet_(input_blocks|output_blocks)_(\d+)_1_(.+)$")
+def kohya_targets(
+    unet: nn.Module, text_encoders: Sequence[nn.Module], layers: Callable[[nn.Module], dict[str, nn.Module]]
+) -> dict[str, nn.Module]:
+    """Every name a file may give each of ``layers(model)`` -> that layer.
+
+    UNet layers answer to both spellings (diffusers' and the original layout's, as kohya writes SDXL), so a file
+    from any trainer, or ours from before kohya's SDXL spelling, finds its layers.
+    """
+    names = UnetNames(unet)
+    targets = {alias: m for path, m in layers(unet).items() for alias in names.aliases(path)}
+    for prefix, te in zip(te_prefixes(len(text_encoders)), text_encoders):
+        targets.update({kohya_module_name(prefix, n): m for n, m in layers(te).items()})
+    return targets
 
 
-def _sgm_to_diffusers(module: str, layers_per_block: int) -> str | None:
-    """kohya-ss' SDXL names (the original ``input_blocks_4_1_...`` layout) -> diffusers' ``down_blocks_1_attentions_0_...``."""
-    if module.startswith("lora_unet_middle_block_1_"):
-        return "lora_unet_mid_block_attentions_0_" + module.removeprefix("lora_unet_middle_block_1_")
-    m = _SGM.match(module)
-    if not m:
-        return None
-    kind, i, rest = m.group(1), int(m.group(2)), m.group(3)
-    per = layers_per_block + 1
-    if kind == "input_blocks":
-        if i == 0:
-            return None
-        return f"lora_unet_down_blocks_{(i - 1) // per}_attentions_{(i - 1) % per}_{rest}"
-    return f"lora_unet_up_blocks_{i // per}_attentions_{i % per}_{rest}"
+def _resolve(module: str, targets: dict[str, object], te_count: int) -> str | None:
+    """The name in ``targets`` a file's module means, trying other trainers' text-encoder spellings; None if none.
 
-
-def _resolve(module: str, targets: dict[str, nn.Module], te_count: int, layers_per_block: int | None) -> str | None:
-    """The name in ``targets`` a file's module means, trying other trainers' spellings; None if none fits."""
+    ``targets`` holds both UNet spellings (:func:`kohya_targets`).
+    """
     if module in targets:
         return module
     cands: list[str] = []
@@ -283,10 +285,6 @@ def _resolve(module: str, targets: dict[str, nn.Module], te_count: int, layers_p
             head, _, tail = c.partition("_encoder_layers_")
             if tail:
                 cands.append(f"{head}_text_model_encoder_layers_{tail}")
-    if layers_per_block is not None and module.startswith("lora_unet_"):
-        sgm = _sgm_to_diffusers(module, layers_per_block)
-        if sgm:
-            cands.append(sgm)
     return next((c for c in cands if c in targets), None)
 
 
@@ -327,11 +325,7 @@ def load_kohya_lora(
         parts.setdefault(module, {})[part] = value
     if not any("lora_down.weight" in p for p in parts.values()):
         raise LoraFormatError(f"{_name(path)} holds no LoRA weights (no lora_down/lora_up or lora_A/lora_B tensors)")
-    targets: dict[str, nn.Module] = {kohya_module_name("lora_unet", n): m for n, m in lora_layers(unet).items()}
-    for prefix, te in zip(te_prefixes(len(text_encoders)), text_encoders):
-        targets.update({kohya_module_name(prefix, n): m for n, m in lora_layers(te).items()})
-    lpb = getattr(getattr(unet, "config", None), "layers_per_block", None)
-    lpb = lpb if isinstance(lpb, int) else (lpb[0] if lpb else None)
+    targets = kohya_targets(unet, text_encoders, lora_layers)
 
     unknown: list[str] = []
     odd: list[str] = []
@@ -340,7 +334,7 @@ def load_kohya_lora(
         if set(p) - {"lora_down.weight", "lora_up.weight", "alpha"} or "lora_up.weight" not in p:
             odd.append(f"{module} ({', '.join(sorted(p))})")
             continue
-        name = _resolve(module, targets, len(text_encoders), lpb)
+        name = _resolve(module, targets, len(text_encoders))
         if name is None:
             unknown.append(module)
         else:
@@ -394,17 +388,17 @@ def inject_for_file(unet: nn.Module, text_encoders: Sequence[nn.Module], sd: dic
         if part == "lora_down.weight":
             ranks[module] = int(value.shape[0])
     groups: list[tuple[str, nn.Module]] = [("lora_unet", unet), *zip(te_prefixes(len(text_encoders)), text_encoders)]
-    lpb = getattr(getattr(unet, "config", None), "layers_per_block", None)
-    lpb = lpb if isinstance(lpb, int) else (lpb[0] if lpb else None)
+    unet_names = UnetNames(unet)
     for prefix, model in groups:
+        layers = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d)) and "lora_" not in n]
         by_kohya = {
-            kohya_module_name(prefix, n): n
-            for n, m in model.named_modules()
-            if isinstance(m, (nn.Linear, nn.Conv2d)) and "lora_" not in n
+            alias: n
+            for n in layers
+            for alias in (unet_names.aliases(n) if model is unet else [kohya_module_name(prefix, n)])
         }
         chosen: dict[str, int] = {}
         for module, r in ranks.items():
-            name = _resolve(module, by_kohya, len(text_encoders), lpb)
+            name = _resolve(module, by_kohya, len(text_encoders))
             if name is not None:
                 chosen[by_kohya[name]] = r
         if not chosen:

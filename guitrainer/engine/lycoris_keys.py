@@ -1,6 +1,7 @@
 """LoCon, LoHa, LoKr and DoRA tensors under the keys kohya / LyCORIS write and ComfyUI, A1111/Forge read.
 
-Per module ``<prefix>_<path with . as _>`` (the same names as plain LoRA, :func:`guitrainer.engine.lora.kohya_module_name`):
+Per module ``<prefix>_<path with . as _>``, the same names as plain LoRA (:func:`guitrainer.engine.lora.kohya_module_name`;
+SDXL's UNet in the original layout, :mod:`guitrainer.engine.kohya_names`):
 
 * LoRA / LoCon: ``lora_down.weight`` [r, in] or [r, in, kh, kw], ``lora_up.weight`` [out, r] or [out, r, 1, 1], ``alpha``;
   a client adds ``alpha / r * up @ down``.
@@ -22,7 +23,8 @@ import torch
 from torch import nn
 
 from guitrainer.engine import variants
-from guitrainer.engine.lora import LoraFormatError, kohya_module_name, te_prefixes
+from guitrainer.engine.kohya_names import UnetNames
+from guitrainer.engine.lora import LoraFormatError, kohya_module_name, kohya_targets, te_prefixes
 
 ADAPTER = variants.ADAPTER
 #: kohya's ss_network_module per type (locon is kohya's own networks.lora with conv_dim)
@@ -90,9 +92,10 @@ def variant_state_dict(unet: nn.Module, text_encoders: Sequence[nn.Module] = ())
     groups: list[tuple[str, nn.Module]] = [("lora_unet", unet)]
     if any(variants.adapter_layers(te) for te in text_encoders):
         groups += list(zip(te_prefixes(len(text_encoders)), text_encoders))
+    unet_names = UnetNames(unet)
     for prefix, model in groups:
         for path, layer in variants.adapter_layers(model).items():
-            module = kohya_module_name(prefix, path)
+            module = unet_names.name(path) if model is unet else kohya_module_name(prefix, path)
             out.update({f"{module}.{suffix}": t for suffix, t in layer_tensors(layer).items()})
     return out
 
@@ -212,15 +215,11 @@ def load_variant_file(
     for key, value in state_dict.items():
         module, _, part = key.partition(".")
         grouped.setdefault(module, {})[part] = value
-    targets = {kohya_module_name("lora_unet", n): m for n, m in variants.adapter_layers(unet).items()}
-    for prefix, te in zip(te_prefixes(len(text_encoders)), text_encoders):
-        targets.update({kohya_module_name(prefix, n): m for n, m in variants.adapter_layers(te).items()})
-    lpb = getattr(getattr(unet, "config", None), "layers_per_block", None)
-    lpb = lpb if isinstance(lpb, int) else (lpb[0] if lpb else None)
+    targets = kohya_targets(unet, text_encoders, variants.adapter_layers)
     count = 0
     with torch.no_grad():
         for module, parts in sorted(grouped.items()):
-            name = _resolve(module, targets, len(text_encoders), lpb)
+            name = _resolve(module, targets, len(text_encoders))
             if name is None:
                 if skipped is not None:
                     skipped.append(module)
@@ -244,8 +243,9 @@ def key_names(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -> list[
     """Every key the file of these (injected) models holds, in the writer's order."""
     out: list[str] = []
     groups = [("lora_unet", unet), *zip(te_prefixes(len(text_encoders)), text_encoders)]
+    unet_names = UnetNames(unet)
     for prefix, model in groups:
         for path, layer in variants.adapter_layers(model).items():
-            module = kohya_module_name(prefix, path)
+            module = unet_names.name(path) if model is unet else kohya_module_name(prefix, path)
             out += [f"{module}.{s}" for s in layer_suffixes(layer)]
     return out

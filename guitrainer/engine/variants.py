@@ -82,6 +82,33 @@ def inject(model: nn.Module, network: Any, suffixes: Sequence[str]) -> int:
     return len(paths)
 
 
+def inject_exact(model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor: int = -1) -> None:
+    """Add ``kind``'s adapter at exactly the module paths of ``ranks``, each with its own rank and alpha = rank.
+
+    Used to rebuild a network from a file (:func:`guitrainer.engine.verify_variants.rebuild_from_file`): the
+    loader then sets each layer's factors and re-expresses the file's scale.
+    """
+    from peft import LoHaConfig, LoKrConfig, LoraConfig, inject_adapter_in_model
+
+    if not ranks:
+        return
+    r = max(ranks.values())
+    common: dict[str, Any] = dict(
+        r=r, target_modules=sorted(ranks), rank_pattern={re.escape(n): v for n, v in ranks.items() if v != r},
+        alpha_pattern={re.escape(n): float(v) for n, v in ranks.items() if v != r},
+    )
+    if kind == "loha":
+        config = LoHaConfig(alpha=float(r), **common)
+    elif kind == "lokr":
+        config = LoKrConfig(alpha=float(r), decompose_factor=lokr_factor, **common)
+    else:
+        config = LoraConfig(lora_alpha=float(r), init_lora_weights=False, **common)
+    inject_adapter_in_model(config, model, adapter_name=ADAPTER)
+    if kind == "dora":
+        for layer in adapter_layers(model).values():
+            add_dora(layer)
+
+
 def inject_unet(unet: nn.Module, network: Any) -> int:
     return inject(unet, network, unet_targets(network.type, network.target_modules))
 

@@ -183,10 +183,10 @@ class _EvalMode:
 
 def _loaded_layer_names(unet: nn.Module, text_encoders: list[nn.Module]) -> set[str]:
     """kohya names of the layers a loader gave a LoRA (any adapter name)."""
-    names = {lora.kohya_module_name("lora_unet", n) for n, m in unet.named_modules() if _has_lora(m)}
-    for prefix, te in zip(lora.te_prefixes(len(text_encoders)), text_encoders):
-        names |= {lora.kohya_module_name(prefix, n) for n, m in te.named_modules() if _has_lora(m)}
-    return names
+    def layers(model: nn.Module) -> dict[str, nn.Module]:
+        return {n: m for n, m in model.named_modules() if _has_lora(m)}
+
+    return set(lora.kohya_targets(unet, text_encoders, layers))
 
 
 def _has_lora(m: nn.Module) -> bool:
@@ -239,9 +239,7 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
         msg = f"diffusers could not read this file: {str(e).strip().splitlines()[0][:300]}"
         return VerifyResult(float("inf"), None, len(raw), tuple(sorted(raw)), False, msg, save_precision=precision)
     loaded = _loaded_layer_names(m.unet, m.text_encoders)
-    lpb = m.unet.config.layers_per_block
-    lpb = lpb if isinstance(lpb, int) else lpb[0]
-    unused_modules = [n for n in file_modules if lora._resolve(n, dict.fromkeys(loaded), len(m.text_encoders), lpb) is None]
+    unused_modules = [n for n in file_modules if lora._resolve(n, dict.fromkeys(loaded), len(m.text_encoders)) is None]
     unused_keys = _original_keys(raw, sd_kohya, unused_modules)
     theirs_unet = _unet_out(m.unet, x)
     theirs_te = _te_out(m.text_encoders, x)

@@ -1,10 +1,13 @@
 """Verify LoHa, LoKr and DoRA files, which diffusers cannot read as the clients do.
 
 The file is merged into a copy of the base weights by the rules ComfyUI's ``weight_adapter`` and A1111/Forge's
-built-in Lora extension apply (:func:`merge_file`): every key must be consumed and, given the trained model,
-the merged model's outputs must match it. Without one (the Output page's Verify), the check is that every
-key is read, the merge changes the outputs and stays finite; for DoRA, diffusers' reading is compared too
-(it maps ``dora_scale`` onto peft's per-output magnitude, so it does not give the clients' result).
+built-in Lora extension apply (:func:`merge_file`): every key must be consumed, the merge must change the
+outputs and stay finite, and the merged model's outputs must match a reference. Given the trained model, that
+is the reference; without one (the Output page's Verify) it is the network rebuilt from the file
+(:func:`rebuild_from_file`: peft's LoHa / LoKr layers, our DoRA layer, computing in the forward pass as in
+training), so a file whose factors or scale the clients read otherwise than training meant fails. For DoRA,
+diffusers' reading is reported too (it maps ``dora_scale`` onto peft's per-output magnitude, so it does not
+give the clients' result).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.engine import lora
+from guitrainer.engine import lora, lycoris_keys, variants
 from guitrainer.engine.verify import (
     _ATOL,
     _ROUNDING,
@@ -81,14 +84,10 @@ def _module_delta(parts: dict[str, torch.Tensor], weight: torch.Tensor) -> torch
 
 def merge_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list[nn.Module]) -> tuple[int, list[str]]:
     """Merge a kohya/LyCORIS state dict into the models' weights in place; returns (modules merged, unread keys)."""
-    targets: dict[str, nn.Module] = {}
-    groups: list[tuple[str, nn.Module]] = [("lora_unet", unet), *zip(lora.te_prefixes(len(text_encoders)), text_encoders)]
-    for prefix, model in groups:
-        targets.update({
-            lora.kohya_module_name(prefix, n): m for n, m in model.named_modules() if isinstance(m, nn.Linear | nn.Conv2d)
-        })
-    lpb = unet.config.layers_per_block
-    lpb = lpb if isinstance(lpb, int) else lpb[0]
+    def layers(model: nn.Module) -> dict[str, nn.Module]:
+        return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear | nn.Conv2d)}
+
+    targets = lora.kohya_targets(unet, text_encoders, layers)
     grouped: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in sd.items():
         module, _, part = key.partition(".")
@@ -97,7 +96,7 @@ def merge_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list
     merged = 0
     with torch.no_grad():
         for module, parts in grouped.items():
-            name = lora._resolve(module, targets, len(text_encoders), lpb)
+            name = lora._resolve(module, targets, len(text_encoders))
             if name is None:
                 unread += [f"{module}.{p}" for p in parts]
                 continue
@@ -105,6 +104,65 @@ def merge_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list
             layer.weight.copy_(_module_delta(parts, layer.weight.float()).to(layer.weight.dtype))
             merged += 1
     return merged, sorted(unread)
+
+
+def _module_rank(parts: dict[str, torch.Tensor]) -> int:
+    """The peft rank that gives a module's factors their file shapes."""
+    if "lora_down.weight" in parts:
+        return int(parts["lora_down.weight"].shape[0])
+    if "hada_w1_b" in parts:
+        return int(parts["hada_w1_b"].shape[0])
+    if "lokr_w2_b" in parts:
+        return int(parts["lokr_w2_b"].shape[0])
+    w2 = parts["lokr_w2"]
+    return max(int(w2.shape[0]), int(w2.shape[1]))  # peft keeps w2 whole from half its larger side on
+
+
+def _lokr_factor(layers: dict[nn.Module, dict[str, torch.Tensor]]) -> int:
+    """The LoKr factor whose split of each layer's dims gives the file's ``lokr_w1`` shapes (-1 if none fits)."""
+    from peft.tuners.lokr.layer import factorization
+
+    shapes = {tuple(p["lokr_w1"].shape) for p in layers.values() if "lokr_w1" in p}
+    candidates = [-1, *sorted({d for shape in shapes for d in shape})]
+
+    def fits(f: int) -> bool:
+        for layer, parts in layers.items():
+            out_dim, in_dim = layer.weight.shape[0], layer.weight.shape[1]
+            if "lokr_w1" in parts and tuple(parts["lokr_w1"].shape[:2]) != (
+                factorization(out_dim, f)[0], factorization(in_dim, f)[0]
+            ):
+                return False
+        return True
+
+    return next((f for f in candidates if fits(f)), -1)
+
+
+def rebuild_from_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list[nn.Module]) -> int:
+    """Inject the file's network into plain models (its type, each module's rank) and load it; returns the modules.
+
+    Raises :class:`~guitrainer.engine.lora.LoraFormatError` when the file's factors fit no such network.
+    """
+    kind = file_kind(sd)
+    kind = "lora" if kind == "locon" else kind
+
+    def layers(model: nn.Module) -> dict[str, nn.Module]:
+        return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear | nn.Conv2d)}
+
+    targets = lora.kohya_targets(unet, text_encoders, layers)
+    grouped: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in sd.items():
+        module, _, part = key.partition(".")
+        grouped.setdefault(module, {})[part] = value
+    found: dict[nn.Module, dict[str, torch.Tensor]] = {}
+    for module, parts in grouped.items():
+        name = lora._resolve(module, targets, len(text_encoders))
+        if name is not None:
+            found[targets[name]] = parts
+    factor = _lokr_factor(found) if kind == "lokr" else -1
+    for model in (unet, *text_encoders):
+        ranks = {path: _module_rank(found[m]) for path, m in layers(model).items() if m in found}
+        variants.inject_exact(model, kind, ranks, factor)
+    return lycoris_keys.load_variant_file(sd, unet, text_encoders)
 
 
 def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, seed: int = 0) -> VerifyResult:
@@ -118,12 +176,20 @@ def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, s
     x = _inputs(m.unet, m.text_encoders, seed)
     base_unet, base_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
     clean = copy.deepcopy(m) if kind == "dora" else None
+    notes = [f"{kind}: {CLIENTS[kind]}."]
+    ref_name = "trained model"
+    if reference is None:
+        reference, ref_name = copy.deepcopy(m), "our loader"
+        try:
+            rebuild_from_file(sd, reference.unet, list(reference.text_encoders))
+        except (lora.LoraFormatError, ValueError, RuntimeError) as e:
+            reference, ref_name = None, "the clients' merge"
+            notes.append(f"guitrainer cannot rebuild the network from this file to compare ({str(e)[:160]}).")
     _count, unread = merge_file(sd, m.unet, m.text_encoders)
     merged_unet, merged_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
     effect = float((merged_unet - base_unet).abs().max())
     finite = bool(torch.isfinite(merged_unet).all())
     te_effect = _max_diff(merged_te, base_te)
-    notes = [f"{kind}: {CLIENTS[kind]}."]
     ok = not unread and finite and effect > 0
     diff_unet, diff_te, tol = 0.0, None, 0.0
     if reference is not None:
@@ -131,10 +197,12 @@ def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, s
             ours_unet, ours_te = _unet_out(reference.unet, x), _te_out(list(reference.text_encoders), x)
         diff_unet = float((merged_unet - ours_unet).abs().max())
         diff_te = _max_diff(merged_te, ours_te) if any(k.startswith("lora_te") for k in sd) else None
-        tol = _ATOL * max(1.0, float(ours_unet.abs().max())) + _ROUNDING.get(precision, 0.0) * effect
-        close = diff_unet <= tol and (diff_te is None or diff_te <= tol + _ROUNDING.get(precision, 0.0) * te_effect)
+        rel = _ROUNDING.get(precision, 0.0) if ref_name == "trained model" else 0.0  # else both read the same numbers
+        tol = _ATOL * max(1.0, float(ours_unet.abs().max())) + rel * effect
+        close = diff_unet <= tol and (diff_te is None or diff_te <= tol + rel * te_effect)
         ok = ok and close
-        notes.append(f"The clients' merge {'matches' if close else 'differs from'} the trained model (up to {diff_unet:.1g}).")
+        against = "the trained model" if ref_name == "trained model" else "the network as trained, rebuilt from the file"
+        notes.append(f"The clients' merge {'matches' if close else 'differs from'} {against} (up to {diff_unet:.1g}).")
     if clean is not None:
         notes.append(_diffusers_on_dora(path, clean, x, merged_unet, effect))
     head = "every key is read by the ComfyUI / A1111 rules" if not unread else f"{len(unread)} keys match no layer (e.g. {unread[0]})"
@@ -143,7 +211,7 @@ def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, s
     if effect == 0:
         head += "; the file does not change the UNet output"
     return VerifyResult(diff_unet, diff_te, len(sd), tuple(unread), ok, " ".join([head + ".", *notes]), effect,
-                        te_effect, tol, "trained model" if reference is not None else "the clients' merge", precision)
+                        te_effect, tol, ref_name, precision)
 
 
 def _diffusers_on_dora(path: str | Path, clean: Any, x: Any, merged_unet: torch.Tensor, effect: float) -> str:
