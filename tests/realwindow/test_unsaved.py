@@ -105,6 +105,9 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
     try:
         xin.key("ctrl+q")
         wait_for(lambda: answerer.seen, 4, "a question before quitting with unsaved changes")
+        # the Escape goes out in its own xdotool process: wait until the app has had it, or a loaded X server
+        # still holds it when the next Ctrl+Q comes, and the next answerer meets this same question again
+        wait_for(lambda: main_window.quit_box is None, 10, "the question to be cancelled")
         pump(300)
     finally:
         answerer.stop()
@@ -116,9 +119,8 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
         wait_for(lambda: not main_window.isVisible(), 10, "the window to close after Discard")
     finally:
         answerer.stop()
-    # the question came, and Discard closed the window (under a loaded X server the question was seen twice in
-    # some full-suite runs: noted as a known flake, not yet explained)
-    assert answerer.seen and all(d.title == "Quit guitrainer?" for d in answerer.seen)
+    # one question came, and Discard closed the window
+    assert [d.title for d in answerer.seen] == ["Quit guitrainer?"]
 
 
 def test_a_save_discard_cancel_question_is_answered_with_real_input(main_window, xin):
