@@ -215,3 +215,33 @@ def test_dropout_kinds_belong_to_their_types():
     assert "network.rank_dropout" in [e.field for e in check_all(cfg)]
     config = variants._peft_config(replace(_network("lokr"), rank_dropout=0.2, module_dropout=0.3), {})
     assert (config.rank_dropout, config.module_dropout) == (0.2, 0.3)
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_an_sdxl_file_continues_in_kohyas_spelling_and_in_the_diffusers_one(bases, kind):
+    """SDXL files name UNet layers as kohya does (input_blocks_...); continuing reads them, and the diffusers
+    spelling our files had before, into the same layers with the same weights."""
+    from guitrainer.engine import lycoris_keys
+    from guitrainer.engine.kohya_names import UnetNames
+
+    src_unet, src_tes = _trained(bases["sdxl"], _network(kind), seed=3)
+    sd = lycoris_keys.variant_state_dict(src_unet, src_tes)
+    unet_modules = {k.partition(".")[0] for k in sd if k.startswith("lora_unet_")}
+    assert unet_modules and all(m.startswith(("lora_unet_input_blocks_", "lora_unet_middle_block_",
+                                              "lora_unet_output_blocks_")) for m in unet_modules)
+    names = UnetNames(src_unet)
+    original_to_diffusers = {names.name(p): names.aliases(p)[1] for p in variants.adapter_layers(src_unet)}
+    respelled = {}
+    for key, value in sd.items():
+        module, _, part = key.partition(".")
+        respelled[f"{original_to_diffusers.get(module, module)}.{part}"] = value
+    assert any(k.startswith("lora_unet_down_blocks_") for k in respelled)
+    for file in (sd, respelled):
+        unet, tes = _trained(bases["sdxl"], _network(kind), seed=4)
+        skipped: list[str] = []
+        count = lycoris_keys.load_variant_file(file, unet, tes, skipped=skipped)
+        layers = len(variants.adapter_layers(unet)) + sum(len(variants.adapter_layers(te)) for te in tes)
+        assert count == layers and not skipped
+        for name, layer in variants.adapter_layers(unet).items():
+            want = variants.effective_delta(variants.adapter_layers(src_unet)[name])
+            assert torch.allclose(variants.effective_delta(layer), want, atol=1e-5), name
