@@ -22,7 +22,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
-    QFileDialog,
     QFrame,
     QGridLayout,
     QHBoxLayout,
@@ -36,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.core.events import StepMetrics
+from guitrainer.ui import start_dirs
 from guitrainer.ui.chart_data import COLUMNS, MetricBuffer, bounds, ema, sticky_range  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -520,7 +520,7 @@ class TrainingCharts(QWidget):
         return ok
 
     def _export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export chart data", "training_metrics.csv", "CSV (*.csv)")
+        path = start_dirs.choose_save_path(self, "Export chart data", "charts", "training_metrics.csv", "CSV (*.csv)")
         if path:
             try:
                 self.export_csv(path)
@@ -528,6 +528,6 @@ class TrainingCharts(QWidget):
                 self.readout.setText(f"Could not save {path}: {e}")
 
     def _export_png_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export charts", "training_charts.png", "PNG image (*.png)")
+        path = start_dirs.choose_save_path(self, "Export charts", "charts", "training_charts.png", "PNG image (*.png)")
         if path and not self.export_png(path):
             self.readout.setText(f"Could not save {path}")

@@ -32,7 +32,6 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QAction, QDragEnterEvent, QDragMoveEvent, QDropEvent, QKeySequence, QUndoStack
 from PySide6.QtWidgets import (
-    QFileDialog,
     QLabel,
     QSizePolicy,
     QSplitter,
@@ -52,6 +51,7 @@ from guitrainer.core.dataset_report import (
     strip_text,
     without_included,
 )
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.caption_editor import CaptionEditor, CaptionJobRunner
 from guitrainer.ui.captioning import CaptioningPanel
@@ -286,11 +286,11 @@ class DatasetPage(CaptionOps, Page):
 
     def add_folder_dialog(self) -> ImportReport | None:
         """File > Add folder: choose a folder and import it."""
-        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training images")
+        folder = start_dirs.choose_folder(self, "Add a folder of training images", "images")
         return self.add_paths([folder]) if folder else None
 
     def add_images_dialog(self) -> ImportReport | None:
-        files, _ = QFileDialog.getOpenFileNames(self, "Add training images", "", IMAGE_FILTER)
+        files = start_dirs.choose_files(self, "Add training images", "images", IMAGE_FILTER)
         return self.add_paths(files) if files else None
 
     def selected_items(self) -> list[DatasetItem]:

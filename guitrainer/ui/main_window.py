@@ -21,7 +21,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -39,6 +38,7 @@ from guitrainer import APP_NAME, __version__
 from guitrainer.config import ConfigError, TrainingConfig
 from guitrainer.core import paths
 from guitrainer.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.drops import local_paths
 from guitrainer.ui.preset_files import PresetFileActions
@@ -356,7 +356,7 @@ class MainWindow(PresetFileActions, QMainWindow):
             self.nav.setCurrentRow(0)
             fn()
             return
-        folder = QFileDialog.getExistingDirectory(self, "Add image folder")
+        folder = start_dirs.choose_folder(self, "Add image folder", "images")
         if folder:
             self.add_paths([folder])
 

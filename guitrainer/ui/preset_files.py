@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 from guitrainer import APP_NAME
 from guitrainer.config import ConfigError, load_toml, save_toml
 from guitrainer.presets import read_preset
+from guitrainer.ui import start_dirs
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QSettings
@@ -93,7 +94,7 @@ class PresetFileActions:
         self._update_title()
 
     def import_preset_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import preset", "", "Presets (*.toml)")
+        path = start_dirs.choose_file(self, "Import preset", "presets", "Presets (*.toml)")
         if path:
             self.import_preset(path)
 
@@ -138,7 +139,7 @@ class PresetFileActions:
         return True
 
     def export_config_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export config", "config.toml", "TOML (*.toml)")
+        path = start_dirs.choose_save_path(self, "Export config", "presets", "config.toml", "TOML (*.toml)")
         if path:
             try:
                 save_toml(self.binding.config, path)

@@ -16,7 +16,6 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QPixmap
 from PySide6.QtWidgets import (
-    QFileDialog,
     QFormLayout,
     QFrame,
     QGroupBox,
@@ -29,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.config import DatasetFolder, repeats_from_name
 from guitrainer.core.regularization import class_usage
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, make_editor
 from guitrainer.ui.class_images_dialog import GenerateClassImagesDialog, _norm, _train_counts, list_images
 from guitrainer.ui.drops import local_paths
@@ -199,7 +199,7 @@ class RegularizationPanel(QWidget):
         self.binding.set("dataset.regularization_folders", folders)
 
     def add_folder_dialog(self) -> list[str]:
-        folder = QFileDialog.getExistingDirectory(self, "Add a folder of class images")
+        folder = start_dirs.choose_folder(self, "Add a folder of class images", "images")
         return self.add_folders([folder]) if folder else []
 
     def open_generate_dialog(self) -> GenerateClassImagesDialog:

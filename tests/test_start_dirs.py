@@ -1,0 +1,102 @@
+"""File dialogs open where the user's files are, not in the app's install folder (the process's working
+folder for a double-clicked app), and each kind of file remembers its own last folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, QStandardPaths, Qt
+from PySide6.QtWidgets import QFileDialog
+
+from guitrainer.config import TrainingConfig
+from guitrainer.ui import start_dirs
+from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.charts import TrainingCharts
+from guitrainer.ui.dataset_page import DatasetPage
+
+
+@pytest.fixture
+def settings(tmp_path, monkeypatch):
+    s = QSettings(str(tmp_path / "dialogs.ini"), QSettings.Format.IniFormat)
+    monkeypatch.setattr(start_dirs, "default_settings", lambda: s)
+    return s
+
+
+@pytest.fixture
+def dialogs(monkeypatch):
+    """Stand-ins for Qt's file dialogs: record where each opened and answer with ``answers`` in turn."""
+    opened: list[str] = []
+    answers: list[str] = []
+
+    def folder(_parent, _title, start="", *a, **k):
+        opened.append(start)
+        return answers.pop(0) if answers else ""
+
+    def files(_parent, _title, start="", *a, **k):
+        opened.append(start)
+        return ([answers.pop(0)] if answers else []), ""
+
+    def save(_parent, _title, start="", *a, **k):
+        opened.append(start)
+        return (answers.pop(0) if answers else ""), ""
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(folder))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(files))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
+    return opened, answers
+
+
+@pytest.fixture
+def page(qtbot):
+    p = DatasetPage(ConfigBinding(TrainingConfig()))
+    qtbot.addWidget(p)
+    yield p
+    p.shutdown()
+
+
+def _usual(location: QStandardPaths.StandardLocation) -> str:
+    usual = QStandardPaths.writableLocation(location)
+    return usual if usual and Path(usual).is_dir() else str(Path.home())
+
+
+def test_add_folder_opens_in_pictures_then_next_to_the_last_folder_added(page, qtbot, settings, dialogs, tmp_path,
+                                                                         monkeypatch):
+    opened, answers = dialogs
+    monkeypatch.chdir(tmp_path)  # the install folder of a double-clicked app
+    qtbot.mouseClick(page.add_folder_button, Qt.MouseButton.LeftButton)  # cancelled
+    assert opened[-1] == _usual(QStandardPaths.StandardLocation.PicturesLocation)
+    assert opened[-1] != os.getcwd()
+
+    chosen = tmp_path / "art" / "10_mychar"
+    chosen.mkdir(parents=True)
+    answers.append(str(chosen))
+    qtbot.mouseClick(page.add_folder_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.add_folder_button, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(tmp_path / "art")  # the next pick can be a sibling folder
+
+    qtbot.mouseClick(page.add_images_button, Qt.MouseButton.LeftButton)  # the same kind: images
+    assert opened[-1] == str(tmp_path / "art")
+
+
+def test_a_remembered_folder_that_is_gone_falls_back_and_kinds_do_not_mix(qtbot, settings, dialogs, tmp_path):
+    opened, answers = dialogs
+    gone = tmp_path / "gone" / "x"
+    gone.mkdir(parents=True)
+    start_dirs.remember("images", str(gone))
+    (tmp_path / "gone" / "x").rmdir()
+    (tmp_path / "gone").rmdir()
+    assert start_dirs.start_dir("images") == _usual(QStandardPaths.StandardLocation.PicturesLocation)
+
+    charts = TrainingCharts()
+    qtbot.addWidget(charts)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    answers.append(str(exports / "mine.csv"))
+    qtbot.mouseClick(charts.csv_button, Qt.MouseButton.LeftButton)
+    assert Path(opened[-1]).name == "training_metrics.csv"
+    assert Path(opened[-1]).parent == Path(_usual(QStandardPaths.StandardLocation.HomeLocation))
+    qtbot.mouseClick(charts.png_button, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(exports / "training_charts.png")  # charts remember their folder...
+    assert start_dirs.start_dir("images") != str(exports)  # ...and images keep theirs
