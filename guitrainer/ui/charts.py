@@ -59,6 +59,14 @@ SKIP_COLOR = "#e03131"
 SPS_COLOR = "#5c677d"
 
 
+class CountAxis(pg.AxisItem):
+    """A bottom axis of counts (steps, images): whole numbers only, so a few points show no half-step ticks."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:  # noqa: N802, N803
+        levels = super().tickSpacing(minVal, maxVal, size)
+        return [(spacing, offset) for spacing, offset in levels if spacing >= 1.0] or [(1.0, 0.0)]
+
+
 class FollowViewBox(pg.ViewBox):
     """A ViewBox framed by the charts themselves (:meth:`follow`), in steps, instead of pyqtgraph's auto-range.
 
@@ -246,7 +254,9 @@ class TrainingCharts(QWidget):
     def _plot(self, title: str, key: str) -> tuple[pg.PlotWidget, pg.PlotItem]:
         bg = self.palette().color(QPalette.ColorRole.Base)
         fg = self._fg()
-        w = pg.PlotWidget(background=bg, viewBox=FollowViewBox(log_y=key == "scale"))
+        w = pg.PlotWidget(
+            background=bg, viewBox=FollowViewBox(log_y=key == "scale"), axisItems={"bottom": CountAxis("bottom")}
+        )
         w.setObjectName(f"plot_{key}")
         w.setMinimumHeight(120)
         p = w.getPlotItem()

@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from guitrainer.core.run_compare import ALIGNMENTS, aligned
-from guitrainer.ui.charts import ema
+from guitrainer.ui.charts import CountAxis, ema
 
 #: what the chart can show: label -> metric column
 METRICS: dict[str, str] = {
@@ -68,7 +68,9 @@ class RunsChart(QWidget):
         bar.addWidget(self.note)
         outer.addLayout(bar)
         fg = self.palette().color(QPalette.ColorRole.WindowText)
-        self.plot_widget = pg.PlotWidget(background=self.palette().color(QPalette.ColorRole.Base))
+        self.plot_widget = pg.PlotWidget(
+            background=self.palette().color(QPalette.ColorRole.Base), axisItems={"bottom": CountAxis("bottom")}
+        )
         self.plot_widget.setObjectName("runs_plot")
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setDownsampling(auto=True, mode="peak")

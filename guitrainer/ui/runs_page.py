@@ -8,7 +8,6 @@ opens fast with thousands of runs. Decisions (what differs, whether a run can be
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import warnings
@@ -39,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info
+from guitrainer.core.dataset_report import plural
 from guitrainer.core.run_checks import remove_paths, resumable
 from guitrainer.core.run_compare import config_diff, format_value
 from guitrainer.core.run_store import STATUSES, RunRow, RunStore, RunStoreError
@@ -270,7 +270,7 @@ class RunsPage(Page):
 
     def _update_count(self) -> None:
         shown, total = self.proxy.rowCount(), self.model.rowCount()
-        self.count_label.setText(f"{total} runs" if shown == total else f"{shown} of {total} runs")
+        self.count_label.setText(plural(total, "run") if shown == total else f"{shown} of {plural(total, 'run')}")
 
     def selected_ids(self) -> list[int]:
         """The selected runs' ids, top to bottom as shown."""
@@ -371,7 +371,7 @@ class RunsPage(Page):
     def _update_details(self, ids: list[int]) -> None:
         store = self.store
         if len(ids) != 1 or store is None:
-            self.details.setPlainText("" if not ids else f"{len(ids)} runs selected.")
+            self.details.setPlainText("" if not ids else f"{plural(len(ids), 'run')} selected.")
             return
         d = store.run(ids[0])
         if d is None:
@@ -385,7 +385,7 @@ class RunsPage(Page):
         t = d.timings
         if t.get("mean_seconds_per_step") is not None:
             lines.append(f"time: setting up {t.get('setup_seconds', 0):.1f} s, {t['mean_seconds_per_step']:.3f} s per step, {t.get('wall_seconds', 0):.0f} s in all")
-        lines.append("dataset: " + json.dumps(d.dataset, sort_keys=True))
+        lines += dataset_lines(d.dataset)
         lines.append(f"output folder: {r.output_folder}")
         for a in d.artifacts:
             extra = f" (step {a['step']})" if a.get("step") else ""
@@ -537,3 +537,20 @@ def _label(path: str) -> str:
     except (ConfigError, KeyError):
         return path
     return f"{path.split('.')[0].capitalize()}: {label}"
+
+
+def dataset_lines(dataset: dict[str, Any]) -> list[str]:
+    """A run's recorded dataset in words: its folders (with repeats), class folders and batch settings."""
+    lines = []
+    for key, title in (("folders", "images"), ("regularization_folders", "class images")):
+        for f in dataset.get(key) or []:
+            lines.append(f"{title}: {f.get('path', '?')} (repeats {f.get('repeats', 1)})")
+    settings = [(dataset.get("resolution"), "{} px"), (dataset.get("batch_size"), "batch {}"),
+                (dataset.get("gradient_accumulation"), "accumulating {} batches per step")]
+    words = [fmt.format(v) for v, fmt in settings if v not in (None, "")]
+    if "bucketing" in dataset:
+        words.append("aspect buckets" if dataset["bucketing"] else "square crops")
+    if words:
+        lines.append("dataset: " + ", ".join(words))
+    return lines
+
