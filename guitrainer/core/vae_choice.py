@@ -242,9 +242,34 @@ def base_vae_facts(base: str) -> VaeFacts:
 
 
 def vae_fp16_safe(config: TrainingConfig) -> bool:
-    """Whether the VAE this config trains with may run in fp16 by its own config (``force_upcast`` false)."""
+    """Whether the VAE this config trains with may run in fp16 by its own config (``force_upcast`` false).
+
+    A bare .safetensors file without a config.json beside it is built from the base model's VAE config (as
+    the engine does), so the base's says.
+    """
     value = str(getattr(config.model, "vae", "") or "").strip()
-    return (describe_vae(value) if value else base_vae_facts(config.model.base)).fp16_safe
+    facts = describe_vae(value) if value else VaeFacts("base")
+    if facts.kind == "base" or (facts.kind == "file" and facts.force_upcast is None and not facts.problem):
+        return base_vae_facts(config.model.base).fp16_safe
+    return facts.fp16_safe
+
+
+def vae_summary(config: TrainingConfig) -> tuple[str, str]:
+    """What the Model page says under the VAE setting: ``(level, text)``, level "error" or "" (a fact)."""
+    value = str(getattr(config.model, "vae", "") or "").strip()
+    problem = vae_problem(config)
+    if problem:
+        return "error", problem + "."
+    if not value:
+        return "", "The base model's own VAE."
+    facts = describe_vae(value)
+    if facts.kind == "hub" and facts.force_upcast is None:
+        return "", "A hub VAE, downloaded when training starts (online only)."
+    if vae_fp16_safe(config):
+        return "", "fp16-safe (its config says force_upcast = false): it runs in fp16 under fp16 AMP."
+    if facts.force_upcast is None:
+        return "", "No config.json beside the file: it is built like the base model's own VAE and runs as it does."
+    return "", "Its config asks for fp32 (force_upcast): an SDXL VAE then stays in fp32 under fp16 AMP."
 
 
 def _fp16_safe_folder(folder: Path) -> str | None:
