@@ -191,7 +191,8 @@ def test_paged_optimizer_without_cuda_suggests_8bit_when_that_works(monkeypatch)
     assert a.suggestion == {"optimizer.name": "AdamW8bit"}
 
 
-def test_sdxl_vae_is_kept_fp32_under_fp16():
+def test_sdxl_vae_is_kept_fp32_under_fp16(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # no fp16-fixed VAE on this "computer": nothing to set
     d = fake_device("t4")
     sdxl = advise(d, _config("fp16", model__family="sdxl"))
     assert [a.code for a in sdxl if a.code == "sdxl_vae_fp32"] == ["sdxl_vae_fp32"]

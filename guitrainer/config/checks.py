@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guitrainer.config.fields import ConfigError, short_repr
+from guitrainer.core.checkpoint import PICKLE_SUFFIXES
 from guitrainer.core.dataset import IMAGE_EXTENSIONS
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def check_all(cfg: TrainingConfig) -> list[ConfigError]:
         *_sample_size(cfg.sampling.size),
         *_network_format(cfg.network.type, cfg.output.format),
         *_dropout_kinds(cfg.network),
+        *_vae_value(cfg.model.vae),
     ]
 
 
@@ -139,4 +141,17 @@ def _sample_size(size: int) -> list[ConfigError]:
         lower = max(SAMPLE_MULTIPLE, size // SAMPLE_MULTIPLE * SAMPLE_MULTIPLE)
         return [ConfigError("sampling.size", f"must be a multiple of {SAMPLE_MULTIPLE}, got {size}; use {lower} or "
                                              f"{lower + SAMPLE_MULTIPLE}")]
+    return []
+
+
+def _vae_value(vae: str) -> list[ConfigError]:
+    """``model.vae`` is read from .safetensors or a diffusers folder only: a pickle could run code when loaded.
+    Whether the path exists and holds a VAE is a question for the disk (:func:`guitrainer.core.vae_choice.vae_problem`)."""
+    text = vae.strip()
+    if text.lower().endswith(PICKLE_SUFFIXES):
+        return [ConfigError("model.vae", f"{short_repr(text)} is a pickle file, which could run code when loaded; "
+                                         "choose the .safetensors version of the VAE or its diffusers folder")]
+    if text == "demo":
+        return [ConfigError("model.vae", "'demo' is a base model, not a VAE; leave the VAE empty to use the base "
+                                         "model's own")]
     return []

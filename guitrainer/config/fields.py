@@ -52,7 +52,8 @@ def setting(
         choice_labels: user-facing names for the choices.
         unit: shown as a suffix ("px", "steps").
         advanced: hidden behind "Show advanced" in generated forms.
-        kind: a hint for the editor: "path", "folder", "file", "multiline", "scientific".
+        kind: a hint for the editor: "path", "folder", "file", "multiline", "scientific", "model" (the base
+            model picker), "vae" (the VAE picker: a folder or a .safetensors file).
         positive: the value must be above 0 (``minimum`` stays 0 for the spin boxes): an alpha or a learning
             rate of 0 trains a LoRA that does nothing.
     """

@@ -67,6 +67,16 @@ class ModelConfig:
         "or 'demo' for the tiny built-in model that trains on a CPU in seconds.",
         kind="model",
     )
+    vae: str = setting(
+        "",
+        label="VAE",
+        help="Optional: another VAE to encode the images with, instead of the base model's own. A diffusers VAE "
+        "folder (config.json + diffusion_pytorch_model.safetensors), one .safetensors VAE file, or a hub id "
+        "(online only). For SDXL under fp16 use madebyollin/sdxl-vae-fp16-fix: it runs in fp16, while SDXL's own "
+        "VAE must stay in fp32 (more memory). Empty: the base model's own VAE.",
+        kind="vae",
+        advanced=True,
+    )
     family: Literal["auto", "demo", "sd15", "sdxl"] = setting(
         "demo",
         label="Model family",

@@ -1,6 +1,6 @@
 """What ``guitrainer-train --check`` (and the CLI before training) checks on disk, beyond the config's values.
 
-The image folders and the base model exist and can be read; caption files are readable files; captions not
+The image folders, the base model and the VAE (``model.vae``) exist and can be read; caption files are readable files; captions not
 in UTF-8 are named (they are read in their own encoding, see :mod:`guitrainer.core.captions`). Pure Python,
 no torch; nothing here blocks on a FIFO or follows a symlink loop.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from guitrainer.core.captions import encoding_label, read_caption
 from guitrainer.core.dataset import scan_folders
 from guitrainer.core.paths import expand
+from guitrainer.core.vae_choice import vae_problem
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
     from guitrainer.config import TrainingConfig
@@ -45,6 +46,9 @@ def check_inputs(cfg: TrainingConfig, *, captions: bool = True) -> InputReport:
         problem = _model_problem(base)
         if problem:
             report.errors.append(f"model.base: {problem}")
+    vae = vae_problem(cfg)
+    if vae:
+        report.errors.append(f"model.vae: {vae}")
     if captions and not report.errors:
         _check_captions(cfg, report)
     return report

@@ -14,6 +14,7 @@ from guitrainer.core.advice import Advice, Level, choice_label
 from guitrainer.core.device_info import DeviceInfo, GpuInfo, version_tuple
 from guitrainer.core.gpu_choice import gpu_missing_message
 from guitrainer.core.units import format_bytes
+from guitrainer.core.vae_choice import FP16_FIX_DOWNLOAD, FP16_FIX_REPO, find_fp16_safe_vae, vae_fp16_safe
 from guitrainer.core.vram import sdxl_vae_fp32_cost
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # annotations only: core never imports the config at run time
 
 TOPIC = "precision.training"
 #: the fp16-fixed SDXL VAE: the same decoder, rescaled so its activations fit fp16
-SDXL_FP16_VAE = "madebyollin/sdxl-vae-fp16-fix"
+SDXL_FP16_VAE = FP16_FIX_REPO
 
 
 # --------------------------------------------------------------------------- what each device does best
@@ -298,19 +299,36 @@ def rule_training_precision(device: DeviceInfo, cfg: TrainingConfig) -> Iterable
 
 def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     """SDXL's VAE overflows in fp16 (black or noisy images: the diffusers SDXL docs and the fp16-fix VAE's model
-    card), so the trainer keeps it in fp32; the cost is our own estimator's, for this config."""
+    card), so the trainer keeps it in fp32; the cost is our own estimator's, for this config. A VAE whose config
+    says ``force_upcast = false`` (the fp16-fixed one) runs in fp16 at no cost: when one is on this computer,
+    the advice sets ``model.vae`` to it; otherwise it says what to download."""
     if cfg.precision.training != "fp16" or cfg.model.family != "sdxl":
+        return
+    topic = "model.vae"
+    if vae_fp16_safe(cfg):
+        whose = f"The VAE you chose ({cfg.model.vae})" if cfg.model.vae.strip() else "This model's own VAE"
+        yield Advice("info", f"{whose} is fp16-safe (its config says force_upcast = false): it runs in fp16 like "
+                     "the rest of the model, with no extra memory.", code="sdxl_vae_fp16_safe", topic=topic)
         return
     cost = format_bytes(sdxl_vae_fp32_cost(cfg))
     when = ("while the latents are cached (then the VAE is freed)" if cfg.precision.cache_latents
             else "on every step, since latents are not cached")
+    message = (f"SDXL's VAE overflows in fp16 (black or noisy images), so it is kept in fp32 {when}: that costs "
+               f"about {cost} more at {cfg.dataset.resolution} px. The fp16-fixed SDXL VAE ({SDXL_FP16_VAE}) runs "
+               "in fp16 without that cost.")
+    found = find_fp16_safe_vae(cfg)
+    if found:
+        yield Advice("info", message + f" It is on this computer: {found}.", {topic: found},
+                     suggestion_text="use the fp16-fixed SDXL VAE", code="sdxl_vae_fp32", topic=topic)
+        return
     yield Advice(
         "info",
-        f"SDXL's VAE overflows in fp16 (black or noisy images), so it is kept in fp32 {when}: that costs about "
-        f"{cost} more at {cfg.dataset.resolution} px. The fp16-fixed SDXL VAE ({SDXL_FP16_VAE}) runs in fp16 "
-        "without that cost, if you use it as the model's VAE.",
+        message + " To use it, download it (the command below puts it in the Hugging Face cache, where this app "
+        "finds it), or put its config.json and diffusion_pytorch_model.safetensors in a folder next to the base "
+        "model; then choose it as the VAE on the Model page.",
+        suggestion_text=FP16_FIX_DOWNLOAD,
         code="sdxl_vae_fp32",
-        topic=TOPIC,
+        topic=topic,
     )
 
 

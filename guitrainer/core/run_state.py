@@ -131,6 +131,11 @@ def saved_step(folder: str | Path) -> int | None:
 RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_text_encoder", "precision.training")
 
 
+#: settings a resumed run may change, with a warning: another VAE makes slightly other latents (the fp16-fixed
+#: SDXL VAE's differ from the original's within its rounding), so the LoRA goes on learning from those
+RESUME_SHOULD_MATCH = ("model.vae",)
+
+
 def setting_label(config: Any, path: str) -> str:
     """The label the app shows for a setting ("Rank (dim)"), from the config's field metadata; else the path."""
     section, _, name = path.partition(".")
@@ -152,6 +157,23 @@ def resume_mismatches(info: dict[str, Any], config: Any) -> list[tuple[str, Any,
         return []
     saved = type(config).from_dict(info["config"])
     return [(key, saved.get(key), config.get(key)) for key in RESUME_MUST_MATCH if saved.get(key) != config.get(key)]
+
+
+def resume_differences(info: dict[str, Any], config: Any) -> list[tuple[str, Any, Any]]:
+    """``(path, saved, now)`` for each :data:`RESUME_SHOULD_MATCH` setting that changed since the state was saved
+    (worth a warning, not a refusal). A state without stored settings, or one saved before a setting existed
+    (it then had the setting's default), differs in nothing it did not have."""
+    if "config" not in info:
+        return []
+    saved = type(config).from_dict(info["config"])
+    return [(key, saved.get(key), config.get(key)) for key in RESUME_SHOULD_MATCH if saved.get(key) != config.get(key)]
+
+
+def shown_value(path: str, value: Any) -> str:
+    """A stored setting's value in a message: its repr, or what an empty one means (``model.vae``: the base's own)."""
+    if path == "model.vae" and not value:
+        return "the base model's own VAE"
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from guitrainer.core import hardware, precision, run_state, vram
 from guitrainer.core.folder_check import look_at_folders
 from guitrainer.core.paths import expand
+from guitrainer.core.vae_choice import vae_problem
 
 if TYPE_CHECKING:
     from guitrainer.config import TrainingConfig
@@ -175,6 +176,9 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
             out, config.dataset.regularization_folders, config.dataset, "class images", "class image folder"
         )
     _check_model(out, base)
+    vae = vae_problem(config)
+    if vae:
+        out.errors.append(f"{vae}.")
     _check_output(out, config)
     guessed = device is None
     if device is None:
@@ -198,4 +202,10 @@ def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
         out.errors.append(
             f"The saved state was trained with {label} = {was!r}; it is {now!r} now. "
             f"Set {label} back to {was!r} to resume, or start a new run."
+        )
+    for key, was, now in run_state.resume_differences(run_state.read_info(config.schedule.resume_from), config):
+        label = run_state.setting_label(config, key)
+        out.notes.append(
+            f"The saved state was trained with {label} = {run_state.shown_value(key, was)}; it is "
+            f"{run_state.shown_value(key, now)} now, so the latents differ from the ones the run learned from so far."
         )

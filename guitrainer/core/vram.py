@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from guitrainer.core.device_info import DeviceInfo
 from guitrainer.core.units import GiB, MiB, format_bytes
+from guitrainer.core.vae_choice import vae_fp16_safe
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
     from guitrainer.config import TrainingConfig
@@ -301,16 +302,17 @@ def _bytes(dtype: str) -> int:
     return {"fp32": 4, "fp8": 1}.get(dtype, 2)
 
 
-def sdxl_vae_dtype(family: str, training: str) -> str:
-    """The VAE's precision as the trainer runs it: SDXL's VAE overflows in fp16, so it stays fp32 there."""
-    return "fp32" if (family == "sdxl" and training == "fp16") else training
+def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
+    """The VAE's precision as the trainer runs it on a GPU: SDXL's own VAE overflows in fp16, so it stays fp32
+    there, unless the configured VAE is fp16-safe by its config (``force_upcast`` false, as the fp16-fixed one)."""
+    return "fp32" if (family == "sdxl" and training == "fp16" and not fp16_safe) else training
 
 
 def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
     """Bytes the fp32 SDXL VAE adds to the peak against an fp16 one (the fp16-fixed VAE), for ``config``.
 
     With cached latents the VAE only encodes before training, so the cost is to the caching pass's peak;
-    it is measured here the same way, with the latents not cached.
+    it is measured here the same way, with the latents not cached. 0 when the configured VAE is fp16-safe.
     """
     if spec is None:
         spec = MODEL_SPECS[resolve_family(str(config.model.family), str(config.model.base))]
@@ -319,6 +321,11 @@ def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) ->
     uncached = config.copy()
     uncached.precision.cache_latents = False
     return estimate(uncached, spec).total - estimate(uncached, spec, vae_dtype="fp16").total
+
+
+def _vae_fp16_safe(family: str, config: TrainingConfig) -> bool:
+    """Whether the configured VAE runs in fp16 (read from its config.json only where it matters: SDXL, fp16)."""
+    return family == "sdxl" and config.precision.training == "fp16" and vae_fp16_safe(config)
 
 
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
@@ -374,7 +381,7 @@ def estimate(
     wdt = p.training
     base_dt = "fp8" if getattr(p, "base_weights", "auto") == "fp8" else wdt
     w = _bytes(base_dt)
-    vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt)
+    vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt, _vae_fp16_safe(spec.family, config))
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),

@@ -2,8 +2,9 @@
 
 An entry's key names everything its value depends on, so a stale entry is never used:
 
-* latents: model identity (weights' path + sizes/mtimes), image (resolved path, size, mtime), bucket,
-  resize + crop, flip, VAE dtype and stored dtype (a cache made under fp16 is never used under bf16);
+* latents: model identity (weights' path + sizes/mtimes), the VAE's identity when ``model.vae`` replaced the
+  base's own, image (resolved path, size, mtime), bucket, resize + crop, flip, VAE dtype and stored dtype (a
+  cache made under fp16 is never used under bf16);
 * text: model identity, caption, family, dtype.
 
 Disk entries are ``<hash>.safetensors`` files written atomically (:mod:`guitrainer.core.fileio`), so a
@@ -104,9 +105,14 @@ class TensorCache:
 class LatentCache(TensorCache):
     """VAE latents (already scaled) per image variant."""
 
-    def __init__(self, folder: Path | None, model_identity: str, vae_dtype: torch.dtype, dtype: torch.dtype):
+    def __init__(
+        self, folder: Path | None, model_identity: str, vae_dtype: torch.dtype, dtype: torch.dtype, vae_identity: str = ""
+    ):
+        """``vae_identity`` names the VAE when ``model.vae`` replaced the base's own (its latents differ)."""
         super().__init__(folder)
         self.prefix = [CACHE_VERSION, "latent", model_identity, dtype_name(vae_dtype), dtype_name(dtype)]
+        if vae_identity:  # only then: the base's own VAE keeps the keys it always had (no cache made stale)
+            self.prefix.append(["vae", vae_identity])
 
     def key(self, image: str | Path, geometry: Any, flip: bool) -> str:
         g = geometry
@@ -217,7 +223,8 @@ class RunCaches:
         """
         s = self.session
         vae = s.model.vae
-        store = LatentCache(self.folder("latents"), s.model.identity or "anonymous", vae.dtype, s.dtype)
+        store = LatentCache(self.folder("latents"), s.model.identity or "anonymous", vae.dtype, s.dtype,
+                            getattr(s.model, "vae_identity", ""))
         self.latent_store = store
         flips = (False, True) if s.config.dataset.flip_augment else (False,)
         jobs = [(s.dataset, self.latents)]

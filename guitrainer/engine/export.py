@@ -174,6 +174,7 @@ def build_metadata(
         "ss_base_model_version": BASE_VERSIONS[fam],
         "ss_v2": "False",
         "ss_sd_model_name": Path(str(config.model.base)).name or str(config.model.base),
+        "ss_vae_name": _vae_name(getattr(config.model, "vae", "")),
         "ss_mixed_precision": config.precision.training,
         "ss_save_precision": config.precision.save,
         "ss_resolution": f"({res}, {res})",
@@ -208,6 +209,18 @@ def build_metadata(
     meta.update(recipe_metadata(config))  # loss, noise, warm-up and validation settings, sd-scripts' names
     meta.update(_user_modelspec(o, demo=fam == "demo"))
     return {k: str(v) for k, v in meta.items() if str(v) != ""}
+
+
+def _vae_name(vae: str) -> str:
+    """kohya's ``ss_vae_name``: the VAE's file or folder name (a hub id's name, also for its snapshot in the hub
+    cache, whose folder is named by a commit); "" (left out) for the base's own."""
+    text = str(vae).strip().rstrip("/\\")
+    if not text:
+        return ""
+    p = Path(text)
+    if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+        return p.parent.parent.name.split("--")[-1]
+    return p.name
 
 
 def _user_modelspec(output: Any, *, demo: bool) -> dict[str, str]:

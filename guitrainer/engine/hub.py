@@ -17,7 +17,7 @@ HUB_ADVICE = (
 )
 
 
-def _hub_failure(repo_id: str, e: BaseException) -> ModelLoadError:
+def _hub_failure(repo_id: str, e: BaseException, what: str = "base model") -> ModelLoadError:
     """A failed hub download in plain words (no raw ``[Errno -2]``)."""
     kind = type(e).__name__
     if kind in ("RepositoryNotFoundError", "RevisionNotFoundError"):
@@ -28,7 +28,7 @@ def _hub_failure(repo_id: str, e: BaseException) -> ModelLoadError:
         why = "the Hugging Face hub could not be reached (no network connection?)"
     else:
         why = str(e).splitlines()[0][:200] if str(e) else kind
-    return ModelLoadError(f"could not download the base model {repo_id!r}: {why}", HUB_ADVICE)
+    return ModelLoadError(f"could not download the {what} {repo_id!r}: {why}", HUB_ADVICE)
 
 
 def is_offline() -> bool:
@@ -48,8 +48,14 @@ HUB_PATTERNS = [
 ]
 
 
-def download_model(repo_id: str, progress: Progress | None = None) -> Path:
-    """Download the parts of a diffusers hub repo training needs; ``progress(file, done, total)`` per file."""
+def download_model(
+    repo_id: str, progress: Progress | None = None, *, patterns: list[str] | None = None, what: str = "base model"
+) -> Path:
+    """Download the parts of a diffusers hub repo training needs; ``progress(file, done, total)`` per file.
+
+    ``patterns``: the files to fetch (default :data:`HUB_PATTERNS`, a whole pipeline); ``what`` names the repo
+    in a failure's message ("base model", "VAE").
+    """
     from huggingface_hub import snapshot_download
     from tqdm.auto import tqdm
 
@@ -61,6 +67,6 @@ def download_model(repo_id: str, progress: Progress | None = None) -> Path:
             return out
 
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS, tqdm_class=_Bar))
+        return Path(snapshot_download(repo_id, allow_patterns=patterns or HUB_PATTERNS, tqdm_class=_Bar))
     except Exception as e:  # noqa: BLE001 - network / auth / missing repo: each said in plain words
-        raise _hub_failure(repo_id, e) from e
+        raise _hub_failure(repo_id, e, what) from e

@@ -52,6 +52,7 @@ import torch
 import torch.utils.checkpoint
 
 from guitrainer.core import vram
+from guitrainer.core.vae_choice import vae_fp16_safe
 from guitrainer.engine import amp_step
 from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.memory_modes import (
@@ -62,6 +63,7 @@ from guitrainer.engine.memory_modes import (
     StorageTracker,
 )
 from guitrainer.engine.model_spec import build_on_meta, component_configs
+from guitrainer.engine.vae import vae_needs_fp32
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +238,8 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     family = _family(config)
     p, net = config.precision, config.network
     wdtype = _DTYPES[p.training]
-    vae_dtype = torch.float32 if (family == "sdxl" and p.training == "fp16") else wdtype
+    # as the trainer on a GPU: SDXL's own VAE stays fp32 under fp16, an fp16-safe one (force_upcast false) does not
+    vae_dtype = torch.float32 if vae_needs_fp32(p.training, family, not vae_fp16_safe(config), "cuda") else wdtype
     cfgs = component_configs(family)
     ckpt_kwargs: dict[str, Any] = {"use_reentrant": False}
     if emulate_autocast and p.training != "fp32":

@@ -60,7 +60,8 @@ class LoadedModel:
     """The parts of a Stable Diffusion model the trainer needs (all on CPU, fp32, frozen as loaded).
 
     ``identity`` names the exact weights (path + sizes/mtimes of the weight files): caches key on it.
-    ``source`` is "demo", "folder", "single_file" or "hub".
+    ``vae_identity`` names the VAE's weights when ``model.vae`` replaced the base's own ("" otherwise): the
+    latent cache keys on it too. ``source`` is "demo", "folder", "single_file" or "hub".
     """
 
     unet: Any
@@ -73,6 +74,7 @@ class LoadedModel:
     extra: dict[str, Any] = field(default_factory=dict)
     identity: str = ""
     source: str = "folder"
+    vae_identity: str = ""
 
     @property
     def text_encoder(self) -> Any:
@@ -101,7 +103,25 @@ def load_base_model(
     config_dir: str | Path | None = None,
     progress: Progress | None = None,
 ) -> LoadedModel:
-    """Load ``model_cfg.base`` (a :class:`guitrainer.config.ModelConfig`).
+    """Load ``model_cfg.base`` (a :class:`guitrainer.config.ModelConfig`), with ``model_cfg.vae`` as its VAE
+    when set (:func:`guitrainer.engine.vae.use_configured_vae`); arguments as :func:`_load_base`."""
+    m = _load_base(model_cfg, offline=offline, config_dir=config_dir, progress=progress)
+    vae = str(getattr(model_cfg, "vae", "") or "").strip()
+    if vae:
+        from guitrainer.engine.vae import use_configured_vae
+
+        use_configured_vae(m, vae, offline=offline, progress=progress)
+    return m
+
+
+def _load_base(
+    model_cfg: Any,
+    *,
+    offline: bool | None = None,
+    config_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Load the base model with its own VAE.
 
     Args:
         model_cfg: ``base`` is "demo", a diffusers folder, a single-file checkpoint or a hub id;

@@ -138,6 +138,17 @@ def read_checked_info(folder: Path, config: TrainingConfig) -> dict[str, Any]:
     return info
 
 
+def resume_warnings(info: dict[str, Any], config: TrainingConfig) -> list[str]:
+    """What changed since the state was saved that a resumed run allows but should say (another VAE)."""
+    try:
+        changed = run_state.resume_differences(info, config)
+    except Exception:  # noqa: BLE001 - damaged stored settings were refused by read_checked_info already
+        return []
+    return [f"{run_state.setting_label(config, key)} (`{key}`) was {run_state.shown_value(key, was)} in the saved "
+            f"state and is {run_state.shown_value(key, now)} now: the latents differ from the ones the run "
+            "learned from so far" for key, was, now in changed]
+
+
 def resumable_info(folder: Path, session: Any, feedback: Any, progress: Progress) -> dict[str, Any]:
     """The state to resume from, read and checked (:func:`read_checked_info`), before anything is cached.
 
@@ -145,6 +156,8 @@ def resumable_info(folder: Path, session: Any, feedback: Any, progress: Progress
     where the run ended): the run is complete, nothing is trained or written.
     """
     info = read_checked_info(folder, session.config)
+    for warning in resume_warnings(info, session.config):
+        feedback.warn(warning)
     class_len = len(session.class_dataset) if session.class_dataset is not None else 0
     if info.get("dataset_len") != len(session.dataset) or info.get("class_dataset_len", 0) != class_len:
         feedback.warn("the dataset changed since the state was saved; the data order will differ from an unbroken run")

@@ -30,6 +30,7 @@ from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.models import LoadedModel, ensure_demo_dataset, ensure_demo_model, load_base_model
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
+from guitrainer.engine.vae import force_upcast, vae_needs_fp32
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -255,9 +256,10 @@ def _prepare_model(
     from diffusers.training_utils import cast_training_params
 
     precision = config.precision.training
-    # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's VAE
-    # overflows in fp16, and CPUs have no fast fp16 convolutions (a 64 px demo step is 10x slower).
-    vae_fp32 = precision == "fp16" and (m.family == "sdxl" or device.type == "cpu")
+    # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's own VAE
+    # overflows in fp16 (its config says force_upcast; the fp16-fixed one does not), and CPUs have no fast
+    # fp16 convolutions (a 64 px demo step is 10x slower).
+    vae_fp32 = vae_needs_fp32(precision, m.family, force_upcast(m.vae), device.type)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
     torch.nn.Module.to(m.unet, device, dtype)
     torch.nn.Module.to(m.vae, device, torch.float32 if vae_fp32 else dtype)

@@ -85,7 +85,9 @@ class ClassImageWorker(BaseWorker):
         stop: threading.Event,
     ):
         super().__init__()
-        self.model_cfg = ModelConfig(model_cfg.base, model_cfg.family, model_cfg.init_lora)
+        self.model_cfg = ModelConfig(
+            base=model_cfg.base, vae=model_cfg.vae, family=model_cfg.family, init_lora=model_cfg.init_lora
+        )
         self.args = (prompt, folder, count)
         self.kwargs = {"size": size, "steps": steps, "seed": seed, "negative_prompt": negative_prompt}
         self._stop = stop

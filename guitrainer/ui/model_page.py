@@ -1,4 +1,4 @@
-"""Model & Precision page: the base model, training and save precision, and the memory savers.
+"""Model & Precision page: the base model and its VAE, training and save precision, and the memory savers.
 
 The device probe imports torch, so it never runs while the window opens: the window's one
 :class:`~guitrainer.ui.device_service.DeviceService` starts it :data:`PROBE_DELAY_MS` after the page is
@@ -22,6 +22,7 @@ from guitrainer.ui.model_picker import ModelPicker
 from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.precision_lab import LabRunner, PrecisionLabDialog
 from guitrainer.ui.precision_picker import PrecisionPicker
+from guitrainer.ui.vae_picker import VaePicker
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,11 @@ class ModelPage(Page):
         self.model_picker = ModelPicker(binding, model_box, settings=settings)
         mb.addWidget(self.model_picker)
         extra = QFormLayout()
+        self.vae_picker = VaePicker(binding, model_box)
+        vae_label = QLabel(label_for("model.vae"), model_box)
+        vae_label.setToolTip(self.vae_picker.edit.toolTip())
+        vae_label.setBuddy(self.vae_picker.edit)
+        extra.addRow(vae_label, self.vae_picker)
         init_lora = make_editor(binding, "model.init_lora", model_box)
         lab = QLabel(label_for("model.init_lora"), model_box)
         lab.setToolTip(init_lora.toolTip())
@@ -109,6 +115,7 @@ class ModelPage(Page):
 
         self.precision_picker.errors_changed.connect(self._update_errors)
         self.model_picker.detected.connect(self._update_errors)
+        self.vae_picker.problem_changed.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
 
@@ -148,14 +155,16 @@ class ModelPage(Page):
 
     # ------------------------------------------------------------------ errors for the Start button
     def has_errors(self) -> bool:
-        """True when training cannot start: an unusable base model or error-level precision advice."""
-        return (not self.model_picker.detection().ok) or self.precision_picker.has_errors()
+        """True when training cannot start: an unusable base model or VAE, or error-level precision advice."""
+        return (not self.model_picker.detection().ok) or self.vae_picker.has_problem() or self.precision_picker.has_errors()
 
     def error_text(self) -> str:
         parts = []
         d = self.model_picker.detection()
         if not d.ok:
             parts.append(d.message)
+        if self.vae_picker.has_problem():
+            parts.append(self.vae_picker.problem_text())
         if self.precision_picker.has_errors():
             parts.append(self.precision_picker.error_text())
         return "\n".join(parts)

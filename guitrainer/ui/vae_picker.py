@@ -1,0 +1,99 @@
+"""VaePicker: choose ``model.vae`` (a VAE folder, a .safetensors file, a hub id, or empty for the base's own)
+and see what it is.
+
+What the line under it says is decided by :func:`guitrainer.core.vae_choice.vae_summary`, which reads a
+config.json or a .safetensors header only, so it runs on the GUI thread; the weights load when training starts.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from guitrainer.core.paths import expand
+from guitrainer.core.vae_choice import vae_summary
+from guitrainer.ui.binding import ConfigBinding, make_editor
+
+PATH = "model.vae"
+FILE_FILTER = "VAE (*.safetensors);;All files (*)"
+#: settings whose change can change what the summary says
+WATCHED = (PATH, "model.base", "model.family", "precision.training")
+
+
+class VaePicker(QWidget):
+    """``model.vae``: its line edit, Folder… / File… / Clear buttons, and a line saying what the VAE is.
+
+    Signals:
+        problem_changed(bool): whether the chosen VAE has a blocking problem flipped.
+    """
+
+    problem_changed = Signal(bool)
+
+    def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.binding = binding
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        self.edit = make_editor(binding, PATH, self)
+        self.edit.setPlaceholderText("the base model's own")  # type: ignore[attr-defined]
+        row.addWidget(self.edit, 1)
+        self.folder_button = QPushButton("Folder…", self)
+        self.folder_button.setObjectName("vae_folder")
+        self.folder_button.setToolTip("Choose a diffusers VAE folder (config.json + diffusion_pytorch_model.safetensors)")
+        self.folder_button.clicked.connect(self.browse_folder)
+        self.file_button = QPushButton("File…", self)
+        self.file_button.setObjectName("vae_file")
+        self.file_button.setToolTip("Choose one .safetensors VAE file")
+        self.file_button.clicked.connect(self.browse_file)
+        self.clear_button = QPushButton("Clear", self)
+        self.clear_button.setObjectName("vae_clear")
+        self.clear_button.setToolTip("Use the base model's own VAE")
+        self.clear_button.clicked.connect(lambda: self.binding.set(PATH, ""))
+        for b in (self.folder_button, self.file_button, self.clear_button):
+            row.addWidget(b)
+        outer.addLayout(row)
+        self.status = QLabel(self)
+        self.status.setObjectName("vae_status")
+        self.status.setWordWrap(True)
+        outer.addWidget(self.status)
+        self._problem = False
+        binding.changed.connect(lambda p: self.refresh() if p in WATCHED else None)
+        binding.replaced.connect(self.refresh)
+        self.refresh()
+
+    def _start_dir(self) -> str:
+        for value in (self.binding.get(PATH), self.binding.get("model.base")):
+            p = expand(str(value)) if str(value).strip() and value != "demo" else None
+            if p is not None and p.exists():
+                return str(p if p.is_dir() else p.parent)
+        return ""
+
+    def browse_folder(self) -> None:
+        """Ask for a VAE folder and set it."""
+        folder = QFileDialog.getExistingDirectory(self, "Choose a VAE folder", self._start_dir())
+        if folder:
+            self.binding.set(PATH, folder)
+
+    def browse_file(self) -> None:
+        """Ask for a .safetensors VAE file and set it."""
+        path, _filter = QFileDialog.getOpenFileName(self, "Choose a VAE file", self._start_dir(), FILE_FILTER)
+        if path:
+            self.binding.set(PATH, path)
+
+    def has_problem(self) -> bool:
+        """The chosen VAE cannot be used (missing, not a VAE, the wrong latent channels)."""
+        return self._problem
+
+    def problem_text(self) -> str:
+        return self.status.text() if self._problem else ""
+
+    def refresh(self) -> None:
+        """Say what the chosen VAE is (reads a config.json or a .safetensors header: quick)."""
+        level, text = vae_summary(self.binding.config)
+        self.status.setText(text)
+        self.status.setStyleSheet("color: #c0392b;" if level == "error" else "")
+        problem = level == "error"
+        if problem != self._problem:
+            self._problem = problem
+            self.problem_changed.emit(problem)
