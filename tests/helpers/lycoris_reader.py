@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-
 _RES = {"in_layers.0": "norm1", "in_layers.2": "conv1", "emb_layers.1": "time_emb_proj",
         "out_layers.0": "norm2", "out_layers.3": "conv2", "skip_connection": "conv_shortcut"}
 
@@ -49,7 +48,7 @@ def ldm_to_diffusers(config: object) -> dict[str, str]:
         if level != levels - 1:
             out[f"input_blocks.{n}.0.op"] = f"down_blocks.{level}.downsamplers.0.conv"
             n += 1
-    for j, (ldm, diff) in enumerate((("middle_block.0", "mid_block.resnets.0"), ("middle_block.2", "mid_block.resnets.1"))):
+    for ldm, diff in (("middle_block.0", "mid_block.resnets.0"), ("middle_block.2", "mid_block.resnets.1")):
         out.update({f"{ldm}.{k}": f"{diff}.{v}" for k, v in _RES.items()})
     out["middle_block.1"] = "mid_block.attentions.0"
     up_res = list(reversed(res))
