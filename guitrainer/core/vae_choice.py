@@ -268,7 +268,8 @@ def vae_summary(config: TrainingConfig) -> tuple[str, str]:
     if vae_fp16_safe(config):
         return "", "fp16-safe (its config says force_upcast = false): it runs in fp16 under fp16 AMP."
     if facts.force_upcast is None:
-        return "", "No config.json beside the file: it is built like the base model's own VAE and runs as it does."
+        return "", ("No config.json beside the file: it is built like the base model's own VAE and runs as it does; "
+                    "an fp16-fixed VAE runs in fp16 with its config.json (force_upcast false) beside it.")
     return "", "Its config asks for fp32 (force_upcast): an SDXL VAE then stays in fp32 under fp16 AMP."
 
 
