@@ -222,6 +222,8 @@ def test_find_state_follows_the_lora_numbering(tmp_path):
     saved = read_saved_run(find_state(cfg))
     assert saved is not None and saved.global_step == 11 and saved.complete
     assert saved.epochs_for_more(3, 1) == 4
+    assert saved.schedule_for_more(3, 1, 0) == {"schedule.epochs": 4}
+    assert saved.schedule_for_more(2, 1, 10) == {"schedule.max_steps": 10 + 2 * 10}  # 10 steps in its 1 epoch
     assert read_saved_run(str(out / f"{cfg.output.name}_old_state")) is None
 
 

@@ -547,6 +547,17 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     assert first.status == "finished" and first.steps > 0
     assert first.lora_path in output.last_run_label.text()
 
+    # a state that cannot continue (another rank now): Train more starts nothing and leaves the epochs alone
+    rank = page.binding.get("network.rank")
+    page.binding.set("network.rank", rank * 2)
+    qtbot.mouseClick(page.resume_state_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.finished_box.findChild(object, "train_more_button"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.problems_box is not None and page.problems_box.isVisible(), timeout=30_000)
+    assert "rank" in page.problems_box.text().lower() + page.problems_box.informativeText().lower()
+    assert page.binding.get("schedule.epochs") == 1 and page.worker is None
+    page.problems_box.close()
+    page.binding.set("network.rank", rank)
+
     qtbot.mouseClick(page.resume_state_button, Qt.MouseButton.LeftButton)
     box = page.finished_box
     assert box is not None and box.isVisible() and page.worker is None  # nothing started

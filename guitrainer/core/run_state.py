@@ -194,6 +194,14 @@ class SavedRun:
         """The ``schedule.epochs`` that trains ``more_epochs`` beyond this run."""
         return max(self.epoch, current_epochs) + max(1, more_epochs)
 
+    def schedule_for_more(self, more_epochs: int, epochs: int, max_steps: int) -> dict[str, int]:
+        """The schedule setting (``schedule.max_steps`` when the run counts steps, else ``schedule.epochs``)
+        that trains ``more_epochs`` beyond this run."""
+        if max_steps > 0:
+            per_epoch = max(1, self.total_steps // max(1, self.epoch))
+            return {"schedule.max_steps": self.total_steps + max(1, more_epochs) * per_epoch}
+        return {"schedule.epochs": self.epochs_for_more(more_epochs, epochs)}
+
 
 def read_saved_run(folder: str | Path) -> SavedRun | None:
     """The run-state folder's step counts, or None when it is not a readable state."""

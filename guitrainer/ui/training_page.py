@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEventLoop, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QShowEvent
@@ -113,6 +113,7 @@ class TrainingPage(Page):
         self._rate_origin: tuple[float, int] | None = None  # (time, step) the step rate is measured from
         self._steps_seen = 0
         self._pending_config: TrainingConfig | None = None
+        self._pending_changes: dict[str, Any] = {}
         self._cancel_start = False
         self._build()
         self._charts_timer = QTimer(self)
@@ -294,15 +295,17 @@ class TrainingPage(Page):
             self._apply_state()
 
     # ------------------------------------------------------------------ start
-    def start(self, resume_from: str | None = None) -> None:
-        """Check the settings, then train a copy of them (``resume_from``: a state folder to continue).
-
-        Problems are listed in a dialog; a memory estimate above the GPU's memory asks first.
-        """
+    def start(self, resume_from: str | None = None, changes: dict[str, Any] | None = None) -> None:
+        """Check the settings, then train a copy of them (``resume_from``: a state folder to continue), with
+        ``changes`` (setting -> value) that reach the settings only once the run launches. Problems are listed
+        in a dialog; a memory estimate above the GPU's memory asks first."""
         if self.is_active:
             return
         self._cancel_start = False
         cfg = self.binding.config.copy()
+        for key, value in (changes or {}).items():
+            cfg.set(key, value)
+        self._pending_changes = dict(changes or {})
         cfg.schedule.resume_from = resume_from or ""
         self._set_state(TrainState.CHECKING)
         self._say("Checking the settings…")
@@ -352,6 +355,9 @@ class TrainingPage(Page):
         self._launch(cfg)
 
     def _launch(self, cfg: TrainingConfig) -> None:
+        changes, self._pending_changes = self._pending_changes, {}
+        for key, value in changes.items():  # the run goes ahead: the settings show what it trains
+            self.binding.set(key, value)
         resuming = bool(cfg.schedule.resume_from)
         charts = self.charts
         saved = read_saved_run(cfg.schedule.resume_from) if resuming else None
@@ -395,15 +401,11 @@ class TrainingPage(Page):
         self.start(resume_from=path)
 
     def _train_more(self, saved: SavedRun, more_epochs: int) -> None:
-        """Resume a complete run with ``more_epochs`` epochs added to its schedule."""
+        """Resume a complete run with ``more_epochs`` epochs added to its schedule (set only if it starts)."""
         s = self.binding.config.schedule
-        if s.max_steps > 0:
-            per_epoch = max(1, saved.total_steps // max(1, saved.epoch))
-            self.binding.set("schedule.max_steps", saved.total_steps + more_epochs * per_epoch)
-        else:
-            self.binding.set("schedule.epochs", saved.epochs_for_more(more_epochs, s.epochs))
+        changes = saved.schedule_for_more(more_epochs, s.epochs, s.max_steps)
         self._say(f"Training {more_epochs} more epoch{'s' if more_epochs != 1 else ''} from the saved state…")
-        self.start(resume_from=saved.path)
+        self.start(resume_from=saved.path, changes=changes)
 
     # ------------------------------------------------------------------ controls
     def stop(self) -> None:
