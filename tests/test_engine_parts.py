@@ -281,6 +281,27 @@ def test_console_reporter_shows_loss_lr_and_scale():
     assert quiet.getvalue() == ""
 
 
+def test_into_a_file_progress_is_a_line_every_5_percent_not_a_redrawn_bar():
+    from guitrainer.engine.reporting import ConsoleReporter
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    outputs = {}
+    for name, stream in (("file", io.StringIO()), ("terminal", Terminal())):
+        rep = ConsoleReporter(stream=stream)
+        for step in range(1, 101):
+            rep.on_step(StepMetrics(step=step, total_steps=100, epoch=1, loss=0.5, lr=1e-4))
+        rep.close()
+        outputs[name] = stream.getvalue()
+    lines = outputs["file"].splitlines()
+    assert "\r" not in outputs["file"] and len(lines) == 21  # step 1, then 5, 10, ... 100
+    assert lines[0].startswith("step 1/100 (1%)") and lines[-1].startswith("step 100/100 (100%)")
+    assert "loss=0.5000" in lines[-1] and "lr=1.00e-04" in lines[-1]
+    assert "\r" in outputs["terminal"]  # a terminal gets the redrawn bar
+
+
 def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
     """DESIGN §5: an outside reader (diffusers' load_lora_weights) gives the output of our in-memory model."""
     from diffusers import StableDiffusionPipeline

@@ -1,9 +1,14 @@
-"""Console reporter for the headless CLI: a tqdm progress bar with loss, lr and loss scale."""
+"""Console reporter for the headless CLI: a tqdm progress bar with loss, lr and loss scale.
+
+Into a file or a pipe (a log, ``nohup``, a job scheduler) a redrawn bar would leave one line per redraw, so
+there the progress is a plain line every 5 % of the run (and at least every 30 s), the same fields in words.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 from guitrainer.core.events import SampleImage, SavedFile, StepMetrics
@@ -19,6 +24,9 @@ class ConsoleReporter:
         self.stream = stream or sys.stderr
         self._bar: Any = None
         self.last: StepMetrics | None = None
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty()) if callable(isatty) else False
+        self._line_at: tuple[int, float] | None = None  # (step, time) of the last progress line (no terminal)
 
     def _write(self, text: str) -> None:
         if self._bar is not None:
@@ -31,6 +39,9 @@ class ConsoleReporter:
         self._numerics(metrics)
         if self.quiet:
             return
+        if not self.tty:
+            self._line(metrics)
+            return
         if self._bar is None:
             from tqdm import tqdm
 
@@ -39,13 +50,21 @@ class ConsoleReporter:
         if bar.total != metrics.total_steps:
             bar.total = metrics.total_steps
         bar.n = metrics.step
-        post = {"epoch": metrics.epoch, "loss": f"{metrics.loss:.4f}", "lr": f"{metrics.lr:.2e}"}
-        if metrics.grad_scale is not None:
-            post["scale"] = f"{metrics.grad_scale:g}"
-        if metrics.skipped_total:
-            post["skipped"] = metrics.skipped_total
-        bar.set_postfix(post, refresh=False)
+        bar.set_postfix(_fields(metrics), refresh=False)
         bar.refresh()
+
+    def _line(self, m: StepMetrics) -> None:
+        """One plain progress line at the first and last step, every 5 % of the run and at least every 30 s."""
+        now = time.monotonic()
+        every = max(1, m.total_steps // 20)
+        last_step, last_time = self._line_at or (0, now)
+        due = self._line_at is None or m.step >= m.total_steps or m.step // every > last_step // every
+        if not due and now - last_time < 30.0:
+            return
+        self._line_at = (m.step, now)
+        share = f" ({m.step / m.total_steps:.0%})" if m.total_steps else ""
+        fields = " ".join(f"{k}={v}" for k, v in _fields(m).items())
+        print(f"step {m.step}/{m.total_steps}{share} {fields}", file=self.stream, flush=True)
 
     def _numerics(self, m: StepMetrics) -> None:
         """A sampled step that draws the eye (headroom under 4x, underflow over 5 %): one line, even when quiet.
@@ -86,3 +105,13 @@ class ConsoleReporter:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _fields(m: StepMetrics) -> dict[str, Any]:
+    """The figures a progress report shows beside the step count."""
+    post: dict[str, Any] = {"epoch": m.epoch, "loss": f"{m.loss:.4f}", "lr": f"{m.lr:.2e}"}
+    if m.grad_scale is not None:
+        post["scale"] = f"{m.grad_scale:g}"
+    if m.skipped_total:
+        post["skipped"] = m.skipped_total
+    return post
