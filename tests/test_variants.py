@@ -223,6 +223,7 @@ def test_an_sdxl_file_continues_in_kohyas_spelling_and_in_the_diffusers_one(base
     spelling our files had before, into the same layers with the same weights."""
     from guitrainer.engine import lycoris_keys
     from guitrainer.engine.kohya_names import UnetNames
+    from guitrainer.engine.lora import kohya_module_name
 
     src_unet, src_tes = _trained(bases["sdxl"], _network(kind), seed=3)
     sd = lycoris_keys.variant_state_dict(src_unet, src_tes)
@@ -230,7 +231,7 @@ def test_an_sdxl_file_continues_in_kohyas_spelling_and_in_the_diffusers_one(base
     assert unet_modules and all(m.startswith(("lora_unet_input_blocks_", "lora_unet_middle_block_",
                                               "lora_unet_output_blocks_")) for m in unet_modules)
     names = UnetNames(src_unet)
-    original_to_diffusers = {names.name(p): names.aliases(p)[1] for p in variants.adapter_layers(src_unet)}
+    original_to_diffusers = {names.name(p): kohya_module_name("lora_unet", p) for p in variants.adapter_layers(src_unet)}
     respelled = {}
     for key, value in sd.items():
         module, _, part = key.partition(".")

@@ -128,17 +128,99 @@ def test_without_the_trained_model_the_clients_merge_is_compared_with_the_networ
 
 def test_a_merge_rule_that_reads_the_file_otherwise_than_training_fails(sd15, tmp_path, monkeypatch):
     """The comparison has teeth: a client rule that drops the alpha / rank scale no longer matches."""
-    from guitrainer.engine import verify_variants
+    from guitrainer.engine import client_merge
 
     folder, base = sd15
     trained = _trained(base, "loha")
     path = tmp_path / "s.safetensors"
     export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
-    rule = verify_variants._module_delta
+    rule = client_merge.module_weight
 
     def unscaled(parts, weight):
         return rule({**parts, "alpha": torch.tensor(float(parts["hada_w1_b"].shape[0]))}, weight)
 
-    monkeypatch.setattr(verify_variants, "_module_delta", unscaled)
+    monkeypatch.setattr(client_merge, "module_weight", unscaled)
     result = verify_lora(path, str(folder))
     assert not result.ok and "differs from the network as trained" in result.message
+
+
+def _edited(path: Path, out: Path, edit) -> Path:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    sd = load_file(str(path))
+    edit(sd)
+    save_file(sd, str(out), metadata=meta)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["loha", "dora"])
+def test_an_alpha_edited_in_the_file_fails_against_the_files_own_metadata(sd15, tmp_path, kind):
+    """Both readers take the file's alpha, so doubling it is caught by the network alpha the metadata states."""
+    folder, base = sd15
+    trained = _trained(base, kind)
+    path = tmp_path / "a.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp16")
+    assert verify_lora(path, str(folder)).ok
+
+    def double(sd):
+        for key in [k for k in sd if k.endswith(".alpha")][:3]:
+            sd[key] = sd[key] * 2
+
+    result = verify_lora(_edited(path, tmp_path / "b.safetensors", double), str(folder))
+    assert not result.ok
+    assert "3 modules have another alpha than the file's metadata states (ss_network_alpha = 2" in result.message
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda sd, m: sd.update({f"{m}.hada_t1": torch.zeros(2, 2, 3, 3), f"{m}.hada_t2": torch.zeros(2, 2, 3, 3)}),
+     "a Tucker core (LoHa use_tucker)"),
+    (lambda sd, m: sd.update({f"{m}.dora_scale": torch.ones(sd[f"{m}.hada_w1_a"].shape[0], 1)}),
+     "a dora_scale per output channel"),
+    (lambda sd, m: sd.pop(f"{m}.hada_w2_b"), "an unknown layout"),
+])
+def test_layouts_other_trainers_write_are_named_not_checked_and_never_crash(sd15, tmp_path, edit, words):
+    folder, base = sd15
+    trained = _trained(base, "loha")
+    path = tmp_path / "l.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    module = next(k.partition(".")[0] for k in _read(path) if k.startswith("lora_unet_") and k.endswith(".hada_w1_a"))
+    result = verify_lora(_edited(path, tmp_path / "o.safetensors", lambda sd: edit(sd, module)), str(folder))
+    assert not result.ok and "1 modules were not checked" in result.message and words in result.message
+    assert result.reference == "none" and "Not compared with the network as trained" in result.message
+
+
+def test_a_loha_file_with_a_dora_scale_is_not_compared_falsely(sd15, tmp_path):
+    """LyCORIS writes dora_scale beside LoHa too (weight_decompose); the rebuilt LoHa has no place for it, so the
+    comparison is left out rather than reported as a difference."""
+    folder, base = sd15
+    trained = _trained(base, "loha")
+    path = tmp_path / "h.safetensors"
+    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+
+    def add_scale(sd):
+        for key in [k for k in sd if k.endswith(".hada_w1_b")]:
+            module = key.partition(".")[0]
+            width = base_width(base, module)
+            sd[f"{module}.dora_scale"] = torch.full((1, width), 2.0)
+
+    result = verify_lora(_edited(path, tmp_path / "hd.safetensors", add_scale), str(folder))
+    assert "differs from" not in result.message and result.reference == "none"
+    assert "which a loha network here has no place for" in result.message
+
+
+def _read(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def base_width(base: SimpleNamespace, module: str) -> int:
+    """The input width of the base layer a kohya module name means."""
+    from guitrainer.engine import lora
+
+    targets = lora.kohya_targets(base.unet, base.text_encoders, lambda m: {
+        n: x for n, x in m.named_modules() if isinstance(x, torch.nn.Linear | torch.nn.Conv2d)})
+    return targets[module].weight.shape[1]

@@ -172,6 +172,11 @@ def _load_module(layer: nn.Module, module: str, parts: dict[str, torch.Tensor]) 
     """Set one adapter layer from a file's tensors so the layer's weight is the file's (the scale is re-expressed)."""
     ours, theirs = variants.layer_kind(layer), _file_kind(parts)
     compatible = theirs == ours or (ours == "dora" and theirs == "lora")
+    read = {"alpha", *_FACTORS.get(ours, ("lora_down.weight", "lora_up.weight")), *(("dora_scale",) if ours == "dora" else ())}
+    if compatible and set(parts) - read:
+        raise LoraFormatError(
+            f"{module} holds {', '.join(sorted(set(parts) - read))}, which a {ours} network here has no place for"
+        )
     if not compatible:
         raise LoraFormatError(
             f"{module} is {theirs} in the file but {ours} here: set network.type to {theirs} to continue from it"

@@ -82,7 +82,9 @@ def inject(model: nn.Module, network: Any, suffixes: Sequence[str]) -> int:
     return len(paths)
 
 
-def inject_exact(model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor: int = -1) -> None:
+def inject_exact(
+    model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor: int = -1, lokr_split_w1: bool = False
+) -> None:
     """Add ``kind``'s adapter at exactly the module paths of ``ranks``, each with its own rank and alpha = rank.
 
     Used to rebuild a network from a file (:func:`guitrainer.engine.verify_variants.rebuild_from_file`): the
@@ -100,13 +102,23 @@ def inject_exact(model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor
     if kind == "loha":
         config = LoHaConfig(alpha=float(r), **common)
     elif kind == "lokr":
-        config = LoKrConfig(alpha=float(r), decompose_factor=lokr_factor, **common)
+        config = LoKrConfig(alpha=float(r), decompose_factor=lokr_factor, decompose_both=lokr_split_w1, **common)
     else:
         config = LoraConfig(lora_alpha=float(r), init_lora_weights=False, **common)
     inject_adapter_in_model(config, model, adapter_name=ADAPTER)
     if kind == "dora":
         for layer in adapter_layers(model).values():
             add_dora(layer)
+
+
+def remove_adapters(model: nn.Module) -> None:
+    """Put every adapter layer's base layer back in its place (the base weights were never changed)."""
+    for path, layer in list(adapter_layers(model).items()):
+        parent, _, child = path.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, layer.get_base_layer())
+    for attr in ("peft_config", "_hf_peft_config_loaded"):
+        if attr in vars(model):
+            delattr(model, attr)
 
 
 def inject_unet(unet: nn.Module, network: Any) -> int:

@@ -216,9 +216,9 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
     path = Path(path)
     weights = lora.lora_weights_file(path)
     sd_kohya, _meta = lora.read_lora_as_kohya(path)
-    from guitrainer.engine import verify_variants
+    from guitrainer.engine import client_merge, verify_variants
 
-    if verify_variants.file_kind(sd_kohya) in ("loha", "lokr", "dora"):  # diffusers cannot read them as the clients do
+    if client_merge.file_kind(sd_kohya) in ("loha", "lokr", "dora"):  # diffusers cannot read them as the clients do
         return verify_variants.verify_variant_file(path, base, reference, seed=seed)
     raw = lora.read_lora(weights)[0]
     precision = _file_dtype(raw)
