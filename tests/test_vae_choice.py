@@ -26,10 +26,11 @@ SDXL_VAE_CONFIG = {
 }
 
 
-def vae_folder(folder: Path, *, force_upcast: bool | None, latent_channels: int = 4, weights: bool = True) -> Path:
+def vae_folder(folder: Path, *, force_upcast: bool | None, latent_channels: int = 4, weights: bool = True,
+               scaling_factor: float = 0.13025) -> Path:
     """A diffusers VAE folder on paper: its config.json and a (tiny, fake) weights file."""
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = dict(SDXL_VAE_CONFIG, latent_channels=latent_channels)
+    cfg = dict(SDXL_VAE_CONFIG, latent_channels=latent_channels, scaling_factor=scaling_factor)
     if force_upcast is not None:
         cfg["force_upcast"] = force_upcast
     (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
@@ -130,13 +131,22 @@ def test_a_whole_checkpoint_is_not_a_vae(tmp_path):
     assert "is not a VAE" in vae_choice.vae_problem(config_with(model__vae=str(other)))
 
 
-def test_latent_channels_must_match_the_unet_an_sd15_vae_on_sdxl_passes(tmp_path):
-    """A 16-channel VAE (SD3 / Flux kind) cannot feed a 4-channel UNet; an SD 1.5 VAE has SDXL's shapes (allowed)."""
+def test_latent_channels_must_match_the_unet_an_sd15_vae_on_sdxl_is_warned_about(tmp_path):
+    """A 16-channel VAE (SD3 / Flux kind) cannot feed a 4-channel UNet; an SD 1.5 VAE has SDXL's shapes, so it
+    runs, but its latents have another scale (0.18215 against SDXL's 0.13025): a warning, not a refusal."""
     sixteen = vae_folder(tmp_path / "flux_vae", force_upcast=False, latent_channels=16)
     problem = vae_choice.vae_problem(config_with(model__family="sdxl", model__vae=str(sixteen)))
     assert "16-channel latents" in problem and "takes 4" in problem
-    sd15 = vae_folder(tmp_path / "sd15_vae", force_upcast=None)
-    assert vae_choice.vae_problem(config_with(model__family="sdxl", model__vae=str(sd15))) == ""
+    sd15 = vae_folder(tmp_path / "sd15_vae", force_upcast=None, scaling_factor=0.18215)
+    cfg = config_with(model__family="sdxl", model__vae=str(sd15))
+    assert vae_choice.vae_problem(cfg) == ""
+    warning = vae_choice.vae_warning(cfg)
+    assert "0.18215 (SD 1.5's)" in warning and "0.13025" in warning and "Choose a VAE made for this base" in warning
+    assert vae_choice.vae_summary(cfg)[0] == "warning"
+    check = check_start(cfg, fake_device())
+    assert any("0.18215" in n for n in check.notes) and not any("0.18215" in e for e in check.errors)
+    same = vae_folder(tmp_path / "sdxl_vae", force_upcast=False)
+    assert vae_choice.vae_warning(config_with(model__family="sdxl", model__vae=str(same))) == ""
 
 
 def test_the_config_refuses_a_pickle_vae_by_its_value():
@@ -185,16 +195,49 @@ def _vae_advice(cfg):
 
 
 def test_the_advice_offers_the_fixed_vae_found_in_the_hub_cache_and_its_fix_sets_model_vae(hub_home):
-    snap = hub_snapshot(hub_home, vae_choice.FP16_FIX_REPO, force_upcast=False)
+    hub_snapshot(hub_home, vae_choice.FP16_FIX_REPO, force_upcast=False)
     cfg = sdxl_fp16()
     (a,) = _vae_advice(cfg)
-    assert a.code == "sdxl_vae_fp32" and a.suggestion == {"model.vae": str(snap)}
-    assert vram.format_bytes(vram.sdxl_vae_fp32_cost(cfg)) in a.message and str(snap) in a.message
+    # named by its hub id: read from the cache offline, and still right after a new snapshot or a cache clean-up
+    assert a.code == "sdxl_vae_fp32" and a.suggestion == {"model.vae": vae_choice.FP16_FIX_REPO}
+    assert vram.format_bytes(vram.sdxl_vae_fp32_cost(cfg)) in a.message
     for path, value in a.suggestion.items():  # what "Use suggested" does
         cfg.set(path, value)
     (after,) = _vae_advice(cfg)
     assert after.code == "sdxl_vae_fp16_safe" and not after.suggestion and "no extra memory" in after.message
     assert vram.sdxl_vae_fp32_cost(cfg) == 0
+
+
+def test_the_fixed_vaes_hub_id_counts_as_fp16_safe_before_it_is_downloaded(hub_home):
+    """Its published config says force_upcast = false: the estimate and the advice agree with what the engine
+    will do once it has downloaded it, and say it is downloaded at the start."""
+    cfg = sdxl_fp16(model__vae=vae_choice.FP16_FIX_REPO)
+    assert vae_choice.vae_fp16_safe(cfg) and vram.sdxl_vae_fp32_cost(cfg) == 0
+    (a,) = _vae_advice(cfg)
+    assert a.code == "sdxl_vae_fp16_safe" and "downloaded when training starts" in a.message
+    assert "Downloaded when training starts" in vae_choice.vae_summary(cfg)[1]
+    assert not vae_choice.vae_fp16_safe(sdxl_fp16(model__vae="someone/other-vae"))  # unknown until downloaded
+
+
+def test_looking_for_the_fixed_vae_is_cached_until_the_folders_change(hub_home, tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    base = models / "sdxl.safetensors"
+    models.mkdir()
+    base.write_bytes(b"not read")
+    for i in range(5):
+        vae_folder(models / f"vae_{i}", force_upcast=True)
+    cfg = sdxl_fp16(model__base=str(base))
+    looked: list[Path] = []
+    real = vae_choice._fp16_safe_folder
+    monkeypatch.setattr(vae_choice, "_fp16_safe_folder", lambda f: looked.append(f) or real(f))
+    assert vae_choice.find_fp16_safe_vae(cfg) is None
+    first = len(looked)
+    assert first >= 5
+    for _ in range(10):  # what each settings change asks again
+        assert vae_choice.find_fp16_safe_vae(cfg) is None
+    assert len(looked) == first
+    fix = vae_folder(models / "new_fix", force_upcast=False)  # a new folder changes the parent's mtime
+    assert vae_choice.find_fp16_safe_vae(cfg) == str(fix)
 
 
 def test_a_snapshot_whose_config_still_upcasts_is_not_offered(hub_home):
@@ -236,3 +279,6 @@ def test_another_vae_warns_on_resume_but_does_not_block(tmp_path):
     assert run_state.resume_differences(info, now) == [("model.vae", "", "/models/sdxl-vae-fp16-fix")]
     assert run_state.resume_differences(info, saved) == []
     assert run_state.shown_value("model.vae", "") == "the base model's own VAE"
+    spelled = config_with(model__vae="/models/sdxl-vae-fp16-fix/")
+    assert run_state.resume_differences({"config": now.to_dict()}, spelled) == []  # the same folder
+    assert run_state.resume_differences({"config": now.to_dict()}, config_with(model__vae="/models/other")) != []

@@ -94,7 +94,7 @@ def test_the_folder_button_sets_the_chosen_folder(qtbot, tmp_path, hub_home, mon
 
 def test_use_suggested_on_the_sdxl_vae_advice_fills_in_the_fixed_vae(qtbot, tmp_path, hub_home):
     repo = hub_home / "hub" / FIX_REPO_DIR
-    snap = vae_folder(repo / "snapshots" / "0123abcd", force_upcast=False)
+    vae_folder(repo / "snapshots" / "0123abcd", force_upcast=False)
     binding = _sdxl_fp16()
     page = _page(qtbot, tmp_path, binding)
     page.show()
@@ -103,8 +103,9 @@ def test_use_suggested_on_the_sdxl_vae_advice_fills_in_the_fixed_vae(qtbot, tmp_
     (row,) = [r for r in page.precision_picker.advice_rows() if r.advice.code == "sdxl_vae_fp32"]
     assert row.button is not None and row.button.text() == "Use suggested"
     qtbot.mouseClick(row.button, Qt.MouseButton.LeftButton)
-    assert binding.get("model.vae") == str(snap)
-    assert bound_editors(page)["model.vae"].text() == str(snap) and "fp16-safe" in page.vae_picker.status.text()
+    fix = "madebyollin/sdxl-vae-fp16-fix"  # its hub id: loaded from the cache
+    assert binding.get("model.vae") == fix
+    assert bound_editors(page)["model.vae"].text() == fix and "fp16-safe" in page.vae_picker.status.text()
     codes = [r.advice.code for r in page.precision_picker.advice_rows()]
     assert "sdxl_vae_fp16_safe" in codes and "sdxl_vae_fp32" not in codes
     after = vram.estimate(binding.config)

@@ -14,7 +14,13 @@ from guitrainer.core.advice import Advice, Level, choice_label
 from guitrainer.core.device_info import DeviceInfo, GpuInfo, version_tuple
 from guitrainer.core.gpu_choice import gpu_missing_message
 from guitrainer.core.units import format_bytes
-from guitrainer.core.vae_choice import FP16_FIX_DOWNLOAD, FP16_FIX_REPO, find_fp16_safe_vae, vae_fp16_safe
+from guitrainer.core.vae_choice import (
+    FP16_FIX_DOWNLOAD,
+    FP16_FIX_REPO,
+    find_fp16_safe_vae,
+    hub_pending,
+    vae_fp16_safe,
+)
 from guitrainer.core.vram import sdxl_vae_fp32_cost
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
@@ -307,8 +313,9 @@ def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     topic = "model.vae"
     if vae_fp16_safe(cfg):
         whose = f"The VAE you chose ({cfg.model.vae})" if cfg.model.vae.strip() else "This model's own VAE"
+        later = " It is downloaded when training starts (online only)." if hub_pending(cfg.model.vae) else ""
         yield Advice("info", f"{whose} is fp16-safe (its config says force_upcast = false): it runs in fp16 like "
-                     "the rest of the model, with no extra memory.", code="sdxl_vae_fp16_safe", topic=topic)
+                     f"the rest of the model, with no extra memory.{later}", code="sdxl_vae_fp16_safe", topic=topic)
         return
     cost = format_bytes(sdxl_vae_fp32_cost(cfg))
     when = ("while the latents are cached (then the VAE is freed)" if cfg.precision.cache_latents

@@ -166,7 +166,18 @@ def resume_differences(info: dict[str, Any], config: Any) -> list[tuple[str, Any
     if "config" not in info:
         return []
     saved = type(config).from_dict(info["config"])
-    return [(key, saved.get(key), config.get(key)) for key in RESUME_SHOULD_MATCH if saved.get(key) != config.get(key)]
+    return [(key, saved.get(key), config.get(key)) for key in RESUME_SHOULD_MATCH
+            if _comparable(saved.get(key)) != _comparable(config.get(key))]
+
+
+def _comparable(value: Any) -> Any:
+    """A setting as compared across runs: a path the same however it is spelled (``~``, a trailing ``/``)."""
+    if isinstance(value, str) and value.strip() and ("/" in value or "\\" in value or value.startswith("~")):
+        text = value.strip()
+        if "/" in text and not text.startswith(("/", "~", ".")) and text.count("/") == 1 and ":" not in text:
+            return text  # a hub id (owner/name), not a path
+        return os.path.normpath(os.path.expanduser(text))
+    return value
 
 
 def shown_value(path: str, value: Any) -> str:

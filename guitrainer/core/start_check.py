@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from guitrainer.core import hardware, precision, run_state, vram
 from guitrainer.core.folder_check import look_at_folders
 from guitrainer.core.paths import expand
-from guitrainer.core.vae_choice import vae_problem
+from guitrainer.core.vae_choice import vae_problem, vae_warning
 
 if TYPE_CHECKING:
     from guitrainer.config import TrainingConfig
@@ -179,6 +179,8 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     vae = vae_problem(config)
     if vae:
         out.errors.append(f"{vae}.")
+    elif vae_warning(config):
+        out.notes.append(f"{vae_warning(config)}.")
     _check_output(out, config)
     guessed = device is None
     if device is None:
@@ -193,7 +195,8 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
 def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
     """Settings the saved state must share, checked before the model loads (the engine checks them again)."""
     try:
-        mismatches = run_state.resume_mismatches(run_state.read_info(config.schedule.resume_from), config)
+        info = run_state.read_info(config.schedule.resume_from)
+        mismatches = run_state.resume_mismatches(info, config)
     except Exception as e:  # noqa: BLE001 - a damaged state: the engine refuses it with the details
         out.errors.append(f"The saved state “{config.schedule.resume_from}” cannot be read: {e}")
         return
@@ -203,9 +206,10 @@ def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
             f"The saved state was trained with {label} = {was!r}; it is {now!r} now. "
             f"Set {label} back to {was!r} to resume, or start a new run."
         )
-    for key, was, now in run_state.resume_differences(run_state.read_info(config.schedule.resume_from), config):
+    for key, was, now in run_state.resume_differences(info, config):
         label = run_state.setting_label(config, key)
         out.notes.append(
             f"The saved state was trained with {label} = {run_state.shown_value(key, was)}; it is "
-            f"{run_state.shown_value(key, now)} now, so the latents differ from the ones the run learned from so far."
+            f"{run_state.shown_value(key, now)} now, so the latents differ from the ones the run learned from so far "
+            f"(set {label} back to {run_state.shown_value(key, was)} to continue from the same latents)."
         )

@@ -1,7 +1,8 @@
 """The VAE a run encodes with (``model.vae``): what a folder or file holds, whether it may run in fp16, and
 where an fp16-safe SDXL VAE already lies on this computer.
 
-Pure Python: reads ``config.json`` files and .safetensors headers only (quick enough for the GUI thread).
+Pure Python: reads ``config.json`` files and .safetensors headers only, each answer cached until the files it
+read change (the advice asks on every settings change, from the GUI thread).
 Whether a VAE may run in fp16 comes from its own config, diffusers' ``force_upcast`` (true in SDXL's
 original VAE, false in ``madebyollin/sdxl-vae-fp16-fix``), never from a name.
 """
@@ -12,7 +13,7 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +25,12 @@ if TYPE_CHECKING:  # annotations only: core never imports the config at run time
 
 #: the fp16-fixed SDXL VAE: SDXL's decoder rescaled so its activations fit fp16
 FP16_FIX_REPO = "madebyollin/sdxl-vae-fp16-fix"
+#: its published config.json says ``"force_upcast": false`` (and SDXL's 4 latent channels, scale 0.13025): what
+#: it is, before it is downloaded
+FP16_FIX_FACTS = {"latent_channels": 4, "force_upcast": False, "scaling_factor": 0.13025}
+#: the latents' scale of each family's own VAE (diffusers' AutoencoderKL configs), when the base model's VAE
+#: config cannot be read
+FAMILY_SCALING = {"sd15": 0.18215, "sdxl": 0.13025}
 #: the command that puts it in the Hugging Face cache, where :func:`find_fp16_safe_vae` looks
 FP16_FIX_DOWNLOAD = f"hf download {FP16_FIX_REPO} config.json diffusion_pytorch_model.safetensors"
 #: the weights file of a diffusers VAE folder (only .safetensors: a pickle could run code)
@@ -49,6 +56,7 @@ class VaeFacts:
         latent_channels: channels of the latents it makes (None: not known).
         force_upcast: its config's ``force_upcast`` (None: no config to read, e.g. a bare file).
         problem: why it cannot be used, in plain words ("" when it can).
+        scaling_factor: its config's ``scaling_factor``, the latents' scale (None: not known).
     """
 
     kind: VaeKind
@@ -56,6 +64,7 @@ class VaeFacts:
     latent_channels: int | None = None
     force_upcast: bool | None = None
     problem: str = ""
+    scaling_factor: float | None = None
 
     @property
     def fp16_safe(self) -> bool:
@@ -125,10 +134,12 @@ def _folder_facts(folder: Path, shown: str, kind: VaeKind = "folder") -> VaeFact
                                                    f"config.json and {VAE_WEIGHTS} (as {FP16_FIX_REPO} does)")
     cfg = read_vae_config(cfg_folder) or {}
     channels = cfg.get("latent_channels", DEFAULT_UNET_IN_CHANNELS)
-    facts = VaeFacts(kind, str(cfg_folder), int(channels) if isinstance(channels, int) else None, force_upcast_of(cfg))
+    scale = cfg.get("scaling_factor")
+    facts = VaeFacts(kind, str(cfg_folder), int(channels) if isinstance(channels, int) else None, force_upcast_of(cfg),
+                     scaling_factor=float(scale) if isinstance(scale, int | float) else None)
     if not (cfg_folder / VAE_WEIGHTS).is_file():
-        return VaeFacts(kind, str(cfg_folder), facts.latent_channels, facts.force_upcast,
-                        f"{shown} has a VAE config.json but no {VAE_WEIGHTS} beside it (incomplete download?)")
+        return replace(facts, problem=f"{shown} has a VAE config.json but no {VAE_WEIGHTS} beside it (incomplete "
+                                      "download?)")
     return facts
 
 
@@ -200,7 +211,10 @@ def _describe(text: str, _stamp: tuple[Any, ...]) -> VaeFacts:
     for snap in hub_snapshots(text):  # downloaded before: its config says what it is
         facts = _folder_facts(snap, f"The VAE “{text}”", "hub")
         if not facts.problem:
-            return VaeFacts("hub", text, facts.latent_channels, facts.force_upcast)
+            return replace(facts, path=text)
+    if text == FP16_FIX_REPO:  # not downloaded yet, but its config is known
+        return VaeFacts("hub", text, FP16_FIX_FACTS["latent_channels"], False,
+                        scaling_factor=FP16_FIX_FACTS["scaling_factor"])
     return VaeFacts("hub", text)
 
 
@@ -237,7 +251,9 @@ def base_vae_facts(base: str) -> VaeFacts:
     for folder in folders:
         cfg = read_vae_config(folder)
         if cfg is not None:
-            return VaeFacts("base", str(folder), cfg.get("latent_channels"), force_upcast_of(cfg))
+            scale = cfg.get("scaling_factor")
+            return VaeFacts("base", str(folder), cfg.get("latent_channels"), force_upcast_of(cfg),
+                            scaling_factor=float(scale) if isinstance(scale, int | float) else None)
     return VaeFacts("base")
 
 
@@ -265,8 +281,12 @@ def vae_summary(config: TrainingConfig) -> tuple[str, str]:
     facts = describe_vae(value)
     if facts.kind == "hub" and facts.force_upcast is None:
         return "", "A hub VAE, downloaded when training starts (online only)."
+    warning = vae_warning(config)
+    if warning:
+        return "warning", warning + "."
     if vae_fp16_safe(config):
-        return "", "fp16-safe (its config says force_upcast = false): it runs in fp16 under fp16 AMP."
+        later = " Downloaded when training starts (online only)." if hub_pending(value) else ""
+        return "", "fp16-safe (its config says force_upcast = false): it runs in fp16 under fp16 AMP." + later
     if facts.force_upcast is None:
         return "", ("No config.json beside the file: it is built like the base model's own VAE and runs as it does; "
                     "an fp16-fixed VAE runs in fp16 with its config.json (force_upcast false) beside it.")
@@ -280,32 +300,66 @@ def _fp16_safe_folder(folder: Path) -> str | None:
 
 
 def find_fp16_safe_vae(config: TrainingConfig) -> str | None:
-    """An fp16-safe VAE folder already on this computer, or None.
+    """An fp16-safe VAE already on this computer, as ``model.vae`` would name it, or None.
 
-    Looked for in the configured ``model.vae``, the Hugging Face cache (:data:`FP16_FIX_REPO`'s snapshots) and
-    the folders beside the base model (e.g. ``models/sdxl-vae-fp16-fix`` next to ``models/sdxl.safetensors``).
+    Looked for in the configured ``model.vae``, the Hugging Face cache (:data:`FP16_FIX_REPO`, named by its hub
+    id: loaded from the cache offline, and it survives a new snapshot) and the folders beside the base model
+    (e.g. ``models/sdxl-vae-fp16-fix`` next to ``models/sdxl.safetensors``). Cached until those folders change.
     """
     configured = str(getattr(config.model, "vae", "") or "").strip()
     if configured and describe_vae(configured).fp16_safe:
         return configured
-    for snap in hub_snapshots(FP16_FIX_REPO):
-        found = _fp16_safe_folder(snap)
-        if found:
-            return found
     base = str(config.model.base).strip()
-    if not base or base == "demo":
+    base_path = expand(base) if base and base != "demo" else None
+    parent = base_path.parent if base_path is not None and base_path.exists() else None
+    stamps = tuple(_mtime(p) for p in (_hub_repo(FP16_FIX_REPO) / "snapshots", parent))
+    return _find(str(hub_cache_dir()), str(base_path or ""), str(parent or ""), stamps)
+
+
+def _mtime(p: Path | None) -> int | None:
+    try:
+        return p.stat().st_mtime_ns if p is not None else None
+    except OSError:
         return None
-    base_path = expand(base)
-    if not base_path.exists():
+
+
+@functools.lru_cache(maxsize=8)
+def _find(_cache: str, base: str, parent: str, _stamps: tuple[int | None, ...]) -> str | None:
+    if any(_fp16_safe_folder(snap) for snap in hub_snapshots(FP16_FIX_REPO)):
+        return FP16_FIX_REPO
+    if not parent:
         return None
-    parent = base_path.parent
     try:
         with os.scandir(parent) as it:
             siblings = sorted(Path(e.path) for _, e in zip(range(MAX_SIBLINGS), it) if e.is_dir())
     except OSError:
         return None
     for folder in siblings:
-        found = _fp16_safe_folder(folder) if folder != base_path else None
+        found = _fp16_safe_folder(folder) if str(folder) != base else None
         if found:
             return found
     return None
+
+
+def hub_pending(value: str) -> bool:
+    """``value`` is a hub id that is not in the Hugging Face cache yet (downloaded when training starts)."""
+    text = str(value or "").strip()
+    return bool(text) and describe_vae(text).kind == "hub" and not hub_snapshots(text)
+
+
+def vae_warning(config: TrainingConfig) -> str:
+    """Why the chosen VAE may not suit the base model although it can be used ("" when nothing to say): a latent
+    scale other than the base VAE's (an SD 1.5 VAE on SDXL has SDXL's shapes, not its latents)."""
+    value = str(getattr(config.model, "vae", "") or "").strip()
+    facts = describe_vae(value) if value else None
+    if facts is None or facts.problem or facts.scaling_factor is None:
+        return ""
+    own = base_vae_facts(config.model.base).scaling_factor or FAMILY_SCALING.get(config.model.family)
+    if own is None or abs(own - facts.scaling_factor) <= 1e-4 * own:
+        return ""
+    kinds = {v: k for k, v in FAMILY_SCALING.items()}
+    theirs = f" ({kinds[facts.scaling_factor].replace('sd15', 'SD 1.5').replace('sdxl', 'SDXL')}'s)" \
+        if facts.scaling_factor in kinds else ""
+    return (f"The VAE “{value}” scales its latents by {facts.scaling_factor:g}{theirs}, the base model's own VAE by "
+            f"{own:g}: the UNet would learn from latents unlike its own. Choose a VAE made for this base model, or "
+            "clear the setting")
