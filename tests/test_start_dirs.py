@@ -8,13 +8,24 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QPushButton
 
 from guitrainer.config import TrainingConfig
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.charts import TrainingCharts
 from guitrainer.ui.dataset_page import DatasetPage
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch) -> Path:
+    """A home folder of this test's own, with a Pictures folder (no XDG user-dirs file: Qt's default names)."""
+    home = tmp_path / "home"
+    (home / "Pictures").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    assert QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation) == str(home / "Pictures")
+    return home
 
 
 @pytest.fixture
@@ -56,18 +67,12 @@ def page(qtbot):
     p.shutdown()
 
 
-def _usual(location: QStandardPaths.StandardLocation) -> str:
-    usual = QStandardPaths.writableLocation(location)
-    return usual if usual and Path(usual).is_dir() else str(Path.home())
-
-
 def test_add_folder_opens_in_pictures_then_next_to_the_last_folder_added(page, qtbot, settings, dialogs, tmp_path,
-                                                                         monkeypatch):
+                                                                         monkeypatch, home):
     opened, answers = dialogs
     monkeypatch.chdir(tmp_path)  # the install folder of a double-clicked app
     qtbot.mouseClick(page.add_folder_button, Qt.MouseButton.LeftButton)  # cancelled
-    assert opened[-1] == _usual(QStandardPaths.StandardLocation.PicturesLocation)
-    assert opened[-1] != os.getcwd()
+    assert opened[-1] == str(home / "Pictures") != os.getcwd()
 
     chosen = tmp_path / "art" / "10_mychar"
     chosen.mkdir(parents=True)
@@ -80,14 +85,14 @@ def test_add_folder_opens_in_pictures_then_next_to_the_last_folder_added(page, q
     assert opened[-1] == str(tmp_path / "art")
 
 
-def test_a_remembered_folder_that_is_gone_falls_back_and_kinds_do_not_mix(qtbot, settings, dialogs, tmp_path):
+def test_a_remembered_folder_that_is_gone_falls_back_and_kinds_do_not_mix(qtbot, settings, dialogs, tmp_path, home):
     opened, answers = dialogs
     gone = tmp_path / "gone" / "x"
     gone.mkdir(parents=True)
     start_dirs.remember("images", str(gone))
     (tmp_path / "gone" / "x").rmdir()
     (tmp_path / "gone").rmdir()
-    assert start_dirs.start_dir("images") == _usual(QStandardPaths.StandardLocation.PicturesLocation)
+    assert start_dirs.start_dir("images") == str(home / "Pictures")
 
     charts = TrainingCharts()
     qtbot.addWidget(charts)
@@ -96,7 +101,27 @@ def test_a_remembered_folder_that_is_gone_falls_back_and_kinds_do_not_mix(qtbot,
     answers.append(str(exports / "mine.csv"))
     qtbot.mouseClick(charts.csv_button, Qt.MouseButton.LeftButton)
     assert Path(opened[-1]).name == "training_metrics.csv"
-    assert Path(opened[-1]).parent == Path(_usual(QStandardPaths.StandardLocation.HomeLocation))
+    assert Path(opened[-1]).parent == home
     qtbot.mouseClick(charts.png_button, Qt.MouseButton.LeftButton)
     assert opened[-1] == str(exports / "training_charts.png")  # charts remember their folder...
     assert start_dirs.start_dir("images") != str(exports)  # ...and images keep theirs
+
+
+def test_a_setting_not_made_yet_opens_the_nearest_folder_that_exists(qtbot, settings, dialogs, home, monkeypatch, tmp_path):
+    """The default output folder (~/guitrainer/output) does not exist before the first run: its dialog opens in
+    the home folder, not in the working folder Qt falls back to."""
+    from guitrainer.ui.output_page import OutputPage
+
+    opened, _answers = dialogs
+    monkeypatch.chdir(tmp_path)
+    binding = ConfigBinding(TrainingConfig())
+    assert binding.get("output.folder") == "~/guitrainer/output"
+    out = OutputPage(binding)
+    qtbot.addWidget(out)
+    browse = out.findChild(QPushButton, "browse_output_folder")
+    qtbot.mouseClick(browse, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(home)
+    (home / "guitrainer" / "output").mkdir(parents=True)
+    qtbot.mouseClick(browse, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(home / "guitrainer" / "output")
+    assert start_dirs.start_near("madebyollin/sdxl-vae-fp16-fix", "models") == str(home)  # a hub id: the usual

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.core.captioner_catalog import hub_reachable, known_for, looks_like_hub_id, offline_message
 from guitrainer.core.dataset_report import plural
+from guitrainer.ui import start_dirs
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,9 @@ class CaptioningPanel(QWidget):
             w.setVisible(wd)
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose the captioning model's folder", self.source.text())
+        folder = QFileDialog.getExistingDirectory(
+            self, "Choose the captioning model's folder", start_dirs.start_near(self.source.text(), "models")
+        )
         if folder:
             self.source.setText(folder)
 

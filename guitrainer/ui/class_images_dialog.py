@@ -33,6 +33,7 @@ from guitrainer.core import dataset as ds
 from guitrainer.core.dataset_report import plural
 from guitrainer.core.paths import expand
 from guitrainer.core.regularization import class_usage
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -199,7 +200,9 @@ class GenerateClassImagesDialog(QDialog):
         self._folder_auto = False
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Folder for the class images", self.folder.text())
+        folder = QFileDialog.getExistingDirectory(
+            self, "Folder for the class images", start_dirs.start_near(self.folder.text(), "images")
+        )
         if folder:
             self.folder.setText(folder)
             self._folder_auto = False

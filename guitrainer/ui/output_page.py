@@ -29,6 +29,7 @@ from guitrainer.core.events import SavedFile
 from guitrainer.core.numerics import SaveReport
 from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
 from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.save_report import SaveReportView
@@ -220,12 +221,16 @@ class OutputPage(Page):
         return [p for _w, p in X.planned_files(self.binding.config.output)]
 
     def _browse_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Output folder", str(self.binding.get("output.folder")))
+        folder = QFileDialog.getExistingDirectory(
+            self, "Output folder", start_dirs.start_near(str(self.binding.get("output.folder")), "output")
+        )
         if folder:
             self.binding.set("output.folder", folder)
 
     def _browse_verify(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "LoRA file", str(self.binding.get("output.folder")), "LoRA (*.safetensors)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "LoRA file", start_dirs.start_near(str(self.binding.get("output.folder")), "output"), "LoRA (*.safetensors)"
+        )
         if path:
             self.verify_path.setText(path)
 

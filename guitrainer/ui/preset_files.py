@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from guitrainer import APP_NAME
 from guitrainer.config import ConfigError, load_toml, save_toml
@@ -109,10 +109,8 @@ class PresetFileActions:
 
     # ------------------------------------------------------------------ files
     def open_file_dialog(self) -> None:
-        start = str(self.settings.value("last_dir", str(Path.home())))
-        path, _ = QFileDialog.getOpenFileName(self, "Open preset or config", start, "TOML (*.toml)")
+        path = start_dirs.choose_file(self, "Open preset or config", "presets", "TOML (*.toml)")
         if path:
-            self.settings.setValue("last_dir", str(Path(path).parent))
             self.open_file(path)
 
     def open_file(self, path: str) -> bool:

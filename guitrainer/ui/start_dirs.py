@@ -29,6 +29,19 @@ def start_dir(kind: str, settings: QSettings | None = None) -> str:
     return usual if usual and Path(usual).is_dir() else str(Path.home())
 
 
+def start_near(value: str, kind: str) -> str:
+    """A dialog's start for a setting's current ``value`` (a folder or file, ``~`` allowed): that folder, the
+    file's folder, or the nearest folder above that exists; else :func:`start_dir` (an empty value, a hub id)."""
+    text = str(value or "").strip()
+    if text:
+        path = Path(text).expanduser()
+        if path.is_absolute():
+            for folder in (path, *path.parents):
+                if folder.is_dir() and folder != Path(folder.anchor):
+                    return str(folder)
+    return start_dir(kind)
+
+
 def start_file(kind: str, name: str, settings: QSettings | None = None) -> str:
     """A save dialog's proposed path: ``name`` in :func:`start_dir`."""
     return str(Path(start_dir(kind, settings)) / name)

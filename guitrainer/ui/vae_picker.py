@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVB
 
 from guitrainer.core.paths import expand
 from guitrainer.core.vae_choice import vae_summary
+from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, make_editor
 
 PATH = "model.vae"
@@ -67,7 +68,7 @@ class VaePicker(QWidget):
             p = expand(str(value)) if str(value).strip() and value != "demo" else None
             if p is not None and p.exists():
                 return str(p if p.is_dir() else p.parent)
-        return ""
+        return start_dirs.start_dir("models")
 
     def browse_folder(self) -> None:
         """Ask for a VAE folder and set it."""
