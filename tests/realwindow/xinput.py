@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import shiboken6
-from PySide6.QtCore import QEventLoop, QObject, QPoint, QRect, Qt, QTimer
+from PySide6.QtCore import QEvent, QEventLoop, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QListWidget, QMessageBox, QWidget
 
 
@@ -215,11 +215,14 @@ def close_discarding(window: QWidget, xin: XInput) -> None:
     answerer = ModalAnswerer(xin, answer)
     try:
         window.close()
-        pump(50)
+        # until it is really gone: a question answered after the test would stay open, and the next test's
+        # answerer would meet it (a loaded X server takes seconds to deliver the click)
+        wait_for(lambda: not window.isVisible(), 20, "the window to close at the end of the test")
     finally:
         answerer.stop()
     shutdown = getattr(getattr(window, "dataset_page", None), "shutdown", None)
     if shutdown is not None:
         shutdown()
     window.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)  # processEvents() leaves deletions
     pump(50)
