@@ -78,6 +78,9 @@ def test_a_vae_that_cannot_be_used_blocks_train_until_cleared(qtbot, tmp_path, h
         binding.set("model.vae", str(tmp_path / "nowhere"))
     assert blocker.args == [True] and "was not found" in page.error_text()
     assert "was not found" in page.vae_picker.status.text()
+    with qtbot.waitSignal(page.errors_changed) as blocker:  # still wrong, another message: told again
+        binding.set("model.vae", str(tmp_path / "elsewhere"))
+    assert blocker.args == [True] and "elsewhere" in page.error_text() and "nowhere" not in page.error_text()
     with qtbot.waitSignal(page.errors_changed) as blocker:
         qtbot.mouseClick(page.vae_picker.clear_button, Qt.MouseButton.LeftButton)
     assert blocker.args == [False] and binding.get("model.vae") == ""

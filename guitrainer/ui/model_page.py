@@ -74,6 +74,7 @@ class ModelPage(Page):
         self.devices.probe_failed.connect(self._on_probe_failed)
         self._probe_scheduled = False
         self._had_errors = False
+        self._error_text = ""
 
         model_box = QGroupBox("Base model", self)
         mb = QVBoxLayout(model_box)
@@ -171,6 +172,7 @@ class ModelPage(Page):
 
     def _update_errors(self, *_args: object) -> None:
         errors = self.has_errors()
-        if errors != self._had_errors:
-            self._had_errors = errors
+        text = self.error_text() if errors else ""
+        if errors != self._had_errors or text != self._error_text:  # a new message is news too (Train's banner)
+            self._had_errors, self._error_text = errors, text
             self.errors_changed.emit(errors)

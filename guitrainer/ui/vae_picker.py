@@ -25,7 +25,7 @@ class VaePicker(QWidget):
     """``model.vae``: its line edit, Folder… / File… / Clear buttons, and a line saying what the VAE is.
 
     Signals:
-        problem_changed(bool): whether the chosen VAE has a blocking problem flipped.
+        problem_changed(bool): the chosen VAE's blocking problem came, went or changed its message.
     """
 
     problem_changed = Signal(bool)
@@ -59,6 +59,7 @@ class VaePicker(QWidget):
         self.status.setWordWrap(True)
         outer.addWidget(self.status)
         self._problem = False
+        self._problem_text = ""
         binding.changed.connect(lambda p: self.refresh() if p in WATCHED else None)
         binding.replaced.connect(self.refresh)
         self.refresh()
@@ -95,6 +96,7 @@ class VaePicker(QWidget):
         self.status.setText(text)
         self.status.setStyleSheet("color: #c0392b;" if level == "error" else "")
         problem = level == "error"
-        if problem != self._problem:
+        if problem != self._problem or (problem and text != self._problem_text):
             self._problem = problem
-            self.problem_changed.emit(problem)
+            self.problem_changed.emit(problem)  # also when the message changes: the Training page shows it
+        self._problem_text = text if problem else ""
