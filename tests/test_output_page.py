@@ -78,6 +78,8 @@ def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
         assert not page.verify_button.isEnabled()
     qtbot.waitUntil(lambda: "diffusers reads this file" in page.verify_result.text(), timeout=5000)
     assert sig.args[0].ok and "every key used" in page.verify_result.text()
+    assert "<b>check.safetensors</b>" in page.verify_result.text()  # the result names the file it is about
+    assert "ComfyUI, A1111/Forge, kohya sd-scripts and diffusers read it" in page.verify_result.text()
     assert page.verify_button.isEnabled()
     page.set_fp16_overflow({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": 7.1e4})
     page.grab().save(str(artifacts_dir / "output_page.png"))
@@ -90,3 +92,26 @@ def test_verify_reports_a_broken_file_in_plain_words(page, qtbot, tmp_path):
     page.start_verify(str(bad))
     qtbot.waitUntil(lambda: not page.verify_running, timeout=60000)
     assert "Could not check the file" in page.verify_result.text() and "not a readable" in page.verify_result.text()
+
+
+def test_a_result_goes_when_another_file_is_named_and_a_new_run_clears_the_last_save_warning(page, qtbot, tmp_path):
+    """After the next run the field names the new file: the last file's verdict must not stand beside it."""
+    from PySide6.QtCore import Qt
+
+    page._show_result(str(tmp_path / "old.safetensors"), True, "diffusers reads this file")
+    page.verify_path.setText(str(tmp_path / "old.safetensors"))
+    assert "old.safetensors" in page.verify_result.text()
+    page.verify_path.clear()
+    qtbot.keyClicks(page.verify_path, str(tmp_path / "new.safetensors"))  # typed, or set by the next run
+    assert page.verify_result.text() == ""
+    page.show_last_run(type("Summary", (), {"lora_path": str(tmp_path / "newer.safetensors")})())
+    assert page.verify_result.text() == ""
+
+    page.note_warning("[fp16 save] 3 tensors lose small values to zero in fp16; bf16 or fp32 keep them.")
+    assert page.advice_label.isVisible()
+    page.begin_run(object())  # the next run starts (the main window wires the Training page's worker_started)
+    assert not page.advice_label.isVisible()
+    page.note_warning("[fp16 save] 1 tensor lose small values")  # that run's own warning shows again
+    assert page.advice_label.isVisible()
+    qtbot.mouseClick(page.advice_button, Qt.MouseButton.LeftButton)
+    assert page.binding.get("precision.save") == "bf16"

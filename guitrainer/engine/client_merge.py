@@ -22,6 +22,17 @@ from torch import nn
 
 from guitrainer.engine import lora
 
+#: which clients read each network type (and what writes it)
+CLIENTS = {
+    "lora": "ComfyUI, A1111/Forge, kohya sd-scripts and diffusers read it",
+    "locon": "ComfyUI, A1111/Forge, kohya sd-scripts (conv_dim) and diffusers read it",
+    "loha": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
+    "lokr": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
+    "dora": "ComfyUI and A1111/Forge read it (dora_scale per input channel); kohya sd-scripts through LyCORIS; "
+    "diffusers loads it but applies the magnitude per output channel, so it does not look as trained there",
+}
+
+
 #: the parts of each layout the rules read (``alpha`` and ``dora_scale`` may join any)
 LAYOUTS: dict[str, tuple[frozenset[str], ...]] = {
     "lora": (frozenset({"lora_down.weight", "lora_up.weight"}),),

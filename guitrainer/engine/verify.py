@@ -266,7 +266,8 @@ def verify_lora(path: str | Path, base: Any, reference: LoadedModel | None = Non
     tol_te = _ATOL * max(1.0, max((float(t.abs().max()) for t in ours_te), default=1.0)) + rel * te_effect
     close = diff_unet <= tol_unet and (diff_te is None or diff_te <= tol_te)
     ok = close and not unused_keys
-    message = _message(close, unused_keys, diff_unet, diff_te, tol_unet, effect, ref_name)
+    kind = client_merge.file_kind(sd_kohya)
+    message = _message(close, unused_keys, diff_unet, diff_te, tol_unet, effect, ref_name) + f". {kind}: {client_merge.CLIENTS[kind]}."
     log.info("verify %s: %s", path, message)
     return VerifyResult(
         diff_unet, diff_te, len(raw), tuple(unused_keys), ok, message, effect, te_effect, tol_unet, ref_name, precision

@@ -14,6 +14,7 @@ does not give the clients' result).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from guitrainer.engine import lora, lycoris_keys, variants
-from guitrainer.engine.client_merge import file_kind, grouped, merge_file, unsupported, weight_layers
+from guitrainer.engine.client_merge import CLIENTS, file_kind, grouped, merge_file, unsupported, weight_layers
 from guitrainer.engine.verify import (
     _ATOL,
     _ROUNDING,
@@ -36,16 +37,7 @@ from guitrainer.engine.verify import (
     _unet_out,
 )
 
-#: which clients read each network type (and what writes it)
-CLIENTS = {
-    "lora": "ComfyUI, A1111/Forge, kohya sd-scripts and diffusers read it",
-    "locon": "ComfyUI, A1111/Forge, kohya sd-scripts (conv_dim) and diffusers read it",
-    "loha": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
-    "lokr": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
-    "dora": "ComfyUI and A1111/Forge read it (dora_scale per input channel); kohya sd-scripts through LyCORIS; "
-    "diffusers loads it but applies the magnitude per output channel, so it does not look as trained there",
-}
-
+log = logging.getLogger(__name__)
 
 def _module_rank(parts: dict[str, torch.Tensor]) -> int:
     """The peft rank that gives a module's factors their file shapes."""
@@ -197,9 +189,10 @@ def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, s
         notes.append(dora_theirs)
     elif dora_theirs is not None:
         notes.append(_dora_agreement(dora_theirs, merged_unet, effect))
-    return VerifyResult(diff_unet, diff_te, len(sd), tuple(unread), ok,
-                        " ".join([_head(unread, skipped, finite, effect) + ".", *notes]), effect, te_effect, tol,
-                        ref_name, precision)
+    message = " ".join([_head(unread, skipped, finite, effect) + ".", *notes])
+    log.info("verify %s: %s", path, message)
+    return VerifyResult(diff_unet, diff_te, len(sd), tuple(unread), ok, message, effect, te_effect, tol, ref_name,
+                        precision)
 
 
 def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: float) -> str:

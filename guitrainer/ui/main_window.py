@@ -126,6 +126,7 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.model_page.device_detected.connect(self._on_device_detected)
         # An fp16 overflow found while saving shows up on the Output page with its "save as bf16" fix.
         self.training_page.warning_raised.connect(self.output_page.note_warning)
+        self.training_page.worker_started.connect(self.output_page.begin_run)  # the last run's warning goes
         # the Numerics tab (built with the first run) and each saved LoRA's save report on the Output page
         self.numerics = attach_numerics(self.training_page, self.output_page.show_save_report)  # () -> the chart
         # The Output page names the file the last run actually wrote (name_3.safetensors, say).

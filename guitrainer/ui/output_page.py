@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -78,6 +79,8 @@ class OutputPage(Page):
         self._verifier = verifier
         self.verify_running = False
         self._last_run_path = ""
+        self._verifying_path = ""
+        self._verified_path = ""  # the file the result shown is about
         self.body.addLayout(
             two_columns([self._where_box(), self._saving_box()], [self._metadata_box(), self._verify_box()])
         )
@@ -164,8 +167,10 @@ class OutputPage(Page):
     def _verify_box(self) -> QGroupBox:
         box = QGroupBox("Check a LoRA file", self)
         v = QVBoxLayout(box)
-        hint = QLabel("Loads the file with diffusers (ComfyUI and A1111 read the same keys) into the base model chosen "
-                      "on the Model page and compares the outputs with our own reading of the file.", box)
+        hint = QLabel("Reads the file as the programs that use it do, into the base model chosen on the Model page: "
+                      "LoRA and LoCon through diffusers, LoHa, LoKr and DoRA by the merge rules of ComfyUI and "
+                      "A1111/Forge; then compares the outputs with the network as trained, and says which programs "
+                      "read the file.", box)
         hint.setWordWrap(True)
         hint.setStyleSheet("color: palette(placeholder-text);")
         v.addWidget(hint)
@@ -173,6 +178,7 @@ class OutputPage(Page):
         self.verify_path = QLineEdit(box)
         self.verify_path.setObjectName("verify_path")
         self.verify_path.setPlaceholderText("a .safetensors LoRA, or a diffusers LoRA folder")
+        self.verify_path.textChanged.connect(self._on_verify_path_edited)
         browse = QPushButton("Browse…", box)
         browse.clicked.connect(self._browse_verify)
         self.verify_button = QPushButton("Verify", box)
@@ -235,6 +241,11 @@ class OutputPage(Page):
             self.verify_path.setText(path)
 
     # ------------------------------------------------------------------ fp16 advice
+    def begin_run(self, *_args: object) -> None:
+        """A run starts: what the last one's save warned about no longer applies to the file to come."""
+        self._advice = None
+        self._advice_row.setVisible(False)
+
     def set_fp16_overflow(self, report: Mapping[str, float] | list[str] | None) -> None:
         """Show (or clear) the advice for tensors the last run could not save in fp16 (name -> max |value|)."""
         self._advice = save_overflow_advice(report) if report else None
@@ -278,25 +289,37 @@ class OutputPage(Page):
         if not path:
             self.verify_result.setText("Choose a LoRA file to check first.")
             return
+        self.verify_running = True
+        self._verifying_path = path
         self.verify_path.setText(path)
         self.verify_button.setEnabled(False)
-        self.verify_running = True
-        self.verify_result.setText("Checking… (loading the base model and the file)")
+        self.verify_result.setText(f"Checking {html.escape(Path(path).name)}… (loading the base model and the file)")
         worker = VerifyWorker(path, self.binding.config.copy().model, self._verifier)
         worker.finished.connect(self._on_verified)
         worker.failed.connect(self._on_verify_failed)
         self._worker = worker
         run_in_thread(worker, name="VerifyLoRA")
 
+    def _on_verify_path_edited(self, text: str) -> None:
+        """Another file named: the result shown was about the last one, so it goes (unless a check is running)."""
+        if not self.verify_running and text.strip() != self._verified_path:
+            self.verify_result.setText("")
+
+    def _show_result(self, path: str, ok: bool, text: str) -> None:
+        """A result, headed by the file it is about (the field may name another one by the time it arrives)."""
+        self._verified_path = path
+        mark, color = ("✔", "#1b6e20") if ok else ("✘", "#b3261e")
+        name = html.escape(Path(path).name or path)
+        self.verify_result.setText(f"<span style='color:{color}'>{mark} <b>{name}</b>: {html.escape(text)}</span>")
+
     def _on_verified(self, result: Any) -> None:
         self.verify_running = False
         self.verify_button.setEnabled(True)
-        mark = "✔" if result.ok else "✘"
-        color = "#1b6e20" if result.ok else "#b3261e"
-        self.verify_result.setText(f"<span style='color:{color}'>{mark} {html.escape(result.message)}</span>")
+        self._show_result(self._verifying_path, result.ok, result.message)  # the engine logs the verdict
         self.verified.emit(result)
 
     def _on_verify_failed(self, message: str, _tb: str) -> None:
         self.verify_running = False
         self.verify_button.setEnabled(True)
-        self.verify_result.setText(f"<span style='color:#b3261e'>✘ Could not check the file: {html.escape(message)}</span>")
+        log.warning("verify %s: could not check the file: %s", self._verifying_path, message)
+        self._show_result(self._verifying_path, False, f"Could not check the file: {message}")
