@@ -486,14 +486,17 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     assert cont_rep.steps[0].loss != pytest.approx(fresh_rep.steps[0].loss, rel=1e-4)
 
 
-def test_trainer_writes_diffusers_format_and_fp16_overflow_warning(tmp_path, monkeypatch):
+def test_trainer_writes_diffusers_format_and_fp16_overflow_warning(tmp_path, monkeypatch, caplog):
     from guitrainer.engine.trainer import Trainer
 
     torch.set_num_threads(1)
     rep = NullReporter()
     cfg = _demo_cfg(tmp_path, schedule__max_steps=1, output__format="diffusers", precision__save="fp16", output__name="ink")
     monkeypatch.setattr(L, "diffusers_state_dict", _with_overflow(L.diffusers_state_dict))
-    summary = Trainer(cfg, rep).run()
+    with caplog.at_level("WARNING"):
+        summary = Trainer(cfg, rep).run()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith(X.FP16_WARNING_TAG)]
+    assert len(logged) == 1  # once, not by export and again by the run's feedback
     assert summary.status == "finished", summary.message
     assert Path(summary.lora_path) == tmp_path / "ink" and (tmp_path / "ink" / X.DIFFUSERS_WEIGHT_NAME).is_file()
     warn = [w for w in rep.warnings if w.startswith(X.FP16_WARNING_TAG)]

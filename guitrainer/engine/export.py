@@ -410,7 +410,7 @@ def export_lora(
             warnings.append(f"{FP16_WARNING_TAG} {report.message()}")
     meta["ss_save_precision"] = used
     save_lora(path, sd, meta, used, check=False)
-    for w in warnings:
-        log.warning(w)
+    for w in warnings:  # the caller reports them (the trainer: its feedback, which logs them once)
+        log.debug(w)
     numbers = SaveReport(str(path), save_precision, used, findings, checked=save_precision == "fp16")
     return ExportResult(str(path), used, report, tuple(warnings), numbers)
