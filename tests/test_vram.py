@@ -223,3 +223,23 @@ def test_bf16_lora_weights_halve_weights_grads_and_adamw_state() -> None:
         assert abs(bf16.get(key) * 2 - fp32.get(key)) <= 2 * 512 * 4000, key
     eight = vram.estimate(cfg(**base, precision__lora_weights="bf16", optimizer__name="AdamW8bit"))
     assert eight.get("optimizer") == vram.estimate(cfg(**base, optimizer__name="AdamW8bit")).get("optimizer")
+
+
+def test_detect_family_estimates_the_model_the_files_say_not_sd15(tmp_path):
+    """Model family 'Detect' with the demo model estimated a 4 GB SD 1.5 run; the files say what the model is."""
+    demo = vram.estimate(config_with(model__family="demo", model__base="demo"))
+    auto = vram.estimate(config_with(model__family="auto", model__base="demo"))
+    assert auto.total == demo.total and not any("not known yet" in n for n in auto.notes)
+    import json
+
+    folder = tmp_path / "my_model"  # a diffusers folder whose name says nothing about the family
+    for part in ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "scheduler"):
+        (folder / part).mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionXLPipeline"}))
+    (folder / "unet" / "config.json").write_text(json.dumps(
+        {"_class_name": "UNet2DConditionModel", "cross_attention_dim": 2048, "addition_embed_type": "text_time"}))
+    sdxl = vram.estimate(config_with(model__family="sdxl", model__base=str(folder)))
+    detected = vram.estimate(config_with(model__family="auto", model__base=str(folder)))
+    assert vram.detected_family(str(folder)) == "sdxl" and detected.total == sdxl.total
+    unknown = vram.estimate(config_with(model__family="auto", model__base=str(tmp_path / "nothing_here")))
+    assert any("not known yet" in n for n in unknown.notes)

@@ -7,8 +7,10 @@ constants were fitted by ``bench/vram_calibrate.py`` against measured training s
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -233,10 +235,31 @@ def _blocks(nbytes: float) -> int:
 
 
 def resolve_family(family: str, base: str = "") -> str:
-    """'auto' guesses from the model name (SDXL when it says 'xl'), else SD 1.5."""
+    """'auto' is what the base model's files say (:func:`detected_family`); failing that a guess from its name
+    (SDXL when it says 'xl'), else SD 1.5."""
     if family in ("demo", "sd15", "sdxl"):
         return family
-    return "sdxl" if "xl" in base.lower() else "sd15"
+    return detected_family(base) or ("sdxl" if "xl" in base.lower() else "sd15")
+
+
+def detected_family(base: str) -> str | None:
+    """The family :func:`guitrainer.core.checkpoint.detect_model` reads from the base model's files (a folder's
+    configs, a checkpoint's tensor names, "demo"); None when they do not say. Cached until the path changes."""
+    text = str(base).strip()
+    if not text:
+        return None
+    try:
+        stamp = os.stat(os.path.expanduser(text)).st_mtime_ns
+    except OSError:
+        stamp = None
+    return _detected(text, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _detected(text: str, _stamp: int | None) -> str | None:
+    from guitrainer.core.checkpoint import detect_model
+
+    return detect_model(text).family
 
 
 def lora_tensor_shapes(spec: ModelSpec, target: str, rank: int, text_encoder: bool) -> list[tuple[int, int, int]]:
@@ -374,7 +397,7 @@ def estimate(
     notes: list[str] = []
     if spec is None:
         family = resolve_family(str(config.model.family), str(config.model.base))
-        if config.model.family == "auto":
+        if config.model.family == "auto" and detected_family(str(config.model.base)) is None:
             notes.append(f"model family not known yet: estimated as {FAMILY_LABELS[family]}")
         spec = MODEL_SPECS[family]
     p, net, opt = config.precision, config.network, config.optimizer
