@@ -282,3 +282,11 @@ def test_another_vae_warns_on_resume_but_does_not_block(tmp_path):
     spelled = config_with(model__vae="/models/sdxl-vae-fp16-fix/")
     assert run_state.resume_differences({"config": now.to_dict()}, spelled) == []  # the same folder
     assert run_state.resume_differences({"config": now.to_dict()}, config_with(model__vae="/models/other")) != []
+
+
+def test_a_file_that_is_not_safetensors_is_named_in_plain_words_with_a_way_out(tmp_path):
+    fake = tmp_path / "fake.safetensors"
+    fake.write_text("just some text that was renamed\n" * 40)
+    level, text = vae_choice.vae_summary(config_with(model__vae=str(fake)))
+    assert level == "error" and "fake.safetensors" in text and "another kind of file renamed" in text
+    assert "clear the setting" in text and ".." not in text and "bytes" not in text

@@ -178,7 +178,7 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     _check_model(out, base)
     vae = vae_problem(config)
     if vae:
-        out.errors.append(f"{vae}.")
+        out.errors.append(vae.rstrip(".") + ".")
     elif vae_warning(config):
         out.notes.append(f"{vae_warning(config)}.")
     _check_output(out, config)

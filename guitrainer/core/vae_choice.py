@@ -156,8 +156,10 @@ def _file_facts(p: Path, shown: str) -> VaeFacts:
                                                 "only (a pickle could run code); download the .safetensors version")
     try:
         header, _meta = read_safetensors_header(p)
-    except CheckpointError as e:
-        return VaeFacts("file", str(p), problem=str(e))
+    except CheckpointError:
+        return VaeFacts("file", str(p), problem=f"{shown} cannot be read as a .safetensors file (damaged, cut short, "
+                                                "or another kind of file renamed): choose another VAE file or "
+                                                "folder, or clear the setting to use the base model's own VAE")
     if any(k.startswith("model.diffusion_model.") for k in header):
         return VaeFacts("file", str(p), problem=f"{shown} is a whole model checkpoint, not a VAE: choose it as the "
                                                 "base model, or choose a VAE file or folder here")
@@ -275,7 +277,7 @@ def vae_summary(config: TrainingConfig) -> tuple[str, str]:
     value = str(getattr(config.model, "vae", "") or "").strip()
     problem = vae_problem(config)
     if problem:
-        return "error", problem + "."
+        return "error", problem.rstrip(".") + "."
     if not value:
         return "", "The base model's own VAE."
     facts = describe_vae(value)
