@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from guitrainer.core.captions import encoding_label, read_caption
 from guitrainer.core.dataset import scan_folders
+from guitrainer.core.init_lora import init_lora_problem
 from guitrainer.core.paths import expand
 from guitrainer.core.vae_choice import vae_problem
 
@@ -49,6 +50,9 @@ def check_inputs(cfg: TrainingConfig, *, captions: bool = True) -> InputReport:
     vae = vae_problem(cfg)
     if vae:
         report.errors.append(f"model.vae: {vae}")
+    init = init_lora_problem(cfg.model.init_lora, cfg.network.type) if not cfg.schedule.resume_from else ""
+    if init:
+        report.errors.append(f"model.init_lora: {init}")
     if captions and not report.errors:
         _check_captions(cfg, report)
     return report

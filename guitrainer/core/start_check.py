@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from guitrainer.core import hardware, precision, run_state, vram
 from guitrainer.core.folder_check import look_at_folders
+from guitrainer.core.init_lora import init_lora_problem
 from guitrainer.core.paths import expand
 from guitrainer.core.vae_choice import vae_problem, vae_warning
 
@@ -181,6 +182,10 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
         out.errors.append(vae.rstrip(".") + ".")
     elif vae_warning(config):
         out.notes.append(f"{vae_warning(config)}.")
+    if not config.schedule.resume_from:  # a resume continues its own state, not the file
+        init = init_lora_problem(config.model.init_lora, config.network.type)
+        if init:
+            out.errors.append(init + ".")
     _check_output(out, config)
     guessed = device is None
     if device is None:

@@ -16,8 +16,9 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from guitrainer.core.hardware import DeviceInfo
-from guitrainer.ui.binding import ConfigBinding, build_form, label_for, make_editor
+from guitrainer.ui.binding import ConfigBinding, build_form, label_for
 from guitrainer.ui.device_service import DeviceService
+from guitrainer.ui.init_lora_row import InitLoraRow
 from guitrainer.ui.model_picker import ModelPicker
 from guitrainer.ui.pages import Page, two_columns
 from guitrainer.ui.precision_lab import LabRunner, PrecisionLabDialog
@@ -86,11 +87,11 @@ class ModelPage(Page):
         vae_label.setToolTip(self.vae_picker.edit.toolTip())
         vae_label.setBuddy(self.vae_picker.edit)
         extra.addRow(vae_label, self.vae_picker)
-        init_lora = make_editor(binding, "model.init_lora", model_box)
+        self.init_lora = InitLoraRow(binding, model_box)
         lab = QLabel(label_for("model.init_lora"), model_box)
-        lab.setToolTip(init_lora.toolTip())
-        lab.setBuddy(init_lora)
-        extra.addRow(lab, init_lora)
+        lab.setToolTip(self.init_lora.edit.toolTip())
+        lab.setBuddy(self.init_lora.edit)
+        extra.addRow(lab, self.init_lora)
         mb.addLayout(extra)
 
         precision_box = QGroupBox("Precision", self)
@@ -117,6 +118,7 @@ class ModelPage(Page):
         self.precision_picker.errors_changed.connect(self._update_errors)
         self.model_picker.detected.connect(self._update_errors)
         self.vae_picker.problem_changed.connect(self._update_errors)
+        self.init_lora.problem_changed.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
 
@@ -156,8 +158,10 @@ class ModelPage(Page):
 
     # ------------------------------------------------------------------ errors for the Start button
     def has_errors(self) -> bool:
-        """True when training cannot start: an unusable base model or VAE, or error-level precision advice."""
-        return (not self.model_picker.detection().ok) or self.vae_picker.has_problem() or self.precision_picker.has_errors()
+        """True when training cannot start: an unusable base model, VAE or LoRA to continue from, or error-level
+        precision advice."""
+        return (not self.model_picker.detection().ok) or self.vae_picker.has_problem() or bool(self.init_lora.problem) \
+            or self.precision_picker.has_errors()
 
     def error_text(self) -> str:
         parts = []
@@ -166,6 +170,8 @@ class ModelPage(Page):
             parts.append(d.message)
         if self.vae_picker.has_problem():
             parts.append(self.vae_picker.problem_text())
+        if self.init_lora.problem:
+            parts.append(self.init_lora.problem)
         if self.precision_picker.has_errors():
             parts.append(self.precision_picker.error_text())
         return "\n".join(parts)
