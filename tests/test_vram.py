@@ -137,6 +137,12 @@ def test_hints_respect_what_the_device_can_run() -> None:
     assert "fp16 AMP" in _labels(vram.hints(c, device=turing)) and "bf16 AMP" not in _labels(vram.hints(c, device=turing))
     no_bnb = fake_device("rtx3060", bitsandbytes=False)
     assert "AdamW8bit" not in _labels(vram.hints(c, device=no_bnb))
+    # fp8 frozen weights: the biggest saver for SDXL in fp16 (the UNet's 2.6 G parameters: 2 bytes -> 1), offered
+    # where fp8 runs, never on Apple GPUs (MPS has no float8 types)
+    fp16 = cfg(model__family="sdxl", precision__training="fp16")
+    fp8 = [h for h in vram.hints(fp16, device=turing) if h.label == "fp8 frozen weights"]
+    assert fp8 and fp8[0].saving >= vram.MODEL_SPECS["sdxl"].unet and fp8[0].changes == {"precision.base_weights": "fp8"}
+    assert "fp8 frozen weights" not in _labels(vram.hints(fp16, device=fake_device("mps")))
     gtx1660 = fake_device("gtx1660")  # no tensor cores: the picker recommends fp32, so no precision hint
     assert not any(label.endswith("AMP") for label in _labels(vram.hints(c, device=gtx1660)))
     for name in ("cpu", "cpu_bf16", "gtx1080", "gtx1660", "t4", "rtx3060", "rtx4090", "mps", "mps_old"):

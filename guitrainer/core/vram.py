@@ -532,6 +532,8 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) 
             half = "fp16"  # device unknown: the smallest change that halves the weights
         if half != "fp32":
             out.append((f"{half} AMP", {"precision.training": half}))
+    if getattr(p, "base_weights", "auto") != "fp8":  # refused where fp8 cannot run (MPS, old torch): _errors
+        out.append(("fp8 frozen weights", {"precision.base_weights": "fp8"}))
     if s.batch_size > 1:
         b = max(1, s.batch_size // 2)
         out.append((f"Batch {s.batch_size} → {b}", {"schedule.batch_size": b}))
