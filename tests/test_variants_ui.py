@@ -28,3 +28,16 @@ def test_network_type_is_chosen_with_the_keyboard(qtbot, tmp_path, monkeypatch):
     assert binding.config.network.type == "locon"
     qtbot.keyClick(combo, Qt.Key.Key_End)
     assert binding.config.network.type == "dora"
+    # settings of other types are greyed out, saying when they apply; LoKr's factor comes alive with LoKr
+    from guitrainer.ui.binding import bound_editors
+
+    editors = bound_editors(page)
+    factor, conv = editors["network.lokr_factor"], editors["network.conv_rank"]
+    assert not factor.isEnabled() and "Only for Network type = LoKr" in factor.toolTip()
+    assert conv.isEnabled()  # DoRA has convolutions
+    qtbot.keyClick(combo, Qt.Key.Key_Home)  # LoRA: no convolutions
+    assert binding.config.network.type == "lora" and not conv.isEnabled()
+    assert "LoCon / LoHa / LoKr / DoRA" in conv.toolTip()
+    for _ in range(3):
+        qtbot.keyClick(combo, Qt.Key.Key_Down)
+    assert binding.config.network.type == "lokr" and factor.isEnabled() and not factor.toolTip().startswith("Only")

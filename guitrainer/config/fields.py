@@ -40,6 +40,7 @@ def setting(
     advanced: bool = False,
     kind: str = "",
     positive: bool = False,
+    applies: tuple[str, tuple[Any, ...]] | None = None,
     default_factory: Any = dataclasses.MISSING,
 ) -> Any:
     """A dataclass field with its UI metadata.
@@ -56,6 +57,8 @@ def setting(
             model picker), "vae" (the VAE picker: a folder or a .safetensors file).
         positive: the value must be above 0 (``minimum`` stays 0 for the spin boxes): an alpha or a learning
             rate of 0 trains a LoRA that does nothing.
+        applies: ``(setting path, values)``: the setting only means something while that other setting has one of
+            those values (generated forms grey it out otherwise, naming when it applies).
     """
     meta = {
         "label": label,
@@ -68,6 +71,7 @@ def setting(
         "advanced": advanced,
         "kind": kind,
         "positive": positive,
+        "applies": applies,
     }
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)

@@ -152,7 +152,10 @@ class NetworkConfig:
         16.0, label="Alpha", help="Scales the LoRA's effect by alpha / rank. Alpha = rank means scale 1.", minimum=0.0, maximum=4096.0,
         positive=True,
     )
-    dropout: float = setting(0.0, label="Dropout", help="Dropout on the LoRA path while training.", minimum=0.0, maximum=0.9, advanced=True)
+    dropout: float = setting(
+        0.0, label="Dropout", help="Dropout on the LoRA path while training.", minimum=0.0, maximum=0.9, advanced=True,
+        applies=("network.type", ("lora", "locon", "dora")),
+    )
     target_modules: Literal["attention", "attention_ff", "attention_ff_proj"] = setting(
         "attention",
         label="Layers trained",
@@ -173,23 +176,23 @@ class NetworkConfig:
     )
     conv_rank: int = setting(
         8, label="Conv rank", help="Rank of the 3x3 convolutions' adapters (LoCon, LoHa, LoKr, DoRA); kohya's conv_dim.",
-        minimum=1, maximum=1024, advanced=True,
+        minimum=1, maximum=1024, advanced=True, applies=("network.type", ("locon", "loha", "lokr", "dora")),
     )
     conv_alpha: float = setting(
         4.0, label="Conv alpha", help="Scales the convolutions' adapters by conv alpha / conv rank; kohya's conv_alpha.",
-        minimum=0.0, maximum=4096.0, positive=True, advanced=True,
+        minimum=0.0, maximum=4096.0, positive=True, advanced=True, applies=("network.type", ("locon", "loha", "lokr", "dora")),
     )
     rank_dropout: float = setting(
         0.0, label="Rank dropout", help="LoHa / LoKr: drops rows of the adapter's weight while training (LyCORIS' "
-        "rank_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+        "rank_dropout).", minimum=0.0, maximum=0.9, advanced=True, applies=("network.type", ("loha", "lokr")),
     )
     module_dropout: float = setting(
         0.0, label="Module dropout", help="LoHa / LoKr: skips a whole adapter for a step with this probability "
-        "(LyCORIS' module_dropout).", minimum=0.0, maximum=0.9, advanced=True,
+        "(LyCORIS' module_dropout).", minimum=0.0, maximum=0.9, advanced=True, applies=("network.type", ("loha", "lokr")),
     )
     lokr_factor: int = setting(
         -1, label="LoKr factor", help="LoKr splits each weight into a Kronecker product with this factor; -1 picks "
-        "the most balanced split (LyCORIS' factor).", minimum=-1, maximum=1024, advanced=True,
+        "the most balanced split (LyCORIS' factor).", minimum=-1, maximum=1024, advanced=True, applies=("network.type", ("lokr",)),
     )
 
 

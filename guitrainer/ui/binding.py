@@ -288,6 +288,8 @@ def build_form(
         lab = QLabel(f.metadata.get("label", name))
         lab.setToolTip(editor.toolTip())
         lab.setBuddy(editor)
+        if f.metadata.get("applies"):
+            follow_applies(binding, f.metadata["applies"], (lab, editor))
         if f.metadata.get("advanced"):
             adv.addRow(lab, editor)
             n_adv += 1
@@ -313,6 +315,26 @@ def build_form(
         outer.addLayout(row)
         outer.addWidget(adv_widget)
     return box
+
+
+def follow_applies(binding: ConfigBinding, applies: tuple[str, tuple[Any, ...]], widgets: Iterable[QWidget]) -> None:
+    """Grey ``widgets`` out while the setting ``applies[0]`` is none of ``applies[1]``, saying when they apply."""
+    other, values = applies
+    info = field_info(other)
+    names = info.metadata.get("choice_labels") or {}
+    when = f"Only for {info.metadata.get('label', other)} = " + " / ".join(str(names.get(v, v)) for v in values)
+    widgets = list(widgets)
+    tips = {w: w.toolTip() for w in widgets}
+
+    def update(*_args: object) -> None:
+        on = binding.get(other) in values
+        for w in widgets:
+            w.setEnabled(on)
+            w.setToolTip(tips[w] if on else f"{when}. {tips[w]}".strip())
+
+    binding.changed.connect(lambda path: update() if path == other else None)
+    binding.replaced.connect(update)
+    update()
 
 
 def bound_editors(root: QWidget) -> dict[str, QWidget]:
