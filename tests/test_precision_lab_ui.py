@@ -249,3 +249,13 @@ def test_a_measurement_for_another_device_leaves_the_picker_on_the_rules(qtbot, 
     page.precision_picker.measurement_store.put(_measured_report(device, bf16_seconds=0.10))
     page.precision_picker.measurements_changed()
     assert notes["bf16"].text() == "recommended here (measured)"
+
+
+def test_the_bar_charts_name_each_candidate_apart():
+    """The fp8 rows read "fp32 / fp16 AMP / bf16 AMP" like the others, so each chart named them twice."""
+    from guitrainer.core.precision_lab import Candidate
+    from guitrainer.ui.precision_lab import short_label
+
+    labels = [Candidate(t, b).label for t in ("fp32", "fp16", "bf16") for b in ("auto", "fp8")]
+    shorts = [short_label(x) for x in labels]
+    assert len(set(shorts)) == len(labels) and "fp16 + fp8" in shorts and all(len(x) <= 10 for x in shorts)

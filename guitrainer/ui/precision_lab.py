@@ -158,7 +158,7 @@ class LabBars(QWidget):
                 inner = width - 12
                 bx, bar_w = x0 + inner * 0.32, inner * 0.38
                 p.setPen(self.palette().windowText().color())
-                p.drawText(QRectF(x0, y, inner * 0.32 - 4, line), Qt.AlignmentFlag.AlignLeft, label.split(" +")[0])
+                p.drawText(QRectF(x0, y, inner * 0.32 - 4, line), Qt.AlignmentFlag.AlignLeft, short_label(label))
                 if value is None:
                     p.drawText(QRectF(bx, y, bar_w, line), Qt.AlignmentFlag.AlignLeft, "n/a")
                     continue
@@ -359,3 +359,9 @@ class PrecisionLabDialog(QDialog):
             self.applied.emit(candidate)
             self.status.setText(f"Training precision set to {candidate.label}.")
         return ok
+
+
+def short_label(label: str) -> str:
+    """A candidate's name in the narrow bar charts: "fp16 AMP + fp8 base weights" -> "fp16 + fp8" (each distinct)."""
+    return label.replace(" AMP", "").replace(" base weights", "")
+
