@@ -401,7 +401,7 @@ def recommendation_text(report: LabReport, best: CandidateResult) -> str:
         others = [(s, r) for s, r in others if s]
         if others:
             s, r = max(others, key=lambda sr: sr[0])
-            return f"fp32, measured {date}: {r.candidate.label} was {1 / s:.1f}x slower"
+            return f"fp32, measured {date}: the fastest of the others, {r.candidate.label}, was {1 / s:.1f}x slower"
         return f"fp32, measured {date}"
     s = report.speedup(best)
     speed = f"{s:.1f}x faster than fp32" if s is not None and s >= 1 else (
