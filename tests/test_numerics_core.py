@@ -53,7 +53,7 @@ def test_nan_advice_names_the_module_and_precision_choices():
     assert any("learning rate" in a and TO_V in a for a in fp16)
     assert any("fp8 checkpoint" in a for a in fp16)
     stored_fp8 = nan_advice(found, "fp16", "fp8")
-    assert any("Frozen weights: Same as training" in a and TO_V in a for a in stored_fp8)
+    assert any("Base model weights: Same as training" in a and TO_V in a for a in stored_fp8)
     assert not any("VAE" in a for a in fp16)
     vae = nan_advice(NonFinite("vae.encoder.mid_block.attentions.0", "inf", "activation", "fp16"), "fp16")
     assert "VAE" in vae[0] and "fp32" in vae[0]

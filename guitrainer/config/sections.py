@@ -298,10 +298,11 @@ class PrecisionConfig:
     )
     base_weights: Literal["auto", "fp8"] = setting(
         "auto",
-        label="Frozen weights",
-        help="How the frozen UNet and text encoders are stored. Same as training: in the training precision. "
-        "fp8: 8-bit (e4m3) storage widened one layer at a time, about half the weight memory of fp16 with a small "
-        "loss of quality; needs a PyTorch with float8 types, not on Apple GPUs.",
+        label="Base model weights",
+        help="How the base model's frozen UNet and text encoders are stored (the LoRA is trained on top of them). "
+        "Same as training: in the training precision. fp8: 8-bit (e4m3) storage widened one layer at a time, half "
+        "the weight memory of fp16 / bf16 with a small loss of quality; needs a PyTorch with float8 types, not on "
+        "Apple GPUs. The VRAM bar offers it when it saves much.",
         choice_labels=CHOICE_LABELS["precision.base_weights"],
         advanced=True,
     )

@@ -41,8 +41,8 @@ SAVE_CHOICES: tuple[PrecisionChoice, ...] = (
 BASE_WEIGHT_CHOICES: tuple[PrecisionChoice, ...] = (
     PrecisionChoice("auto", "Same as training", "The frozen UNet and text encoders in the training precision (fp32, fp16 or bf16)."),
     PrecisionChoice(
-        "fp8", "fp8 (e4m3)", "Frozen weights stored in 8 bits and widened layer by layer: about half the weight memory of "
-        "fp16, a small loss of quality (kohya's --fp8_base)."
+        "fp8", "fp8: less memory", "Frozen weights stored in 8 bits (e4m3) and widened layer by layer: half the weight "
+        "memory of fp16 / bf16 (a quarter of fp32's), a small loss of quality (kohya's --fp8_base)."
     ),
 )
 

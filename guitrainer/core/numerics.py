@@ -173,7 +173,7 @@ def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "aut
         advice.append("train in fp32 once to tell a precision problem from a data or learning-rate one")
     if base_weights == "fp8":
         advice.append(
-            "store the frozen weights as in training (Frozen weights: Same as training), not in fp8: "
+            "store the frozen weights as in training (Base model weights: Same as training), not in fp8: "
             f"8-bit weights add error in every layer, {name} included"
         )
     else:
