@@ -290,3 +290,16 @@ def test_a_file_that_is_not_safetensors_is_named_in_plain_words_with_a_way_out(t
     level, text = vae_choice.vae_summary(config_with(model__vae=str(fake)))
     assert level == "error" and "fake.safetensors" in text and "another kind of file renamed" in text
     assert "clear the setting" in text and ".." not in text and "bytes" not in text
+
+
+def test_a_vae_that_makes_latents_of_another_size_is_refused(tmp_path):
+    """SD / SDXL VAEs have 4 encoder blocks: 3 halvings, one latent per 8x8 pixels; a 1-block VAE makes one per
+    pixel, so the UNet would train on 64x more latents (75x slower steps in a tester's run)."""
+    one_block = vae_folder(tmp_path / "tiny_vae", force_upcast=False)
+    cfg_json = json.loads((one_block / "config.json").read_text())
+    cfg_json["block_out_channels"] = [32]
+    (one_block / "config.json").write_text(json.dumps(cfg_json))
+    problem = vae_choice.vae_problem(config_with(model__family="sdxl", model__vae=str(one_block)))
+    assert "one latent per 1x1 pixels" in problem and "one per 8x8" in problem
+    four = vae_folder(tmp_path / "sdxl_vae", force_upcast=False)
+    assert vae_choice.vae_problem(config_with(model__family="sdxl", model__vae=str(four))) == ""

@@ -57,6 +57,7 @@ class VaeFacts:
         force_upcast: its config's ``force_upcast`` (None: no config to read, e.g. a bare file).
         problem: why it cannot be used, in plain words ("" when it can).
         scaling_factor: its config's ``scaling_factor``, the latents' scale (None: not known).
+        downscale: how many pixels a latent spans per side, 2 ** (len(block_out_channels) - 1) (None: not known).
     """
 
     kind: VaeKind
@@ -65,6 +66,7 @@ class VaeFacts:
     force_upcast: bool | None = None
     problem: str = ""
     scaling_factor: float | None = None
+    downscale: int | None = None
 
     @property
     def fp16_safe(self) -> bool:
@@ -136,11 +138,17 @@ def _folder_facts(folder: Path, shown: str, kind: VaeKind = "folder") -> VaeFact
     channels = cfg.get("latent_channels", DEFAULT_UNET_IN_CHANNELS)
     scale = cfg.get("scaling_factor")
     facts = VaeFacts(kind, str(cfg_folder), int(channels) if isinstance(channels, int) else None, force_upcast_of(cfg),
-                     scaling_factor=float(scale) if isinstance(scale, int | float) else None)
+                     scaling_factor=float(scale) if isinstance(scale, int | float) else None, downscale=_downscale(cfg))
     if not (cfg_folder / VAE_WEIGHTS).is_file():
         return replace(facts, problem=f"{shown} has a VAE config.json but no {VAE_WEIGHTS} beside it (incomplete "
                                       "download?)")
     return facts
+
+
+def _downscale(cfg: dict[str, Any]) -> int | None:
+    """Pixels per latent per side of a VAE config: each encoder block but the last halves the image."""
+    blocks = cfg.get("block_out_channels")
+    return 2 ** (len(blocks) - 1) if isinstance(blocks, list | tuple) and blocks else None
 
 
 def _strip_prefix(keys: list[str]) -> list[str]:
@@ -240,6 +248,11 @@ def vae_problem(config: TrainingConfig) -> str:
         return (f"The VAE “{config.model.vae}” makes {facts.latent_channels}-channel latents, but the base model's "
                 f"UNet takes {wanted}: it belongs to another kind of model. Choose an SD 1.5 / SDXL VAE, or clear "
                 "the setting to use the base model's own VAE")
+    own = base_vae_facts(config.model.base).downscale or (8 if config.model.family in ("sd15", "sdxl") else None)
+    if facts.downscale is not None and own is not None and facts.downscale != own:
+        return (f"The VAE “{config.model.vae}” makes one latent per {facts.downscale}x{facts.downscale} pixels, the "
+                f"base model's own VAE one per {own}x{own}: the UNet would train on latents of another size. Choose "
+                "a VAE made for this base model, or clear the setting to use its own")
     return ""
 
 
@@ -255,7 +268,8 @@ def base_vae_facts(base: str) -> VaeFacts:
         if cfg is not None:
             scale = cfg.get("scaling_factor")
             return VaeFacts("base", str(folder), cfg.get("latent_channels"), force_upcast_of(cfg),
-                            scaling_factor=float(scale) if isinstance(scale, int | float) else None)
+                            scaling_factor=float(scale) if isinstance(scale, int | float) else None,
+                            downscale=_downscale(cfg))
     return VaeFacts("base")
 
 
