@@ -92,3 +92,21 @@ def test_environment_dialog_shows_and_clears_the_disk_cache(qtbot, tmp_path, mon
     qtbot.waitUntil(lambda: dlg.cache_label.text().startswith("Disk cache: 0 MB"), timeout=10_000)
     assert not dlg.clear_cache_button.isEnabled()
     assert not any(cache.rglob("*.safetensors"))
+
+
+def test_the_precision_facts_and_the_fixed_sdxl_vae(tmp_path, monkeypatch):
+    """Ampere: bf16 in hardware and best; Turing T4: fp16 AMP (no bf16 hardware); Apple: no fp8 (MPS has no float8
+    types); the fp16-fixed SDXL VAE is named where the Hugging Face cache holds it, else how to get it."""
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    rows = {i.label: i for i in environment.check(fake_device("rtx3060"), {})}
+    assert rows["Precision"].value.startswith("best here: bf16 AMP; bf16 in hardware; fp8 base weights possible")
+    t4 = {i.label: i for i in environment.check(fake_device("t4"), {})}["Precision"].value
+    assert t4.startswith("best here: fp16 AMP") and "bf16 emulated" in t4
+    assert "fp8 base weights not possible" in {i.label: i for i in environment.check(fake_device("m3"), {})}["Precision"].value
+    vae = rows["SDXL fp16 VAE"]
+    assert vae.level == "info" and "hf download madebyollin/sdxl-vae-fp16-fix" in vae.fix
+    snap = tmp_path / "hf" / "hub" / "models--madebyollin--sdxl-vae-fp16-fix" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    rows = {i.label: i for i in environment.check(fake_device("rtx3060"), {})}
+    assert rows["SDXL fp16 VAE"].level == "ok" and "in the Hugging Face cache" in rows["SDXL fp16 VAE"].value

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Literal
 
 from guitrainer.core.hardware import DeviceInfo
-from guitrainer.core.precision_rules import build_is_older_than, eight_bit_status, torch_install_hint
+from guitrainer.core.precision_rules import (
+    TORCH_FLOAT8,
+    build_is_older_than,
+    eight_bit_status,
+    recommended_training,
+    torch_install_hint,
+)
 from guitrainer.core.units import format_bytes
 
 Level = Literal["ok", "info", "warning", "error"]
@@ -88,6 +94,8 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
                     "Training runs on the CPU: fine for the Demo preset, far too slow for SD 1.5 or SDXL. "
                     "An NVIDIA GPU with 6 GB or more is recommended.")
         )
+    if device.torch_ok:
+        items += _precision_items(device)
     bnb = device.bitsandbytes
     level, reason = eight_bit_status(device)
     if level is None or (bnb.available and not device.gpus and level != "error"):
@@ -109,6 +117,25 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
             )
         else:
             items.append(EnvItem(f"Free disk ({label})", f"{format_bytes(free)} at {folder}"))
+    return items
+
+
+def _precision_items(device: DeviceInfo) -> list[EnvItem]:
+    """What this device does with each precision (the precision picker's rules), and the fp16-fixed SDXL VAE."""
+    from guitrainer.core import vae_choice
+
+    best = recommended_training(device)
+    native = device.bf16_native
+    bf16 = "in hardware" if native else "emulated (slow)" if native is False else "not known"
+    fp8 = device.kind != "mps" and device.torch_tuple >= TORCH_FLOAT8
+    value = (f"best here: {'fp32' if best == 'fp32' else best + ' AMP'}; bf16 {bf16}; "
+             f"fp8 base weights {'possible' if fp8 else 'not possible'}")
+    items = [EnvItem("Precision", value)]
+    if vae_choice.hub_snapshots(vae_choice.FP16_FIX_REPO):
+        items.append(EnvItem("SDXL fp16 VAE", f"{vae_choice.FP16_FIX_REPO}, in the Hugging Face cache"))
+    else:
+        items.append(EnvItem("SDXL fp16 VAE", "not downloaded", "info",
+                             "Only for SDXL in fp16 (it saves up to about 1.4 GB): " + vae_choice.FP16_FIX_DOWNLOAD))
     return items
 
 
