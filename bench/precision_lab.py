@@ -4,7 +4,7 @@ The demo model is the Demo preset (64 px, batch 2, rank 4). The mid model is ben
 (UNet 128/256/512, 256 px, batch 2, cached latents). On a machine without CUDA the mid model's fp16
 candidate is left out unless asked for: CPU fp16 convolutions take ~70 s a step there (bench/RESULTS.md).
 
-    python bench/precision_lab.py [--steps 3] [--warmup 1] [--models demo,mid] [--mid-fp16-on-cpu] [--json FILE]
+    python bench/precision_lab.py [--steps 3] [--warmup 1] [--models demo,mid] [--mid-fp16-on-cpu] [--fp8] [--json FILE]
 
 Overhead: the lab's total time (loading the model once per candidate, set-up, warm-up, evaluation, the
 throw-away saves) against the sum of its timed steps.
@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--models", default="demo,mid")
     ap.add_argument("--mid-fp16-on-cpu", action="store_true", help="also fp16 on the mid model without CUDA (slow)")
+    ap.add_argument("--fp8", action="store_true", help="also each precision with fp8 base weights (six candidates)")
     ap.add_argument("--json", help="write the reports here")
     args = ap.parse_args()
     from guitrainer.engine.precision_lab import compare_precisions
@@ -49,7 +50,8 @@ def main() -> int:
         store = MeasurementStore(Path(tmp) / "lab.json")
         print(f"torch {torch.__version__}, cpu_count {os.cpu_count()}, CUDA {torch.cuda.is_available()}")
         for model in args.models.split(","):
-            candidates = [Candidate("fp32"), Candidate("fp16"), Candidate("bf16")]
+            candidates = [Candidate(t, w) for w in (("auto", "fp8") if args.fp8 else ("auto",))
+                          for t in ("fp32", "fp16", "bf16")]
             if model == "mid":
                 from train_step import build_mid_model, config
 
@@ -57,7 +59,7 @@ def main() -> int:
                 build_mid_model(base)
                 cfg = config(str(base), 256, "fp32", 1, str(Path(tmp) / "out"))
                 if not torch.cuda.is_available() and not args.mid_fp16_on_cpu:
-                    candidates.remove(Candidate("fp16"))
+                    candidates = [c for c in candidates if c.training != "fp16"]
                     print("mid: fp16 left out on this CPU (~70 s/step; --mid-fp16-on-cpu to include it)")
             else:
                 cfg = PresetStore().get(DEFAULT_PRESET).config()
