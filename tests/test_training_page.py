@@ -14,7 +14,7 @@ from helpers import fake_device
 from helpers.doubles import FakeTrainer, fake_factory
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QLabel, QMessageBox
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core import hardware
@@ -561,7 +561,7 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     qtbot.mouseClick(page.resume_state_button, Qt.MouseButton.LeftButton)
     box = page.finished_box
     assert box is not None and box.isVisible() and page.worker is None  # nothing started
-    label_text = " ".join(w.text() for w in box.findChildren(type(page.status_label)))
+    label_text = " ".join(w.text() for w in box.findChildren(QLabel))
     assert "complete" in label_text and str(first.steps) in label_text
     spin = box.findChild(type(box.findChild(object, "more_epochs")), "more_epochs")
     spin.setValue(1)

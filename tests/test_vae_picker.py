@@ -120,4 +120,5 @@ def test_without_the_fixed_vae_the_advice_offers_the_download_command(qtbot, tmp
     page.precision_picker.set_device(fake_device("t4"))
     (row,) = [r for r in page.precision_picker.advice_rows() if r.advice.code == "sdxl_vae_fp32"]
     assert row.button is not None and row.button.text() == "Copy command"
+    row.set_expanded(True)  # a long note shows its first sentence until "More…"
     assert "hf download madebyollin/sdxl-vae-fp16-fix" in row.label.text()

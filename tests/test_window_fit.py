@@ -70,3 +70,202 @@ def test_the_model_page_fits_1366_whatever_the_device_says(qtbot, tmp_path, monk
     assert w.model_page.verticalScrollBar().maximum() == 0, f"Model & Precision scrolls with {device}"
     assert clipped_labels(w.model_page) == [], f"Model & Precision cuts text off with {device}"
     w.dataset_page.shutdown()
+
+
+# ---------------------------------------------------------------------------- the tester's layout issues
+
+
+def _window(qtbot, tmp_path, monkeypatch, size, device="rtx4090"):  # noqa: ANN001, ANN202
+    from helpers import fake_device
+
+    from guitrainer.core import hardware
+
+    found = fake_device(device)
+    monkeypatch.setattr(hardware, "cached", lambda: found)
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(w)
+    w.setWindowState(Qt.WindowState.WindowNoState)
+    w.resize(*size)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+def _show(qtbot, w, page) -> None:  # noqa: ANN001
+    w.nav.setCurrentRow(w.pages.index(page))
+    qtbot.wait(30)
+
+
+def _fits(page, what: str) -> None:  # noqa: ANN001
+    assert page.verticalScrollBar().maximum() == 0, f"{what} scrolls by {page.verticalScrollBar().maximum()} px"
+    assert page.horizontalScrollBar().maximum() == 0, f"{what} scrolls sideways"
+    assert clipped_labels(page) == [], f"{what} cuts text off: {clipped_labels(page)}"
+
+
+@pytest.mark.parametrize("size", [(1366, 745), (1920, 1050)])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_training_charts_after_a_run_keep_their_axes_and_the_page_its_height(qtbot, tmp_path, monkeypatch, size, precision):
+    """Issue: the loss-scale note covered the loss chart's axis, the small charts lost theirs, the loss chart
+    was 70 px at 1920×1080, the legend sat on the curve, and a warning after the run pushed the page down."""
+    from guitrainer.core.events import StepMetrics
+
+    w = _window(qtbot, tmp_path, monkeypatch, size)
+    w.binding.set("precision.training", precision)
+    page = w.training_page
+    _show(qtbot, w, page)
+    charts = page.charts
+    charts.set_scaler_visible(precision == "fp16")
+    for s in range(1, 61):
+        charts.add(StepMetrics(step=s, total_steps=60, epoch=1 + s // 20, loss=0.2 + s % 7 / 70, lr=1e-4,
+                               grad_scale=65536.0 if precision == "fp16" else None, skipped=False,
+                               seconds_per_step=0.3, images_per_second=3.0))  # fmt: skip
+    charts.redraw()
+    page.progress.show_step(StepMetrics(step=23, total_steps=60, epoch=1, loss=0.1, lr=1e-4, grad_scale=None,
+                                        skipped=False, seconds_per_step=0.3, images_per_second=3.0), 3, 12.0)  # fmt: skip
+    qtbot.wait(30)
+    top = page.charts_host.mapTo(page, page.charts_host.rect().topLeft())
+    button = page.stop_button.mapTo(page, page.stop_button.rect().center())
+    page.progress.say("Finished: 60 steps, the LoRA is saved. " * 5)
+    page.progress.warn("fp16 save: 3 tensors over 65,504: saved as bf16 instead (see the Output page) " * 3)
+    page.controls.apply(page.state, "A blocking problem with a long explanation " * 4, False, False)
+    qtbot.wait(30)
+    assert page.charts_host.mapTo(page, page.charts_host.rect().topLeft()) == top, "a status line moved the page"
+    assert page.stop_button.mapTo(page, page.stop_button.rect().center()) == button, "a click would miss"
+    assert page.warning_label.toolTip() and page.status_label.toolTip()  # clipped: the whole text on hover
+    _fits(page, f"Training at {size}")
+    cells = [charts.loss_widget, charts.lr_widget, charts.scale_cell, charts.sps_widget]
+    rects = [c.geometry() for c in cells]
+    for i, a in enumerate(rects):
+        assert charts.plots_area.rect().contains(a), f"{cells[i].objectName()} sticks out of the charts"
+        assert a.height() >= cells[i].minimumHeight() > 0
+        for b in rects[i + 1 :]:
+            assert not a.intersects(b), "two charts overlap (a note over an axis)"
+    assert rects[0].height() >= max(r.height() for r in rects[1:]), "the loss chart is smaller than the small ones"
+    assert charts.loss_plot.legend is None and "smoothed" in charts.legend_names()  # the legend is in the title
+    assert charts.scale_hint.toolTip() and charts.scale_hint.height() <= charts.scale_hint.fontMetrics().height() + 2
+
+
+def test_progress_text_is_drawn_over_the_fill_in_the_highlighted_colour(qtbot):
+    from PySide6.QtGui import QPalette
+
+    from guitrainer.ui.training_controls import ReadableProgressBar
+
+    bar = ReadableProgressBar()
+    qtbot.addWidget(bar)
+    bar.resize(300, 24)
+    bar.setRange(0, 60)
+    bar.setValue(30)
+    bar.setFormat("step 30 / 60 wwwwwwwwwwwwwwwwwwwwwwwwwwww")
+    bar.show()
+    qtbot.waitExposed(bar)
+    assert not bar.isTextVisible() and "step 30" in bar.text()  # the style draws no text the fill could cover
+    img = bar.grab().toImage()
+    light = bar.palette().color(QPalette.ColorRole.HighlightedText)
+    on_fill = [img.pixelColor(x, y) for x in range(20, bar.fill_width() - 2) for y in range(4, 20)]
+    assert sum(c.lightness() >= light.lightness() - 10 for c in on_fill) > 20, "no readable text on the fill"
+
+
+@pytest.mark.xfail(reason="open: under the default (non-Fusion) test style 2-3 advice notes still overflow by 58-148 px")
+@pytest.mark.parametrize("device", ["rtx4090", "gtx1080", "cpu"])
+def test_the_model_page_fits_1366_with_sdxl_fp16_advice(qtbot, tmp_path, monkeypatch, device):
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745), device)
+    _show(qtbot, w, w.model_page)
+    w.binding.set("model.family", "sdxl")
+    w.binding.set("precision.training", "fp16")
+    qtbot.wait(30)
+    assert w.model_page.precision_picker.advice(), "no advice to show"
+    _fits(w.model_page, f"Model & Precision with SDXL + fp16 on {device}")
+
+
+def test_the_output_page_fits_1366_with_a_save_report_and_verify_does_not_jump(qtbot, tmp_path, monkeypatch):
+    from guitrainer.core.numerics import SaveReport, TensorFinding
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    page = w.output_page
+    _show(qtbot, w, page)
+    _fits(page, "Output")
+    found = tuple(TensorFinding(f"lora_unet_{i}.lora_up.weight", 64, peak=1.2e5, over_max=3, nonzero=64) for i in range(30))
+    page.show_save_report(SaveReport(str(tmp_path / "demo.safetensors"), "fp16", "bf16", found))
+    page.note_warning("fp16 save: 2 tensors over range")
+    qtbot.wait(30)
+    _fits(page, "Output with a save report")
+    assert page.save_report_view.table.isVisible() and page.save_report_view.table.height() >= 90
+    page._verifier = lambda _p, _c: type("R", (), {"ok": True, "message": "fine"})()
+    page.verify_path.setText(str(tmp_path / "x.safetensors"))
+    qtbot.mouseClick(page.verify_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.verify_button.isEnabled(), timeout=5000)
+    assert page.verticalScrollBar().value() == 0
+    assert w.focusWidget() is not page.save_report_view.table, "Verify handed focus to the table: the page jumps"
+
+
+def test_the_vae_edit_is_wide_and_shows_the_whole_path_on_hover(qtbot, tmp_path, monkeypatch):
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    _show(qtbot, w, w.model_page)
+    path = str(tmp_path / "models--madebyollin--sdxl-vae-fp16-fix" / "snapshots" / "abc")
+    w.binding.set("model.vae", path)
+    edit = w.model_page.vae_picker.edit
+    assert edit.width() >= 240 and path in edit.toolTip()
+    assert edit.cursorPosition() == len(path)  # the end (the file's name) shows when it does not fit
+
+
+@pytest.mark.xfail(reason="open: a missing VAE's wrapped error line is cut short in its form row")
+def test_a_missing_vae_path_is_said_in_full(qtbot, tmp_path, monkeypatch):
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    _show(qtbot, w, w.model_page)
+    w.binding.set("model.vae", str(tmp_path / "models--madebyollin--sdxl-vae-fp16-fix" / "snapshots" / "abc"))
+    qtbot.wait(30)
+    _fits(w.model_page, "Model & Precision with a VAE path")
+
+
+@pytest.mark.parametrize("width", [1366, 1920])
+def test_vram_legend_entries_never_break(qtbot, tmp_path, monkeypatch, width):
+    w = _window(qtbot, tmp_path, monkeypatch, (width, 745))
+    legend = w.vram_meter.legend
+    from guitrainer.ui.vram_meter import shown_parts
+
+    meter = w.vram_meter
+    parts = [p.label for p in shown_parts(meter.breakdown, meter._device)] if meter.breakdown else []
+    assert any(" " in p for p in parts)
+    entries = legend.text().split("&nbsp;&nbsp; ")
+    for label in parts:
+        (entry,) = [e for e in entries if label in e]
+        assert entry.startswith("<span style='white-space:nowrap'>"), f"“{label}” could wrap inside"
+    assert legend.height() <= 3 * legend.fontMetrics().lineSpacing()
+
+
+def test_restored_size_is_never_tiny():
+    from PySide6.QtCore import QRect, QSize
+
+    from guitrainer.ui.workspace import MIN_RESTORED, restored_size
+
+    big = QRect(0, 0, 1920, 1050)
+    assert restored_size(QSize(844, 510), big).width() >= 1344 and restored_size(QSize(844, 510), big).height() >= 735
+    assert restored_size(QSize(1600, 900), big) == QSize(1600, 900)  # a sensible size stays
+    assert restored_size(QSize(3000, 2000), big) == QSize(1920, 1050)  # never beyond the screen
+    small = QRect(0, 0, 1366, 740)
+    assert restored_size(QSize(844, 510), small) == QSize(MIN_RESTORED.width(), MIN_RESTORED.height())
+    assert restored_size(QSize(844, 510), None) == MIN_RESTORED
+
+
+def test_a_window_saved_tiny_and_maximized_opens_usable(qtbot, tmp_path):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    first = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(first)
+    first.setWindowState(Qt.WindowState.WindowNoState)
+    first.resize(844, 510)
+    first.show()
+    qtbot.waitExposed(first)
+    first.showMaximized()
+    qtbot.wait(50)
+    first._dirty = False
+    first.close()
+    first.dataset_page.shutdown()
+    assert str(settings.value("window/maximized")).lower() == "true"
+    again = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
+    qtbot.addWidget(again)
+    assert again.windowState() & Qt.WindowState.WindowMaximized, "the maximized window came back unmaximized"
+    avail = again.screen().availableGeometry()
+    normal = again.normalGeometry().size() if again.normalGeometry().isValid() else again.size()
+    assert normal.width() >= min(avail.width(), 1180) and normal.height() >= min(avail.height(), 700)
+    again.dataset_page.shutdown()

@@ -37,10 +37,14 @@ from PySide6.QtWidgets import (
 from guitrainer.core.events import StepMetrics
 from guitrainer.ui import start_dirs
 from guitrainer.ui.chart_data import COLUMNS, MetricBuffer, bounds, ema, sticky_range  # noqa: F401 - re-exported
+from guitrainer.ui.elided import ElidedLabel
 
 log = logging.getLogger(__name__)
 
 REDRAW_INTERVAL_MS = 100  # <= 10 Hz
+#: the loss chart, then the three small ones, keep their axes and a few ticks down to these heights
+LOSS_MIN_HEIGHT = 130
+SMALL_MIN_HEIGHT = 96
 MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
 NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
 NO_DATA = "no data yet"
@@ -207,8 +211,6 @@ class TrainingCharts(QWidget):
         self.scale_widget, self.scale_plot = self._plot("GradScaler loss scale (log)", "scale")
         self.scale_plot.setLogMode(x=False, y=True)
 
-        legend = self.loss_plot.addLegend(offset=(-10, 10))
-        legend.setLabelTextColor(self._fg())
         finite = {"connect": "finite"}  # NaN (no value, or an overflowed loss) leaves a gap
         self.loss_curve = self.loss_plot.plot(name="loss", pen=pg.mkPen(QColor(LOSS_COLOR).lighter(150), width=1), **finite)
         self.ema_curve = self.loss_plot.plot(name="smoothed", pen=pg.mkPen(EMA_COLOR, width=2), **finite)
@@ -227,7 +229,9 @@ class TrainingCharts(QWidget):
         sb.setContentsMargins(0, 0, 0, 0)
         sb.setSpacing(0)
         sb.addWidget(self.scale_widget, 1)
-        self.scale_hint = QLabel(SCALE_HINT, wordWrap=True, objectName="scale_hint")
+        self.scale_hint = ElidedLabel(SCALE_HINT, scale_box)
+        self.scale_hint.setObjectName("scale_hint")
+        self.scale_hint.setToolTip(SCALE_HINT)
         self.scale_hint.setStyleSheet("color: palette(placeholder-text); font-size: 8pt;")
         sb.addWidget(self.scale_hint)
         self.scale_cell.addWidget(scale_box)
@@ -236,17 +240,46 @@ class TrainingCharts(QWidget):
         self.no_scaler_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.no_scaler_note.setWordWrap(True)
         self.no_scaler_note.setFrameShape(QFrame.Shape.StyledPanel)
-        self.no_scaler_note.setStyleSheet("color: palette(placeholder-text); padding: 12px;")
+        self.no_scaler_note.setStyleSheet("color: palette(placeholder-text); padding: 4px;")
+        self.no_scaler_note.setToolTip(f"{NO_SCALER_TEXT}: the GradScaler chart is hidden.")
         self.scale_cell.addWidget(self.no_scaler_note)
 
         grid.addWidget(self.loss_widget, 0, 0, 1, 3)
         grid.addWidget(self.lr_widget, 1, 0)
         grid.addWidget(self.scale_cell, 1, 1)
         grid.addWidget(self.sps_widget, 1, 2)
+        # Heights come from the stretch only (3 : 2), never from what a cell's contents would like: a
+        # wrapped note or a plot's size hint must not squeeze the loss chart below its axis labels.
+        self.loss_widget.setMinimumHeight(LOSS_MIN_HEIGHT)
+        for cell in (self.loss_widget, self.lr_widget, self.scale_cell, self.sps_widget, self.no_scaler_note):
+            cell.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT)
         grid.setRowStretch(0, 3)
         grid.setRowStretch(1, 2)
         for column in range(3):
             grid.setColumnStretch(column, 1)
+        self._retitle()
+
+    def _loss_title(self) -> str:
+        """The loss chart's title with its legend (beside the title, never over the curves)."""
+        entries = [("loss", QColor(LOSS_COLOR).lighter(150).name(), "━"), ("smoothed", EMA_COLOR, "━")]
+        if self.class_curve is not None:
+            entries.append(("class loss", CLASS_COLOR, "━"))
+        if self.validation_curve is not None:
+            entries.append(("validation", VALIDATION_COLOR, "●"))
+        keys = "&nbsp;&nbsp;".join(f"<span style='color:{c}'>{mark}</span>&nbsp;{name}" for name, c, mark in entries)
+        return f"Loss&nbsp;&nbsp;&nbsp;{keys}"
+
+    def legend_names(self) -> list[str]:
+        """The series the loss chart's legend names, in order."""
+        names = ["loss", "smoothed"]
+        return names + [n for n, c in (("class loss", self.class_curve), ("validation", self.validation_curve)) if c is not None]
+
+    def _retitle(self) -> None:
+        self._titled_legend = self.legend_names()
+        for plot, title in self._titles.items():
+            title = self._loss_title() if plot is self.loss_plot else title
+            plot.setTitle(title + (f" — {NO_DATA}" if self._titled_empty else ""), color=self._fg().name(), size="9pt")
 
     def _fg(self) -> QColor:
         return self.palette().color(QPalette.ColorRole.WindowText)
@@ -258,7 +291,7 @@ class TrainingCharts(QWidget):
             background=bg, viewBox=FollowViewBox(log_y=key == "scale"), axisItems={"bottom": CountAxis("bottom")}
         )
         w.setObjectName(f"plot_{key}")
-        w.setMinimumHeight(120)
+        w.setMinimumHeight(SMALL_MIN_HEIGHT)
         p = w.getPlotItem()
         self._titles[p] = title
         p.setTitle(f"{title} — {NO_DATA}", color=fg.name(), size="9pt")
@@ -411,10 +444,9 @@ class TrainingCharts(QWidget):
         self._frame()
         self._draw_epoch_lines()
         self._update_readout()
-        if self._titled_empty != (len(buf) == 0):  # empty charts say so instead of showing bare ticks
-            self._titled_empty = len(buf) == 0
-            for plot, title in self._titles.items():
-                plot.setTitle(title + (f" — {NO_DATA}" if self._titled_empty else ""), color=self._fg().name(), size="9pt")
+        if self._titled_empty != (len(buf) == 0) or self._titled_legend != self.legend_names():
+            self._titled_empty = len(buf) == 0  # empty charts say so instead of showing bare ticks
+            self._retitle()
         self.redraw_count += 1
         self.redrawn.emit()
 

@@ -50,6 +50,7 @@ from guitrainer.ui.workspace import (
     first_window_size,
     keep_dataset,
     load_workspace,
+    restored_size,
     save_workspace,
 )
 
@@ -257,7 +258,7 @@ class MainWindow(PresetFileActions, QMainWindow):
     def _restore_state(self) -> None:
         geom = self.settings.value("window/geometry")
         if isinstance(geom, QByteArray | bytes) and geom:
-            self.restoreGeometry(QByteArray(geom))
+            self._restore_geometry(QByteArray(geom))
         else:
             self.resize(first_window_size(self.screen()))
             if first_start_maximized(self.screen()):
@@ -268,6 +269,23 @@ class MainWindow(PresetFileActions, QMainWindow):
         if last:
             self.load_preset(last)
         self._restore_workspace()
+
+    def _restore_geometry(self, geom: QByteArray) -> None:
+        """Last session's window, sensible on this screen: never smaller than the pages need (a size saved
+        on another screen opened 844×510), inside the screen, and maximized again if it was."""
+        self.restoreGeometry(geom)
+        screen = self.screen()
+        avail = screen.availableGeometry() if screen is not None else None
+        size = restored_size(self.normalGeometry().size() if self.isMaximized() else self.size(), avail)
+        if size != self.size() or (avail is not None and not avail.contains(self.frameGeometry())):
+            state = self.windowState()
+            self.setWindowState(Qt.WindowState.WindowNoState)
+            self.resize(size)
+            if avail is not None:
+                self.move(avail.center() - self.rect().center())
+            self.setWindowState(state)
+        if str(self.settings.value("window/maximized", "false")).lower() == "true":
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
 
     def _restore_workspace(self) -> None:
         """The settings and dataset of the last session (saved on quit) come back."""
@@ -451,6 +469,7 @@ class MainWindow(PresetFileActions, QMainWindow):
             self._quit_answered = False
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/maximized", self.isMaximized())
         self._save_workspace()
         self.devices.wait(10_000)  # a probe still importing torch: let it end before the app does
         super().closeEvent(event)

@@ -112,7 +112,11 @@ class ModelPage(Page):
         self.lab_runner: LabRunner | None = None  # tests: a stand-in for the engine's lab
 
         self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
-        self.body.addLayout(two_columns([model_box, self.memory_form], [precision_box]))
+        # The advice goes under the memory savers, where the left column has room: under the device's facts
+        # it made the page scroll at 1366 x 768 as soon as two notes showed (SDXL + fp16: the VAE advice).
+        advice = self.precision_picker.advice_box
+        self.precision_picker.device_column.removeWidget(advice)
+        self.body.addLayout(two_columns([model_box, self.memory_form, advice], [precision_box]))
         self.finish()
 
         self.precision_picker.errors_changed.connect(self._update_errors)

@@ -81,12 +81,10 @@ class OutputPage(Page):
         self._last_run_path = ""
         self._verifying_path = ""
         self._verified_path = ""  # the file the result shown is about
-        self.body.addLayout(
-            two_columns([self._where_box(), self._saving_box()], [self._metadata_box(), self._verify_box()])
-        )
         self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
-        self.body.addWidget(self.save_report_view)
-        self.finish()
+        # the report's table takes the right column's rest (below it, the page scrolled at 1366 x 768)
+        columns = [self._where_box(), self._saving_box(), self._verify_box()], [self._metadata_box(), self.save_report_view]
+        self.body.addLayout(two_columns(*columns, grow=self.save_report_view), 1)
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
         self._refresh_preview()
@@ -161,7 +159,9 @@ class OutputPage(Page):
         box = QGroupBox("About this LoRA (saved in the file)", self)
         form = QFormLayout(box)
         for name in METADATA_FIELDS:
-            self._row(form, f"output.{name}")
+            editor = self._row(form, f"output.{name}")
+            if name == "description":  # three lines (it scrolls past them): the report below gets the room
+                editor.setMaximumHeight(editor.fontMetrics().lineSpacing() * 3 + 12)
         return box
 
     def _verify_box(self) -> QGroupBox:
@@ -292,6 +292,8 @@ class OutputPage(Page):
         self.verify_running = True
         self._verifying_path = path
         self.verify_path.setText(path)
+        if self.verify_button.hasFocus():  # a disabled button hands focus on (to the table): the page jumped
+            self.verify_path.setFocus()
         self.verify_button.setEnabled(False)
         self.verify_result.setText(f"Checking {html.escape(Path(path).name)}… (loading the base model and the file)")
         worker = VerifyWorker(path, self.binding.config.copy().model, self._verifier)

@@ -20,7 +20,7 @@ class Page(QScrollArea):
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         inner = QWidget(self)
         self.body = QVBoxLayout(inner)
-        self.body.setContentsMargins(18, 14, 18, 14)
+        self.body.setContentsMargins(18, 10, 18, 10)
         self.body.setSpacing(10)
         heading = QLabel(f"<h2 style='margin:0'>{self.title}</h2>")
         self.body.addWidget(heading)
@@ -35,15 +35,17 @@ class Page(QScrollArea):
         self.body.addStretch(1)
 
 
-def two_columns(left: list[QWidget], right: list[QWidget]) -> QHBoxLayout:
-    """Group boxes side by side (a wide window uses its width instead of scrolling), each column top-aligned."""
+def two_columns(left: list[QWidget], right: list[QWidget], grow: QWidget | None = None) -> QHBoxLayout:
+    """Group boxes side by side (a wide window uses its width instead of scrolling), each column top-aligned;
+    ``grow`` (one of them) takes the height its column has left instead of an empty stretch."""
     row = QHBoxLayout()
     row.setSpacing(14)
     for widgets in (left, right):
         col = QVBoxLayout()
         col.setSpacing(10)
         for w in widgets:
-            col.addWidget(w)
-        col.addStretch(1)
+            col.addWidget(w, 1 if w is grow else 0)
+        if grow not in widgets:
+            col.addStretch(1)
         row.addLayout(col, 1)
     return row

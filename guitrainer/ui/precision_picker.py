@@ -99,6 +99,18 @@ class _ChoiceGroup(QGroupBox):
         note.setStyleSheet(f"color: {color}; font-weight: 600;" if color else "")
 
 
+#: advice longer than this shows its first sentence until "More…"
+COLLAPSE_OVER = 110
+
+
+def first_sentence(message: str) -> str:
+    """``message`` itself when short, else its first sentence (ending at ". " or ": ")."""
+    if len(message) <= COLLAPSE_OVER:
+        return message
+    ends = [i for i in (message.find(". ", 30), message.find(": ", 30)) if i > 0]
+    return message[: min(ends) + 1] if ends and min(ends) < COLLAPSE_OVER else message
+
+
 class AdviceRow(QFrame):
     """One piece of advice: an icon per level, the message, and a "Use suggested" button."""
 
@@ -120,16 +132,28 @@ class AdviceRow(QFrame):
         icon.setObjectName("advice_icon")
         icon.setPixmap(level_icon(self, advice.level).pixmap(20, 20))
         row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
-        text = html.escape(advice.message)
+        suggested = ""
         if advice.suggestion_text and advice.suggestion:
-            text += f"<br><b>Suggested:</b> {html.escape(advice.suggestion_text)}"
+            suggested = f"<br><b>Suggested:</b> {html.escape(advice.suggestion_text)}"
         elif advice.suggestion_text:
-            text += f"<br><code>{html.escape(advice.suggestion_text)}</code>"
-        self.label = QLabel(text, self)
+            suggested = f"<br><code>{html.escape(advice.suggestion_text)}</code>"
+        # a long message shows its first sentence and "More…" (the whole of it in the tooltip too): a page
+        # of notes must not push the page past 1366 x 768
+        short = first_sentence(advice.message)
+        full = html.escape(advice.message) + suggested
+        brief = suggested if advice.suggestion else ""  # a command shows when expanded ("Copy command" copies it)
+        self._texts = (full, "") if short == advice.message else (
+            f"{html.escape(short)} <a href='more'>More…</a>{brief}", f"{full} <a href='less'>Less</a>"
+        )  # fmt: skip
+        self.label = QLabel(self._texts[0], self)
+        self.label.setToolTip(advice.message if self._texts[1] else "")
+        self.label.linkActivated.connect(self.set_expanded_by_link)
         self.label.setObjectName("advice_text")
         self.label.setWordWrap(True)
         self.label.setTextFormat(Qt.TextFormat.RichText)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
         self.label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self.label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         text_col = QVBoxLayout()
@@ -142,12 +166,25 @@ class AdviceRow(QFrame):
             self.button.setObjectName("use_suggested")
             self.button.setToolTip(advice.suggestion_text)
             self.button.clicked.connect(lambda: apply(advice))
-            text_col.addWidget(self.button, 0, Qt.AlignmentFlag.AlignRight)
+            row.addWidget(self.button, 0, Qt.AlignmentFlag.AlignBottom)  # beside the text: no line of its own
         elif advice.suggestion_text:
             self.button = QPushButton("Copy command", self)
             self.button.setObjectName("copy_suggestion")
+            self.button.setToolTip(advice.suggestion_text)
             self.button.clicked.connect(lambda: QGuiApplication.clipboard().setText(advice.suggestion_text))
-            text_col.addWidget(self.button, 0, Qt.AlignmentFlag.AlignRight)
+            row.addWidget(self.button, 0, Qt.AlignmentFlag.AlignBottom)
+
+    def collapsible(self) -> bool:
+        """The message is long enough to show its first sentence only until "More…"."""
+        return bool(self._texts[1])
+
+    def set_expanded(self, expanded: bool) -> None:
+        """Show the whole message (True) or its first sentence (False)."""
+        if self.collapsible():
+            self.label.setText(self._texts[1] if expanded else self._texts[0])
+
+    def set_expanded_by_link(self, link: str) -> None:
+        self.set_expanded(link == "more")
 
 
 class PrecisionPicker(QWidget):
@@ -216,7 +253,7 @@ class PrecisionPicker(QWidget):
         self.measured_label.setVisible(False)
         dev.addWidget(self.measured_label)
         self.device_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        right = QVBoxLayout()
+        self.device_column = right = QVBoxLayout()  # a page may move the advice out of it (see ModelPage)
         right.setSpacing(8)
         right.addWidget(self.device_box)
         top.addLayout(right, 2)

@@ -85,9 +85,10 @@ class SaveReportView(QGroupBox):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(60)
         for c in range(1, len(COLUMNS)):
             header.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setMinimumHeight(140)
+        self.table.setMinimumHeight(96)  # a header and three rows; it scrolls inside, the page does not
         self.table.hide()
         lay.addWidget(self.table, 1)
 

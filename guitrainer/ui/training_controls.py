@@ -10,13 +10,13 @@ import math
 from collections.abc import Callable
 from enum import Enum
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
-    QSizePolicy,
     QStyle,
     QVBoxLayout,
     QWidget,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.core.events import StepMetrics
 from guitrainer.core.vram import format_bytes
+from guitrainer.ui.elided import ElidedLabel
 
 
 class TrainState(str, Enum):  # noqa: UP042 - the value doubles as the name shown in tests and logs
@@ -58,6 +59,38 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+class ReadableProgressBar(QProgressBar):
+    """A progress bar whose text stays readable over its fill in any style: drawn by itself, centred, in the
+    highlighted-text colour where it lies on the fill and the text colour beside it (Fusion let the fill
+    cover the start of "step 23 / 60")."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        super().setTextVisible(False)  # the style draws the bar only; paintEvent adds the text
+
+    def fill_width(self) -> int:
+        """How many pixels of the bar are filled now."""
+        span = self.maximum() - self.minimum()
+        done = (self.value() - self.minimum()) / span if span > 0 else 0.0
+        return round(self.rect().width() * min(1.0, max(0.0, done)))
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        super().paintEvent(event)
+        text = self.text()
+        if not text:
+            return
+        p = QPainter(self)
+        r = self.rect()
+        shown = self.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, r.width() - 8)
+        split = self.fill_width()
+        pal = self.palette()
+        for clip, role in ((QRect(0, 0, split, r.height()), QPalette.ColorRole.HighlightedText),
+                           (QRect(split, 0, r.width() - split, r.height()), QPalette.ColorRole.Text)):  # fmt: skip
+            p.setClipRect(clip)
+            p.setPen(pal.color(role))
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, shown)
+
+
 class RunControls(QWidget):
     """Train / Pause / Stop, Sample now / Save now, Resume / Open output, the state badge, and a line that
     says why Train is disabled (beside the button, not only in its tooltip)."""
@@ -88,21 +121,18 @@ class RunControls(QWidget):
         self.open_output_button = self._button(
             "Open output folder", "open_output_button", sp.SP_DirOpenIcon, "Show the LoRA files in your file manager."
         )
-        self.blocked_label = QLabel(self)
+        # in the button row's free space, one elided line: saying why Train is off never moves the page
+        self.blocked_label = ElidedLabel("", self)
         self.blocked_label.setObjectName("train_blocked_label")
         self.blocked_label.setStyleSheet("color: #c92a2a;")
-        self.blocked_label.setWordWrap(True)
-        self.blocked_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.blocked_label.hide()
         self.state_badge = QLabel(self)
         self.state_badge.setObjectName("state_badge")
         self.state_badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.state_badge.setMinimumWidth(96)
 
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(2)
-        row = QHBoxLayout()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(6)
         for w in (self.train_button, self.pause_button, self.stop_button):
             row.addWidget(w)
@@ -112,10 +142,9 @@ class RunControls(QWidget):
         row.addSpacing(12)
         row.addWidget(self.resume_state_button)
         row.addWidget(self.open_output_button)
-        row.addStretch(1)
+        row.addSpacing(12)
+        row.addWidget(self.blocked_label, 1)
         row.addWidget(self.state_badge)
-        lay.addLayout(row)
-        lay.addWidget(self.blocked_label)
 
     def _button(self, text: str, name: str, icon: QStyle.StandardPixmap | None, tip: str) -> QPushButton:
         b = QPushButton(text, self)
@@ -138,7 +167,7 @@ class RunControls(QWidget):
         self.train_button.setToolTip(f"Fix this first (Model & Precision page):\n{blocked_by}" if blocked_by else TRAIN_TIP)
         first = blocked_by.splitlines()[0] if blocked_by else ""
         self.blocked_label.setText(f"Train is off until this is fixed on the Model & Precision page: {first}" if first else "")
-        self.blocked_label.setToolTip(blocked_by)
+        self.blocked_label.setToolTip(f"Fix this first (Model & Precision page):\n{blocked_by}" if blocked_by else "")
         self.blocked_label.setVisible(bool(blocked_by) and s not in ACTIVE)
         self.pause_button.setEnabled(live)
         self.pause_button.setText("Resume" if s == TrainState.PAUSED else "Pause")
@@ -165,25 +194,24 @@ class ProgressPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.progress_bar = QProgressBar(self)
+        self.progress_bar = ReadableProgressBar(self)
         self.progress_bar.setObjectName("progress_bar")
         self.progress_bar.setRange(0, 1)
         self.progress_bar.setValue(0)
         self.progress_bar.setFormat("No run yet")
-        self.progress_bar.setTextVisible(True)
         self.progress_bar.setMinimumWidth(260)
-        self.progress_label = QLabel("", self)
+        self.progress_label = ElidedLabel("", self)
         self.progress_label.setObjectName("progress_label")
-        self.status_label = QLabel("Press Train to start.", self)
+        self.status_label = ElidedLabel("Press Train to start.", self)
         self.status_label.setObjectName("status_label")
         self.status_label.setStyleSheet("color: palette(placeholder-text);")
-        self.warning_label = QLabel("", self)
+        self.warning_label = ElidedLabel("", self)
         self.warning_label.setObjectName("warning_label")
         self.warning_label.setStyleSheet("color: #d9480f;")
         self.warning_label.hide()
-        # live texts never widen the page: one line each, clipped, the full text in the tooltip
+        # live texts never widen the page nor change its height: one elided line each, their line kept
+        # while hidden, the full text in the tooltip
         for label in (self.progress_label, self.status_label, self.warning_label):
-            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -193,14 +221,16 @@ class ProgressPanel(QWidget):
         row.addWidget(self.progress_bar, 2)
         row.addWidget(self.progress_label, 3)
         lay.addLayout(row)
-        lay.addWidget(self.status_label)
-        lay.addWidget(self.warning_label)
+        said = QHBoxLayout()  # what happened, and the latest warning: one line for both
+        said.setSpacing(12)
+        said.addWidget(self.status_label, 2)
+        said.addWidget(self.warning_label, 3)
+        lay.addLayout(said)
         self._warnings: list[str] = []
 
     def say(self, text: str) -> None:
         """Show ``text`` in the status line (its tooltip holds it in full when it is clipped)."""
         self.status_label.setText(text)
-        self.status_label.setToolTip(text)
 
     def reset(self, max_steps: int, text: str) -> None:
         """A run begins: an empty bar showing ``text`` until its first step."""

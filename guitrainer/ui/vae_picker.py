@@ -7,8 +7,10 @@ config.json or a .safetensors header only, so it runs on the GUI thread; the wei
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QStyle, QVBoxLayout, QWidget
 
 from guitrainer.core.paths import expand
 from guitrainer.core.vae_choice import vae_summary
@@ -16,6 +18,8 @@ from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, make_editor
 
 PATH = "model.vae"
+#: the line edit's least width: a path's last two or three folders at 1366 px (it was 70 px: "apshots/abc")
+EDIT_MIN_WIDTH = 220
 FILE_FILTER = "VAE (*.safetensors);;All files (*)"
 #: settings whose change can change what the summary says
 WATCHED = (PATH, "model.base", "model.family", "precision.training")
@@ -38,6 +42,9 @@ class VaePicker(QWidget):
         row = QHBoxLayout()
         self.edit = make_editor(binding, PATH, self)
         self.edit.setPlaceholderText("the base model's own")  # type: ignore[attr-defined]
+        # wide enough for a path's last folders (the buttons are icons); the whole path is in the tooltip
+        self.edit.setMinimumWidth(EDIT_MIN_WIDTH)
+        self._edit_tip = self.edit.toolTip()
         row.addWidget(self.edit, 1)
         self.folder_button = QPushButton("Folder…", self)
         self.folder_button.setObjectName("vae_folder")
@@ -51,7 +58,15 @@ class VaePicker(QWidget):
         self.clear_button.setObjectName("vae_clear")
         self.clear_button.setToolTip("Use the base model's own VAE")
         self.clear_button.clicked.connect(lambda: self.binding.set(PATH, ""))
-        for b in (self.folder_button, self.file_button, self.clear_button):
+        style = self.style()
+        for b, icon in (
+            (self.folder_button, QStyle.StandardPixmap.SP_DirOpenIcon),
+            (self.file_button, QStyle.StandardPixmap.SP_FileIcon),
+            (self.clear_button, QStyle.StandardPixmap.SP_DialogResetButton),
+        ):
+            b.setIcon(style.standardIcon(icon))
+            b.setAccessibleName(b.text())
+            b.setText("")  # icons only, their words in the tooltip: the path gets the room
             row.addWidget(b)
         outer.addLayout(row)
         self.status = QLabel(self)
@@ -92,6 +107,10 @@ class VaePicker(QWidget):
 
     def refresh(self) -> None:
         """Say what the chosen VAE is (reads a config.json or a .safetensors header: quick)."""
+        path = str(self.binding.get(PATH) or "")
+        self.edit.setToolTip(f"<b>{html.escape(path)}</b><br>{self._edit_tip}" if path else self._edit_tip)
+        if not self.edit.hasFocus():
+            self.edit.setCursorPosition(len(self.edit.text()))  # the end of a long path shows: the file's name
         level, text = vae_summary(self.binding.config)
         self.status.setText(text)
         self.status.setStyleSheet("color: #c0392b;" if level == "error" else "")

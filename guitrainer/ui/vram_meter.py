@@ -350,7 +350,8 @@ class VramMeter(QWidget):
             )
         if self._breakdown is not None and self._breakdown.device_total:
             items.append("<b>│</b>&nbsp;your GPU")
-        self.legend.setText("&nbsp;&nbsp; ".join(items))
+        # an entry never breaks across lines ("Temporary / workspace"): the legend wraps between entries only
+        self.legend.setText("&nbsp;&nbsp; ".join(f"<span style='white-space:nowrap'>{i}</span>" for i in items))
 
     def _status(self, level: str, b: vram.VramBreakdown) -> str:
         if getattr(self._device, "total_memory", None) is None:

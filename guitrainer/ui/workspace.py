@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QSize
+from PySide6.QtCore import QRect, QSettings, QSize
 from PySide6.QtGui import QScreen
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -89,6 +89,24 @@ def first_start_maximized(screen: QScreen | None) -> bool:
     """First start on a small screen (a 1366×768 laptop): open maximized rather than a window that scrolls."""
     avail = screen.availableGeometry() if screen is not None else None
     return avail is not None and (avail.width() < MAXIMIZE_BELOW.width() or avail.height() < MAXIMIZE_BELOW.height())
+
+
+#: the least window a saved geometry restores to (the pages fit from 1366×768 less a panel up), and the
+#: least share of the available screen it takes: a size saved on another screen never opens tiny
+MIN_RESTORED = QSize(1180, 700)
+MIN_SCREEN_SHARE = 0.7
+
+
+def restored_size(saved: QSize, avail: QRect | None) -> QSize:
+    """The window size for ``saved`` (last session's, perhaps on another screen) on a screen with ``avail``
+    room: at least :data:`MIN_RESTORED` and :data:`MIN_SCREEN_SHARE` of the screen, at most the screen."""
+    if avail is None or avail.isEmpty():
+        return saved.expandedTo(MIN_RESTORED)
+    floor = QSize(
+        min(avail.width(), max(MIN_RESTORED.width(), int(avail.width() * MIN_SCREEN_SHARE))),
+        min(avail.height(), max(MIN_RESTORED.height(), int(avail.height() * MIN_SCREEN_SHARE))),
+    )
+    return saved.expandedTo(floor).boundedTo(avail.size())
 
 
 def keep_dataset(new: TrainingConfig, current: TrainingConfig) -> TrainingConfig:
