@@ -320,9 +320,10 @@ def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     cost = format_bytes(sdxl_vae_fp32_cost(cfg))
     when = ("while the latents are cached (then the VAE is freed)" if cfg.precision.cache_latents
             else "on every step, since latents are not cached")
-    message = (f"SDXL's VAE overflows in fp16 (black or noisy images), so it is kept in fp32 {when}: that costs "
-               f"about {cost} more at {cfg.dataset.resolution} px. The fp16-fixed SDXL VAE ({SDXL_FP16_VAE}) runs "
-               "in fp16 without that cost.")
+    # the cost first: a collapsed note shows the first ~110 characters
+    message = (f"SDXL's VAE stays in fp32 under fp16, costing about {cost} more at {cfg.dataset.resolution} px "
+               f"{when}: in fp16 it overflows (black or noisy images). The fp16-fixed SDXL VAE ({SDXL_FP16_VAE}) "
+               "runs in fp16 without that cost.")
     found = find_fp16_safe_vae(cfg)
     if found:
         yield Advice("info", message + f" It is on this computer: {found}.", {topic: found},

@@ -104,11 +104,15 @@ COLLAPSE_OVER = 110
 
 
 def first_sentence(message: str) -> str:
-    """``message`` itself when short, else its first sentence (ending at ". " or ": ")."""
+    """``message`` itself when short, else its first sentence (ending at ". " or ": "), or when that is long too,
+    its words up to :data:`COLLAPSE_OVER` characters and "…"."""
     if len(message) <= COLLAPSE_OVER:
         return message
     ends = [i for i in (message.find(". ", 30), message.find(": ", 30)) if i > 0]
-    return message[: min(ends) + 1] if ends and min(ends) < COLLAPSE_OVER else message
+    if ends and min(ends) < COLLAPSE_OVER:
+        return message[: min(ends) + 1]
+    cut = message.rfind(" ", 0, COLLAPSE_OVER)
+    return message[: cut if cut > 30 else COLLAPSE_OVER].rstrip(" ,;(") + "…"
 
 
 class AdviceRow(QFrame):
@@ -126,7 +130,7 @@ class AdviceRow(QFrame):
             " border-radius: 6px; }"
         )
         row = QHBoxLayout(self)
-        row.setContentsMargins(8, 6, 8, 6)
+        row.setContentsMargins(8, 4, 8, 4)
         row.setSpacing(8)
         icon = QLabel(self)
         icon.setObjectName("advice_icon")
@@ -134,7 +138,7 @@ class AdviceRow(QFrame):
         row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
         suggested = ""
         if advice.suggestion_text and advice.suggestion:
-            suggested = f"<br><b>Suggested:</b> {html.escape(advice.suggestion_text)}"
+            suggested = f" <b>Suggested:</b> {html.escape(advice.suggestion_text)}"  # inline: a line saved
         elif advice.suggestion_text:
             suggested = f"<br><code>{html.escape(advice.suggestion_text)}</code>"
         # a long message shows its first sentence and "More…" (the whole of it in the tooltip too): a page

@@ -112,10 +112,16 @@ class VaePicker(QWidget):
         if not self.edit.hasFocus():
             self.edit.setCursorPosition(len(self.edit.text()))  # the end of a long path shows: the file's name
         level, text = vae_summary(self.binding.config)
-        self.status.setText(text)
+        self.status.setText(wrappable(text))
         self.status.setStyleSheet("color: #c0392b;" if level == "error" else "")
         problem = level == "error"
         if problem != self._problem or (problem and text != self._problem_text):
             self._problem = problem
             self.problem_changed.emit(problem)  # also when the message changes: the Training page shows it
         self._problem_text = text if problem else ""
+
+
+def wrappable(text: str) -> str:
+    """``text`` with a zero-width space after each path separator, so a long path can wrap in a narrow label."""
+    return text.replace("/", "/\u200b").replace("\\", "\\\u200b")
+
