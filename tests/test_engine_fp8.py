@@ -73,6 +73,7 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
     weights are about half (Linear / Conv weights 1 byte instead of 2; norms, biases of skipped layers and
     embeddings stay 2), and the peak drops by about that much. Without checkpointing the up-cast copies of the
     weights are kept for the backward, so fp8 storage pays off with checkpointing on."""
+    from guitrainer.core import vram
     from guitrainer.engine.memory import measure_training_step
 
     measured = {}
@@ -81,6 +82,10 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
         c.model.family, c.precision.training, c.precision.base_weights = "sd15", "fp16", base
         c.precision.gradient_checkpointing = True
         measured[base] = measure_training_step(c, method="fake")
+        estimate = vram.estimate(c)
+        assert estimate.allocated == pytest.approx(measured[base].peak, rel=0.10), base  # the estimator agrees
+        assert (estimate.get("unet") + estimate.get("text_encoders")) == pytest.approx(
+            measured[base].frozen_weights, rel=0.10)
     auto, fp8 = measured["auto"], measured["fp8"]
     ratio = fp8.frozen_weights / auto.frozen_weights
     print(f"frozen {auto.frozen_weights / 2**20:.0f} -> {fp8.frozen_weights / 2**20:.0f} MiB ({ratio:.3f}); "

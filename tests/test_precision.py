@@ -504,7 +504,7 @@ def test_sdxl_vae_note_states_the_estimators_cost_and_the_fp16_fixed_vae():
 
 
 def test_fp8_base_weights_advice():
-    fp8 = dict(precision__base_weights="fp8")
+    fp8 = dict(precision__base_weights="fp8", precision__gradient_checkpointing=True)
     (mps,) = [a for a in advise(fake_device("m3"), _config("bf16", **fp8)) if a.topic == "precision.base_weights"]
     assert mps.level == "error" and mps.suggestion == {"precision.base_weights": "auto"}
     old = [a for a in advise(fake_device("rtx3060", torch_version="2.0.1"), _config("bf16", **fp8))
@@ -518,6 +518,11 @@ def test_fp8_base_weights_advice():
     assert [a.code for a in gpu] == ["fp8_with_fp32", "fp8_caveat"] and "three quarters" in gpu[1].message
     cpu = [a for a in advise(fake_device("cpu"), _config("fp32", **fp8)) if a.topic == "precision.base_weights"]
     assert [a.code for a in cpu] == ["fp8_caveat"]
+    # without checkpointing the widened copies are kept for the backward pass (tracked: more memory than without fp8)
+    bare = [a for a in advise(fake_device("rtx3060"), _config("bf16", precision__base_weights="fp8",
+                                                               precision__gradient_checkpointing=False))
+            if a.topic == "precision.base_weights"]
+    assert bare[0].code == "fp8_without_checkpointing" and bare[0].suggestion == {"precision.gradient_checkpointing": True}
 
 
 def test_bf16_lora_weights_advice():

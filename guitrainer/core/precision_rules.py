@@ -440,6 +440,11 @@ def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
         # measured fp32 with fp8 weights fastest (bench/RESULTS.md), so nothing is said there
         yield Advice("warning", "fp8 weights widen to fp32 layer by layer here: they save memory, but on this GPU "
                      "fp16 / bf16 AMP with fp8 weights trains faster.", code="fp8_with_fp32", topic=topic)
+    if not cfg.precision.gradient_checkpointing:  # tracked steps: SD 1.5 +644 MiB, SDXL 1024 px +1.0 GiB (RESULTS)
+        yield Advice("warning", "fp8 weights need gradient checkpointing to save memory: without it each layer's "
+                     "widened copy is kept for the backward pass, and the run needs more memory than without fp8.",
+                     {"precision.gradient_checkpointing": True}, suggestion_text="turn gradient checkpointing on",
+                     code="fp8_without_checkpointing", topic=topic)
     width = {"fp32": 4}.get(cfg.precision.training, 2)
     share = "three quarters" if width == 4 else "half"
     yield Advice("info", f"fp8 weights keep the frozen UNet and text encoders in 1 byte per value instead of {width} "

@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from guitrainer.core.device_info import DeviceInfo
+from guitrainer.core.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS  # noqa: F401 - the one table
 from guitrainer.core.units import GiB, MiB, format_bytes
 from guitrainer.core.vae_choice import vae_fp16_safe
 
 if TYPE_CHECKING:  # annotations only: core never imports the config at run time
     from guitrainer.config import TrainingConfig
-
-# which layers each ``network.target_modules`` choice trains: one table, the engine's too
-from guitrainer.core.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +423,8 @@ def estimate(
         parts.append(
             VramPart("vae", f"VAE ({vae_dt})", _blocks(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
+    widened = [_fp8_widening(spec, config, wdt)] if base_dt == "fp8" else []
+    parts += widened
     lora_parts, lora = _lora_parts(spec, config)
     parts += lora_parts
     act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)
@@ -438,7 +438,7 @@ def estimate(
         + "."
     )
     if not p.cache_latents:
-        vae_peak = _vae_encode_bytes(spec, config, vae_w)
+        vae_peak = _vae_encode_bytes(spec, config, vae_w) - sum(w.bytes for w in widened)  # not at the same time
         if vae_peak > act:
             act_tip += " The VAE encoding each batch needs more than the UNet here."
         act = max(act, vae_peak)
@@ -449,6 +449,21 @@ def estimate(
     parts.append(VramPart("slack", "Allocator slack", slack, "Memory the caching allocator reserves but cannot use.", False))
     total_memory = getattr(device, "total_memory", None) if device is not None else None
     return VramBreakdown(tuple(parts), spec.family, int(total_memory) if total_memory else None, tuple(notes))
+
+
+#: the share of the UNet's weights, widened from fp8 to the compute dtype, alive at the peak: with gradient
+#: checkpointing a recomputed block's, kept for its backward; without it every layer's (fp8 then saves nothing).
+#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without
+FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
+
+
+def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> VramPart:
+    ckpt = bool(config.precision.gradient_checkpointing)
+    tip = f"fp8 weights widened to {compute} as layers compute; " + (
+        "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
+        "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
+    size = int(FP8_WIDENED_SHARE[ckpt] * spec.unet * _bytes(compute))
+    return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
 
 
 def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:
