@@ -167,10 +167,10 @@ class OutputPage(Page):
     def _verify_box(self) -> QGroupBox:
         box = QGroupBox("Check a LoRA file", self)
         v = QVBoxLayout(box)
-        hint = QLabel("Reads the file as the programs that use it do, into the base model chosen on the Model page: "
-                      "LoRA and LoCon through diffusers, LoHa, LoKr and DoRA by the merge rules of ComfyUI and "
-                      "A1111/Forge; then compares the outputs with the network as trained, and says which programs "
-                      "read the file.", box)
+        hint = QLabel("Reads the file as the programs that use it do (LoRA / LoCon through diffusers, LoHa / LoKr / "
+                      "DoRA by ComfyUI's and A1111's rules) and compares with the network as trained.", box)
+        hint.setToolTip("Into the base model chosen on the Model page; the verdict also says which programs read "
+                        "the file.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: palette(placeholder-text);")
         v.addWidget(hint)
