@@ -259,3 +259,23 @@ def test_the_bar_charts_name_each_candidate_apart():
     labels = [Candidate(t, b).label for t in ("fp32", "fp16", "bf16") for b in ("auto", "fp8")]
     shorts = [short_label(x) for x in labels]
     assert len(set(shorts)) == len(labels) and "fp16 + fp8" in shorts and all(len(x) <= 10 for x in shorts)
+
+
+def test_six_candidates_with_a_long_status_need_no_sideways_scrolling(qtbot):
+    """The status column stretches and elides (the whole message in its tooltip): the tester had to scroll to it."""
+    from dataclasses import replace
+
+    base = fake_report()
+    failed = CandidateResult(Candidate("fp16", "fp8"), "failed",
+                             reason="RuntimeError: expected scalar type Half but found Float8_e4m3fn " * 3)
+    extra = tuple(replace(r, candidate=Candidate(r.candidate.training, "fp8")) for r in base.results[::2])
+    report = replace(base, results=base.results + extra + (failed,))
+    dialog = PrecisionLabDialog(demo_binding(), runner=fast_runner)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.show_report(report)
+    qtbot.wait(20)
+    assert dialog.table.rowCount() == 6
+    assert dialog.table.horizontalScrollBar().maximum() == 0
+    status = dialog.table.item(5, len(HEADERS))
+    assert "Float8_e4m3fn" in status.toolTip()

@@ -197,7 +197,7 @@ class PrecisionLabDialog(QDialog):
         self._candidates = list(candidates) if candidates is not None else None
         self._worker: LabWorker | None = None
         self.report: LabReport | None = None
-        self.resize(960, 560)
+        self.resize(1120, 600)
 
         outer = QVBoxLayout(self)
         intro = QLabel(
@@ -242,8 +242,12 @@ class PrecisionLabDialog(QDialog):
         self.table.setHorizontalHeaderLabels([titles[0], "", *titles[1:]])  # "Use this" beside the name
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # the status (last) takes what is left and elides: a failure's message is in its tooltip, not a scroll away
+        header.setSectionResizeMode(len(HEADERS), QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         outer.addWidget(self.table, 1)
         self.bars = LabBars(self)
         outer.addWidget(self.bars)
