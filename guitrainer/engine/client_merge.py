@@ -127,7 +127,7 @@ def merge_file(
     merged = 0
     with torch.no_grad():
         for module, parts in grouped(sd).items():
-            name = lora._resolve(module, targets, len(text_encoders))
+            name = lora.resolve_module(module, targets, len(text_encoders))
             if name is None:
                 unread += [f"{module}.{p}" for p in parts]
                 continue

@@ -268,7 +268,7 @@ def kohya_targets(
     return targets
 
 
-def _resolve(module: str, targets: dict[str, object], te_count: int) -> str | None:
+def resolve_module(module: str, targets: dict[str, object], te_count: int) -> str | None:
     """The name in ``targets`` a file's module means, trying other trainers' text-encoder spellings; None if none.
 
     ``targets`` holds both UNet spellings (:func:`kohya_targets`).
@@ -334,7 +334,7 @@ def load_kohya_lora(
         if set(p) - {"lora_down.weight", "lora_up.weight", "alpha"} or "lora_up.weight" not in p:
             odd.append(f"{module} ({', '.join(sorted(p))})")
             continue
-        name = _resolve(module, targets, len(text_encoders))
+        name = resolve_module(module, targets, len(text_encoders))
         if name is None:
             unknown.append(module)
         else:
@@ -398,7 +398,7 @@ def inject_for_file(unet: nn.Module, text_encoders: Sequence[nn.Module], sd: dic
         }
         chosen: dict[str, int] = {}
         for module, r in ranks.items():
-            name = _resolve(module, by_kohya, len(text_encoders))
+            name = resolve_module(module, by_kohya, len(text_encoders))
             if name is not None:
                 chosen[by_kohya[name]] = r
         if not chosen:

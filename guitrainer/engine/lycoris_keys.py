@@ -214,7 +214,7 @@ def load_variant_file(
     weight is the LoRA's). Modules that match no layer are appended to ``skipped``. Raises
     :class:`LoraFormatError` for another network type or other ranks, naming the setting to change.
     """
-    from guitrainer.engine.lora import _resolve
+    from guitrainer.engine.lora import resolve_module
 
     grouped: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in state_dict.items():
@@ -224,7 +224,7 @@ def load_variant_file(
     count = 0
     with torch.no_grad():
         for module, parts in sorted(grouped.items()):
-            name = _resolve(module, targets, len(text_encoders))
+            name = resolve_module(module, targets, len(text_encoders))
             if name is None:
                 if skipped is not None:
                     skipped.append(module)

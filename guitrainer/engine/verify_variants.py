@@ -80,7 +80,7 @@ def rebuild_from_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoder
     targets = lora.kohya_targets(unet, text_encoders, weight_layers)
     found: dict[nn.Module, dict[str, torch.Tensor]] = {}
     for module, parts in grouped(sd).items():
-        name = lora._resolve(module, targets, len(text_encoders))
+        name = lora.resolve_module(module, targets, len(text_encoders))
         if name is not None:
             why = unsupported(parts, targets[name].weight)
             if why:
@@ -113,7 +113,7 @@ def alpha_mismatches(sd: dict[str, torch.Tensor], meta: dict[str, str], unet: nn
     targets = lora.kohya_targets(unet, text_encoders, weight_layers)
     odd = []
     for module, parts in grouped(sd).items():
-        name = lora._resolve(module, targets, len(text_encoders))
+        name = lora.resolve_module(module, targets, len(text_encoders))
         if "alpha" not in parts or name is None:
             continue
         want = conv if variants.is_conv_kernel(targets[name]) else linear
