@@ -57,6 +57,22 @@ def test_a_vae_folder_replaces_the_base_models_own(fixed_vae):
     assert not m.vae.training and not any(p.requires_grad for p in m.vae.parameters())
 
 
+def test_a_hub_id_offline_loads_its_snapshot_also_a_pipeline_repos_vae_folder(tmp_path, monkeypatch):
+    """A hub id given as the VAE loads from the Hugging Face cache offline: a VAE repo (files at its root, as the
+    fp16-fixed SDXL VAE) and a whole pipeline repo (its vae/ folder)."""
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for repo, inner in (("someone/vae-only", ""), ("someone/whole-pipeline", "vae")):
+        reference = demo_like_vae(11, force_upcast=False)
+        snap = tmp_path / "hf" / "hub" / ("models--" + repo.replace("/", "--")) / "snapshots" / "abc"
+        reference.save_pretrained(snap / inner if inner else snap)
+        (snap.parent.parent / "refs").mkdir(parents=True, exist_ok=True)
+        (snap.parent.parent / "refs" / "main").write_text("abc")
+        m = M.load_base_model(ModelConfig(base="demo", vae=repo))
+        assert same_weights(m.vae, reference), repo
+
+
 def test_a_single_vae_file_in_the_original_layout_loads_offline(tmp_path):
     """A1111's kind of VAE file (ldm keys, no config beside it): built from the base's VAE config, same weights."""
     from safetensors.torch import save_file

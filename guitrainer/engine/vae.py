@@ -19,8 +19,9 @@ from guitrainer.engine.models import LoadedModel, ModelLoadError, Progress, mode
 
 log = logging.getLogger(__name__)
 
-#: the files of a diffusers VAE repo (madebyollin/sdxl-vae-fp16-fix keeps them at its root)
-VAE_HUB_PATTERNS = ["config.json", vae_choice.VAE_WEIGHTS]
+#: the files of a diffusers VAE repo (madebyollin/sdxl-vae-fp16-fix keeps them at its root), or of a whole
+#: pipeline repo's VAE (its ``vae/`` folder: only those two files are fetched)
+VAE_HUB_PATTERNS = ["config.json", vae_choice.VAE_WEIGHTS, "vae/config.json", f"vae/{vae_choice.VAE_WEIGHTS}"]
 
 
 def vae_needs_fp32(precision: str, family: str, force_upcast: bool, device_type: str) -> bool:
@@ -89,7 +90,8 @@ def _hub_folder(repo_id: str, offline: bool | None, progress: Progress | None) -
     if not offline:
         return download_model(repo_id, progress, patterns=VAE_HUB_PATTERNS, what="VAE")
     for snap in vae_choice.hub_snapshots(repo_id):
-        if vae_choice.vae_config_folder(snap) is not None and (snap / vae_choice.VAE_WEIGHTS).is_file():
+        found = vae_choice.vae_config_folder(snap)  # the snapshot itself, or a pipeline's vae/
+        if found is not None and (found / vae_choice.VAE_WEIGHTS).is_file():
             return snap
     raise ModelLoadError(
         f"model.vae: could not load the VAE {repo_id!r}: working offline, and it is not in the Hugging Face cache",
