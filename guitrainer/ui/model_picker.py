@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
 from guitrainer.config import field_info
 from guitrainer.core import paths
 from guitrainer.core.checkpoint import PICKLE_SUFFIXES, SINGLE_FILE_SUFFIXES, ModelDetection, detect_model
+from guitrainer.ui import start_dirs
+from guitrainer.ui.app_settings import default_settings
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding, make_editor
 from guitrainer.ui.icons import level_icon
 from guitrainer.ui.workers import call_in_thread
@@ -41,13 +43,6 @@ RECENT_KEY = "recent_models"
 MAX_RECENT = 10
 MODEL_SUFFIXES = SINGLE_FILE_SUFFIXES + PICKLE_SUFFIXES
 FILE_FILTER = "Checkpoints (*.safetensors *.ckpt *.pt *.pth);;All files (*)"
-
-
-def default_settings() -> QSettings:
-    """The app's QSettings once the application has a name; else an INI file in the user data folder."""
-    if QCoreApplication.organizationName():
-        return QSettings()
-    return QSettings(str(paths.user_data_dir() / "settings.ini"), QSettings.Format.IniFormat)
 
 
 def droppable_model_path(path: str) -> str | None:
@@ -238,7 +233,7 @@ class ModelPicker(QWidget):
         current = paths.expand(str(self.binding.get("model.base")))
         if current.exists():
             return str(current if current.is_dir() else current.parent)
-        return str(Path.home())
+        return start_dirs.start_dir("models")
 
     def _set_text(self, text: str) -> None:
         if self.edit.text() != text:

@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from guitrainer.ui.model_picker import default_settings
+from guitrainer.ui.app_settings import default_settings
 
 _KEY = "dialogs/{}"
 _FIRST = {"images": QStandardPaths.StandardLocation.PicturesLocation}
