@@ -107,6 +107,9 @@ def test_save_report_shows_choice_numbers_and_worst_first(qtbot):
     ]
     assert rows[0][1:] == ("256", "1.5e5", "4", "0", "0")
     assert rows[1][4:] == ("12", "30")
+    # short headers (the tensor's name keeps its room at 1366 px), each explained in its tooltip
+    tips = [view.table.horizontalHeaderItem(c).toolTip() for c in range(view.table.columnCount())]
+    assert all(tips) and "infinite" in tips[3] and "zero" in tips[4] and "subnormals" in tips[5]
 
 
 def test_save_report_sorts_by_number_when_a_header_is_clicked(qtbot):

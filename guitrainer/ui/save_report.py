@@ -26,7 +26,12 @@ from PySide6.QtWidgets import (
 
 from guitrainer.core.numerics import SaveReport, TensorFinding, format_value
 
-COLUMNS = ("Tensor", "Values", "Largest |v|", "Over 65,504", "Become zero", "Become subnormal")
+COLUMNS = ("Tensor", "Values", "Largest |v|", "> 65,504", "→ 0", "→ subnormal")
+#: what each short header means (its tooltip)
+COLUMN_TIPS = ("The LoRA tensor", "How many values it holds", "Its largest magnitude",
+               "Values beyond fp16's largest (65,504): they would become infinite",
+               "Values too small for fp16 even as subnormals: they would become zero",
+               "Values fp16 keeps only as subnormals, with fewer significant bits")
 OK_COLOR = "#2b8a3e"
 WARN_COLOR = "#e8590c"
 BAD_COLOR = "#e03131"
@@ -80,6 +85,8 @@ class SaveReportView(QGroupBox):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("save_report_table")
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        for c, tip in enumerate(COLUMN_TIPS):  # short headers leave the tensor's name its room at 1366 px
+            self.table.horizontalHeaderItem(c).setToolTip(tip)
         self.table.verticalHeader().hide()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
