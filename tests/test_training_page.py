@@ -568,7 +568,7 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
         qtbot.mouseClick(box.findChild(object, "train_more_button"), Qt.MouseButton.LeftButton)
     second = blocker.args[0]
-    assert page.binding.get("schedule.epochs") == 2
+    assert page.binding.get("schedule.epochs") == 1  # the run trained on; the user's settings are untouched
     assert second.status == "finished" and second.steps > first.steps  # it trained on, from the saved state
     assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
     assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
@@ -601,6 +601,19 @@ def test_samples_tab_says_when_sampling_is_off(qtbot, make_page):
     assert page.gallery.empty_text == "Samples appear here every 50 steps while training."
     page.tabs.setCurrentWidget(page.gallery)
     assert page.gallery.grab().toImage() is not None  # paints the text without error
+
+
+def test_a_blocking_problem_stops_every_way_of_starting(qtbot, make_page, tmp_path):
+    """Train was off, yet Resume from last state and Train more started a run past the problem."""
+    page = make_page(factory=fake_factory(steps=1))
+    page.last_state_path = str(tmp_path / "demo_lora_state")
+    page._apply_state()
+    assert page.resume_state_button.isEnabled()
+    page.set_blocking_errors("The LoRA to continue from is a LoRA file, but Network type is LoKr.")
+    assert not page.train_button.isEnabled() and not page.resume_state_button.isEnabled()
+    page.start(resume_from=str(tmp_path / "demo_lora_state"))  # what Train more ends in
+    assert page.worker is None and "Fix this first on the Model & Precision page" in page.status_label.toolTip() + \
+        page.status_label.text()
 
 
 def test_why_train_is_off_shows_beside_the_button(qtbot, make_page):

@@ -181,7 +181,7 @@ class RunControls(QWidget):
             else "Add sample prompts (Samples settings) before the run to make samples."
         )
         self.save_button.setEnabled(live)
-        self.resume_state_button.setEnabled(s not in ACTIVE and has_state)
+        self.resume_state_button.setEnabled(s not in ACTIVE and has_state and not blocked_by)
         text, color = STATE_TEXT[s]
         self.state_badge.setText(text)
         self.state_badge.setStyleSheet(

@@ -116,7 +116,8 @@ def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callabl
     """"The last run is complete" and a choice of more epochs (opened); ``answered(more_epochs)`` on yes."""
     dlg = QDialog(parent)
     dlg.setObjectName("finished_run_box")
-    dlg.setWindowTitle("The last run is complete")
+    dlg.setWindowTitle("Run complete")
+    dlg.setMinimumWidth(440)
     lay = QVBoxLayout(dlg)
     text = QLabel(
         f"The last run is complete: it trained all its {steps} steps ({epochs} epoch{'s' if epochs != 1 else ''}). "
@@ -131,7 +132,8 @@ def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callabl
     spin.setObjectName("more_epochs")
     spin.setRange(1, 1000)
     spin.setValue(max(1, epochs // 2))
-    spin.setSuffix(" more epochs")
+    spin.valueChanged.connect(lambda n: spin.setSuffix(" more epoch" if n == 1 else " more epochs"))
+    spin.setSuffix(" more epoch" if spin.value() == 1 else " more epochs")
     row.addWidget(spin)
     row.addStretch(1)
     lay.addLayout(row)

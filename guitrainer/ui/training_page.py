@@ -113,7 +113,6 @@ class TrainingPage(Page):
         self._rate_origin: tuple[float, int] | None = None  # (time, step) the step rate is measured from
         self._steps_seen = 0
         self._pending_config: TrainingConfig | None = None
-        self._pending_changes: dict[str, Any] = {}
         self._cancel_start = False
         self._build()
         self._charts_timer = QTimer(self)
@@ -297,15 +296,17 @@ class TrainingPage(Page):
     # ------------------------------------------------------------------ start
     def start(self, resume_from: str | None = None, changes: dict[str, Any] | None = None) -> None:
         """Check the settings, then train a copy of them (``resume_from``: a state folder to continue), with
-        ``changes`` (setting -> value) that reach the settings only once the run launches. Problems are listed
-        in a dialog; a memory estimate above the GPU's memory asks first."""
+        ``changes`` (setting -> value) made to that copy only: the user's settings stay as they are. Problems
+        are listed in a dialog; a memory estimate above the GPU's memory asks first."""
         if self.is_active:
+            return
+        if self._blocked_by:  # no way past a blocking problem: Train, Resume and Train more alike
+            self._say(f"Fix this first on the Model & Precision page: {self._blocked_by.splitlines()[0]}")
             return
         self._cancel_start = False
         cfg = self.binding.config.copy()
         for key, value in (changes or {}).items():
             cfg.set(key, value)
-        self._pending_changes = dict(changes or {})
         cfg.schedule.resume_from = resume_from or ""
         self._set_state(TrainState.CHECKING)
         self._say("Checking the settings…")
@@ -355,9 +356,6 @@ class TrainingPage(Page):
         self._launch(cfg)
 
     def _launch(self, cfg: TrainingConfig) -> None:
-        changes, self._pending_changes = self._pending_changes, {}
-        for key, value in changes.items():  # the run goes ahead: the settings show what it trains
-            self.binding.set(key, value)
         resuming = bool(cfg.schedule.resume_from)
         charts = self.charts
         saved = read_saved_run(cfg.schedule.resume_from) if resuming else None
@@ -401,7 +399,7 @@ class TrainingPage(Page):
         self.start(resume_from=path)
 
     def _train_more(self, saved: SavedRun, more_epochs: int) -> None:
-        """Resume a complete run with ``more_epochs`` epochs added to its schedule (set only if it starts)."""
+        """Resume a complete run with ``more_epochs`` epochs added to its schedule (the run's, not the settings')."""
         s = self.binding.config.schedule
         changes = saved.schedule_for_more(more_epochs, s.epochs, s.max_steps)
         self._say(f"Training {more_epochs} more epoch{'s' if more_epochs != 1 else ''} from the saved state…")
