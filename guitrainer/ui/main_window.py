@@ -38,7 +38,7 @@ from guitrainer import APP_NAME, __version__
 from guitrainer.config import ConfigError, TrainingConfig
 from guitrainer.core import paths
 from guitrainer.presets import DEFAULT_PRESET, PresetStore
-from guitrainer.ui import start_dirs
+from guitrainer.ui import start_dirs, wheel_guard
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.drops import local_paths
 from guitrainer.ui.preset_files import PresetFileActions
@@ -67,6 +67,7 @@ class MainWindow(PresetFileActions, QMainWindow):
     def __init__(self, store: PresetStore | None = None, settings: QSettings | None = None):
         super().__init__()
         self.settings = settings or QSettings()
+        wheel_guard.install()  # the wheel scrolls pages; it changes a setting only once focused
         self.store = store or PresetStore()
         self.binding = ConfigBinding(TrainingConfig(), self)
         self.current_preset: str = ""
