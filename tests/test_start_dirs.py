@@ -125,3 +125,21 @@ def test_a_setting_not_made_yet_opens_the_nearest_folder_that_exists(qtbot, sett
     qtbot.mouseClick(browse, Qt.MouseButton.LeftButton)
     assert opened[-1] == str(home / "guitrainer" / "output")
     assert start_dirs.start_near("madebyollin/sdxl-vae-fp16-fix", "models") == str(home)  # a hub id: the usual
+
+
+def test_continue_from_lora_first_opens_where_the_app_writes_loras(qtbot, settings, home, monkeypatch, tmp_path):
+    from guitrainer.ui.init_lora_row import InitLoraRow
+
+    out = home / "guitrainer" / "output"
+    out.mkdir(parents=True)
+    opened: list[str] = []
+    answer = str(tmp_path / "elsewhere" / "old.safetensors")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        staticmethod(lambda _p, _t, start="", *a, **k: (opened.append(start) or answer, "")))
+    row = InitLoraRow(ConfigBinding(TrainingConfig()))
+    qtbot.addWidget(row)
+    qtbot.mouseClick(row.file_button, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(out)  # the first time: ~/guitrainer/output, the default output folder
+    (tmp_path / "elsewhere").mkdir()
+    qtbot.mouseClick(row.file_button, Qt.MouseButton.LeftButton)
+    assert opened[-1] == str(tmp_path / "elsewhere")  # then where the last one was chosen

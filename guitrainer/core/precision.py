@@ -112,7 +112,8 @@ def save_overflow_advice(report: Sequence[str] | Mapping[str, float], *, max_nam
         peak = f" (largest {top:.4g})"
     return Advice(
         "error",
-        f"{len(names)} tensor{'s' if len(names) != 1 else ''} of the LoRA hold values beyond fp16's ±{FP16_MAX:g}{peak}: "
+        f"{len(names)} tensor{'s' if len(names) != 1 else ''} of the LoRA {'hold' if len(names) != 1 else 'holds'} "
+        f"values beyond fp16's ±{FP16_MAX:g}{peak}: "
         f"{shown}. Saved as fp16 they would become infinite and break the LoRA. bf16 or fp32 keep them.",
         {"precision.save": "bf16"},
         suggestion_text="save as bf16 (or fp32)",

@@ -5,7 +5,7 @@ reads the file's header only, so it runs on the GUI thread)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from guitrainer.core.init_lora import init_lora_problem
 from guitrainer.ui import start_dirs
@@ -52,7 +52,10 @@ class InitLoraRow(QWidget):
         self.refresh()
 
     def browse(self) -> None:
-        path = start_dirs.choose_file(self, "LoRA to continue from", "output", "LoRA (*.safetensors)")
+        # the folder last chosen from, else (the first time) where this app writes its LoRAs
+        start = start_dirs.remembered("lora_files") or start_dirs.start_near(str(self.binding.get("output.folder")), "")
+        path, _ = QFileDialog.getOpenFileName(self, "LoRA to continue from", start, "LoRA (*.safetensors)")
+        start_dirs.remember("lora_files", path)
         if path:
             self.binding.set(PATH, path)
 

@@ -136,6 +136,7 @@ class OutputPage(Page):
         self.advice_label.setStyleSheet("color: #b3261e;")
         self.advice_button = QPushButton("Save as bf16", box)
         self.advice_button.setObjectName("apply_save_advice")
+        self.advice_button.setToolTip("Sets Save precision for the next saves; the file already written stays as it is")
         self.advice_button.clicked.connect(self._apply_advice)
         adv = QWidget(box)
         v = QVBoxLayout(adv)

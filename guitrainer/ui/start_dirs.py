@@ -18,11 +18,16 @@ _KEY = "dialogs/{}"
 _FIRST = {"images": QStandardPaths.StandardLocation.PicturesLocation}
 
 
+def remembered(kind: str, settings: QSettings | None = None) -> str | None:
+    """The folder last used for ``kind``, when there is one and it still exists."""
+    last = (settings or default_settings()).value(_KEY.format(kind), "", type=str)
+    return last if last and Path(last).is_dir() else None
+
+
 def start_dir(kind: str, settings: QSettings | None = None) -> str:
     """The folder a dialog for ``kind`` opens in: the last one used that still exists, else the usual place."""
-    settings = settings or default_settings()
-    last = settings.value(_KEY.format(kind), "", type=str)
-    if last and Path(last).is_dir():
+    last = remembered(kind, settings)
+    if last:
         return last
     location = _FIRST.get(kind, QStandardPaths.StandardLocation.HomeLocation)
     usual = QStandardPaths.writableLocation(location)
