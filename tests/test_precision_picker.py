@@ -135,3 +135,17 @@ def test_a_choice_with_a_caveat_says_it_beside_the_choice(qtbot, binding):
         note = w.training_group.notes[value]
         assert note.text() and note.text() != "see the note" and note.isVisibleTo(w)
         assert "Turing" in note.toolTip() and "NaN" in note.text()  # the gist beside, the whole caveat on hover
+
+
+def test_a_collapsed_note_ends_on_a_sentence_or_an_ellipsis_never_a_colon():
+    from guitrainer.ui.precision_picker import COLLAPSE_OVER, first_sentence
+
+    colon = "fp8 weights need gradient checkpointing to save memory: without it each layer's widened copy is kept."
+    long = colon + " More words follow here to make it long enough."
+    assert first_sentence(long) == "fp8 weights need gradient checkpointing to save memory…"
+    sentence = "Keeping SDXL's VAE in fp32 costs about 1.4 GB. " + "More text " * 20
+    assert first_sentence(sentence) == "Keeping SDXL's VAE in fp32 costs about 1.4 GB."
+    words = "SDXL's VAE stays in fp32 under fp16, costing about 160 MB more at 64 px on every step, since " * 3
+    short = first_sentence(words)
+    assert short.endswith("…") and len(short) <= COLLAPSE_OVER + 1 and "160 MB" in short
+    assert first_sentence("Short.") == "Short."

@@ -135,7 +135,8 @@ def _precision_items(device: DeviceInfo) -> list[EnvItem]:
         items.append(EnvItem("SDXL fp16 VAE", f"{vae_choice.FP16_FIX_REPO}, in the Hugging Face cache"))
     else:
         items.append(EnvItem("SDXL fp16 VAE", "not downloaded", "info",
-                             "Only for SDXL in fp16 (it saves up to about 1.4 GB): " + vae_choice.FP16_FIX_DOWNLOAD))
+                             "Only for SDXL in fp16: it saves up to about 1.4 GB (1024 px, latents not cached; the "
+                             "Model page says the cost for your settings). " + vae_choice.FP16_FIX_DOWNLOAD))
     return items
 
 

@@ -110,7 +110,8 @@ def first_sentence(message: str) -> str:
         return message
     ends = [i for i in (message.find(". ", 30), message.find(": ", 30)) if i > 0]
     if ends and min(ends) < COLLAPSE_OVER:
-        return message[: min(ends) + 1]
+        cut = message[: min(ends) + 1]
+        return cut[:-1] + "…" if cut.endswith(":") else cut  # not "…to save memory: More…"
     cut = message.rfind(" ", 0, COLLAPSE_OVER)
     return message[: cut if cut > 30 else COLLAPSE_OVER].rstrip(" ,;(") + "…"
 
