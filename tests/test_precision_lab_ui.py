@@ -279,3 +279,18 @@ def test_six_candidates_with_a_long_status_need_no_sideways_scrolling(qtbot):
     assert dialog.table.horizontalScrollBar().maximum() == 0
     status = dialog.table.item(5, len(HEADERS))
     assert "Float8_e4m3fn" in status.toolTip()
+
+
+def test_the_lab_window_has_a_close_button_that_cancels_a_running_measurement(qtbot):
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    dialog = PrecisionLabDialog(demo_binding(), runner=fast_runner)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    box = dialog.findChild(QDialogButtonBox)
+    close = box.button(QDialogButtonBox.StandardButton.Close)
+    assert close is not None and close.isVisible()
+    cancelled = []
+    dialog.cancel = lambda: cancelled.append(True)  # type: ignore[method-assign]
+    qtbot.mouseClick(close, Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible() and cancelled

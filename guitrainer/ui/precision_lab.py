@@ -17,6 +17,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QColor, QFont, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QDialog,
+    QDialogButtonBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -260,6 +261,9 @@ class PrecisionLabDialog(QDialog):
         self.recommendation.setObjectName("lab_recommendation")
         self.recommendation.setWordWrap(True)
         outer.addWidget(self.recommendation)
+        closing = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        closing.rejected.connect(self.close)  # closing while measuring cancels (closeEvent)
+        outer.addWidget(closing)
 
     # ------------------------------------------------------------------ running
     def running(self) -> bool:
