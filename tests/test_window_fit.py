@@ -267,3 +267,108 @@ def test_a_window_saved_tiny_and_maximized_opens_usable(qtbot, tmp_path):
     normal = again.normalGeometry().size() if again.normalGeometry().isValid() else again.size()
     assert normal.width() >= min(avail.width(), 1180) and normal.height() >= min(avail.height(), 700)
     again.dataset_page.shutdown()
+
+
+# ---------------------------------------------------------------------------- the second tester's layout issues
+
+
+def _text_rects(axis):  # noqa: ANN001, ANN202
+    """The tick labels an axis would draw now, as rectangles."""
+    from PySide6.QtGui import QImage, QPainter
+
+    img = QImage(10, 10, QImage.Format.Format_ARGB32)
+    p = QPainter(img)
+    try:
+        specs = axis.generateDrawSpecs(p)
+    finally:
+        p.end()
+    return [rect for rect, _flags, text in (specs[2] if specs else []) if text]
+
+
+def _axis_whole(plot, widget, side: str) -> bool:  # noqa: ANN001
+    """The axis (line, ticks and labels) lies inside its plot widget: nothing of it is cut off."""
+    r = plot.getAxis(side).sceneBoundingRect()
+    return r.top() >= 0 and r.bottom() <= widget.height() + 0.5 and r.left() >= 0 and r.right() <= widget.width() + 0.5
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_a_run_moves_nothing_on_the_training_page_and_the_charts_keep_their_axes(qtbot, tmp_path, monkeypatch, precision):
+    """Issue: pressing Train shrank the loss chart from ~158 to ~110 px (the Numerics tab's size hint grew the
+    tabs), cutting its x labels; the GradScaler chart overlapped its note; the readout hid behind Export CSV;
+    the x axis ran to 11 for a 9-step run."""
+    from helpers.doubles import fake_factory
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    w.binding.set("precision.training", precision)
+    page = w.training_page
+    _show(qtbot, w, page)
+    qtbot.waitUntil(lambda: page._charts is not None)
+    charts = page.charts
+    cells = [charts.loss_widget, charts.lr_widget, charts.scale_cell, charts.sps_widget, page.tabs]
+    qtbot.wait(30)
+    before = [c.mapTo(page, c.rect().topLeft()) for c in cells], [c.size() for c in cells]
+    meter = w.vram_meter.height()
+    page.trainer_factory = fake_factory(steps=9)
+    page.start()
+    qtbot.waitUntil(lambda: not page.is_active, timeout=20000)
+    charts.redraw()
+    qtbot.wait(50)
+    after = [c.mapTo(page, c.rect().topLeft()) for c in cells], [c.size() for c in cells]
+    assert after == before, "a run moved or resized the charts"
+    assert w.vram_meter.height() == meter
+    _fits(page, f"Training after a {precision} run")
+    rects = [c.geometry() for c in cells[:4]]
+    for i, a in enumerate(rects):
+        assert a.height() >= cells[i].minimumHeight() > 0, f"{cells[i].objectName()} squeezed below its minimum"
+        for b in rects[i + 1 :]:
+            assert not a.intersects(b), "two charts overlap"
+    for plot, widget in ((charts.loss_plot, charts.loss_widget), (charts.lr_plot, charts.lr_widget)):
+        assert _axis_whole(plot, widget, "bottom") and _axis_whole(plot, widget, "left"), f"{widget.objectName()} axis cut"
+    if precision == "fp16":
+        scale = charts.scale_widget.geometry()
+        assert charts.scale_hint.geometry().top() >= scale.bottom(), "the note sits on the scale chart's axis"
+        assert _axis_whole(charts.scale_plot, charts.scale_widget, "bottom")
+    assert charts.loss_plot.getViewBox().viewRange()[0] == pytest.approx([0.0, 9.0]), "the x axis runs past the run"
+    r = charts.readout
+    assert not r.elided(), f"the readout is cut: {r.text()} ({r.width()} px)"
+    w.dataset_page.shutdown()
+
+
+def test_a_new_run_clears_the_last_runs_axes_and_the_empty_scale_axis_is_readable(qtbot, tmp_path, monkeypatch):
+    from guitrainer.core.events import StepMetrics
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    w.binding.set("precision.training", "fp16")
+    page = w.training_page
+    _show(qtbot, w, page)
+    qtbot.waitUntil(lambda: page._charts is not None)
+    charts = page.charts
+    qtbot.wait(30)
+    labels = _text_rects(charts.scale_plot.getAxis("left"))
+    assert 2 <= len(labels) <= 5, f"{len(labels)} labels on the empty scale axis"
+    for i, a in enumerate(labels):
+        assert not any(a.intersects(b) for b in labels[i + 1 :]), "the empty scale axis' labels overlap"
+    for s in range(1, 7):
+        charts.add(StepMetrics(step=s, total_steps=6, epoch=1, loss=0.3, lr=1e-3, grad_scale=65536.0, skipped=False,
+                               seconds_per_step=0.3, images_per_second=3.0))  # fmt: skip
+    charts.redraw()
+    assert charts.loss_plot.getViewBox().viewRange()[0] == pytest.approx([0.0, 6.0]), "6 steps, the axis ends at 6"
+    charts.clear(40)  # what Train does before "Loading the model…"
+    for plot in (charts.loss_plot, charts.lr_plot, charts.sps_plot, charts.scale_plot):
+        assert plot.getViewBox().viewRange()[0] == pytest.approx([0.0, 40.0]), "the last run's axes stayed"
+    assert charts.lr_plot.getViewBox().viewRange()[1] == pytest.approx([0.0, 1.0])
+    w.dataset_page.shutdown()
+
+
+def test_the_vram_savers_row_keeps_its_height(qtbot, tmp_path, monkeypatch):
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    meter = w.vram_meter
+    heights = {}
+    for precision in ("fp16", "fp32", "bf16", "fp32"):
+        w.binding.set("precision.training", precision)
+        meter.refresh()
+        qtbot.wait(30)
+        heights[(precision, bool(meter.hint_buttons()))] = meter.height()
+    assert {has for _p, has in heights} == {True, False}, f"no setting both showed and hid the savers: {heights}"
+    assert len(set(heights.values())) == 1, f"the VRAM bar changes height with its savers: {heights}"
+    w.dataset_page.shutdown()

@@ -45,6 +45,8 @@ REDRAW_INTERVAL_MS = 100  # <= 10 Hz
 #: the loss chart, then the three small ones, keep their axes and a few ticks down to these heights
 LOSS_MIN_HEIGHT = 130
 SMALL_MIN_HEIGHT = 96
+#: the empty GradScaler chart's y range, log10: 1e3 … 1e6 frames the usual start (2^16) with a few whole ticks
+EMPTY_SCALE_RANGE = (3.0, 6.0)
 MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
 NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
 NO_DATA = "no data yet"
@@ -124,6 +126,15 @@ class FollowViewBox(pg.ViewBox):
             self.setRange(xRange=nx, yRange=ny, padding=0, disableAutoRange=False)
 
 
+def _loose_title(plot: pg.PlotItem) -> None:
+    """A title never widens its plot: a plot item wider than its view (the empty title asked for 315 px in a
+    268 px cell at 1366 px) is drawn cut off on the right, axis labels included."""
+    label = plot.titleLabel
+    label.setMinimumWidth(0)
+    label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])  # noqa: SLF001
+    label.updateGeometry()
+
+
 class TrainingCharts(QWidget):
     """Four linked plots fed with :class:`StepMetrics`; see the module docstring for the redraw rules."""
 
@@ -144,6 +155,7 @@ class TrainingCharts(QWidget):
         self._has_class_loss = False
         self._has_validation = False
         self._scaler_visible = True
+        self._total_steps = 0  # the run's length: the x axes end there
         self._titles: dict[pg.PlotItem, str] = {}
         self._titled_empty = True
         self.redraw_count = 0
@@ -169,7 +181,7 @@ class TrainingCharts(QWidget):
         self.smoothing_slider = QSlider(Qt.Orientation.Horizontal)
         self.smoothing_slider.setObjectName("smoothing_slider")
         self.smoothing_slider.setRange(0, 99)
-        self.smoothing_slider.setFixedWidth(140)
+        self.smoothing_slider.setFixedWidth(100)
         self.smoothing_slider.setToolTip("How strongly the orange loss curve is smoothed (exponential moving average).")
         self.smoothing_spin = QDoubleSpinBox()
         self.smoothing_spin.setObjectName("smoothing_spin")
@@ -183,20 +195,21 @@ class TrainingCharts(QWidget):
         self.smoothing_spin.valueChanged.connect(self.set_smoothing)
         bar.addWidget(self.smoothing_slider)
         bar.addWidget(self.smoothing_spin)
-        bar.addSpacing(12)
-        self.readout = QLabel("No data yet")
+        bar.addSpacing(6)
+        self.readout = ElidedLabel("No data yet")  # never widens the charts; cut short, the whole line on hover
         self.readout.setObjectName("chart_readout")
         self.readout.setStyleSheet("color: palette(placeholder-text);")
-        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the charts
         bar.addWidget(self.readout, 1)
-        self.csv_button = QPushButton("Export CSV…")
-        self.csv_button.setToolTip("Save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
+        # short buttons: the readout's last value (the loss scale) must fit beside them at 1366 px
+        self.csv_button = QPushButton("CSV…")
+        self.csv_button.setToolTip("Export: save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
         self.csv_button.clicked.connect(self._export_csv_dialog)
-        self.png_button = QPushButton("Export PNG…")
-        self.png_button.setToolTip("Save the charts as an image.")
+        self.png_button = QPushButton("PNG…")
+        self.png_button.setToolTip("Export: save the charts as an image.")
         self.png_button.clicked.connect(self._export_png_dialog)
-        bar.addWidget(self.csv_button)
-        bar.addWidget(self.png_button)
+        for b in (self.csv_button, self.png_button):
+            b.setFixedWidth(b.fontMetrics().horizontalAdvance(b.text()) + 28)  # not the style's 80 px minimum
+            bar.addWidget(b)
         return bar
 
     def _build_plots(self) -> None:
@@ -253,12 +266,22 @@ class TrainingCharts(QWidget):
         self.loss_widget.setMinimumHeight(LOSS_MIN_HEIGHT)
         for cell in (self.loss_widget, self.lr_widget, self.scale_cell, self.sps_widget, self.no_scaler_note):
             cell.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT)
+        # the scale plot keeps a small chart's height and its one-line note goes under it: never squeezed onto its axis
+        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT + self.scale_hint.sizeHint().height())
         grid.setRowStretch(0, 3)
         grid.setRowStretch(1, 2)
         for column in range(3):
             grid.setColumnStretch(column, 1)
         self._retitle()
+        self._reset_views()
+
+    def _reset_views(self) -> None:
+        """Empty axes: steps 0 … the run's length, 0 … 1, and a few whole decades on the log scale axis."""
+        for plot in (self.loss_plot, self.lr_plot, self.sps_plot, self.scale_plot):
+            vb = plot.getViewBox()
+            vb.following = True
+            y = EMPTY_SCALE_RANGE if plot is self.scale_plot else (0.0, 1.0)
+            vb.setRange(xRange=(0.0, float(self._total_steps or 1)), yRange=y, padding=0, disableAutoRange=False)
 
     def _loss_title(self) -> str:
         """The loss chart's title with its legend (beside the title, never over the curves)."""
@@ -280,6 +303,7 @@ class TrainingCharts(QWidget):
         for plot, title in self._titles.items():
             title = self._loss_title() if plot is self.loss_plot else title
             plot.setTitle(title + (f" — {NO_DATA}" if self._titled_empty else ""), color=self._fg().name(), size="9pt")
+            _loose_title(plot)
 
     def _fg(self) -> QColor:
         return self.palette().color(QPalette.ColorRole.WindowText)
@@ -295,6 +319,9 @@ class TrainingCharts(QWidget):
         p = w.getPlotItem()
         self._titles[p] = title
         p.setTitle(f"{title} — {NO_DATA}", color=fg.name(), size="9pt")
+        p.layout.removeItem(p.titleLabel)
+        p.layout.addItem(p.titleLabel, 0, 0, 1, 3)  # over the left axis too: the whole width for the words
+        _loose_title(p)
         # No grid: pyqtgraph draws it with the axes, which would then repaint with every new point.
         p.setDownsampling(auto=True, mode="peak")
         p.setClipToView(True)
@@ -319,6 +346,7 @@ class TrainingCharts(QWidget):
         if self._last_epoch is not None and m.epoch != self._last_epoch:
             self._boundaries.append(m.step - 0.5)
         self._last_epoch = m.epoch
+        self._total_steps = max(int(m.total_steps or 0), self._total_steps)
         scale = math.nan if m.grad_scale is None else float(m.grad_scale)
         if m.class_loss is not None:
             self._has_class_loss = True
@@ -348,9 +376,10 @@ class TrainingCharts(QWidget):
         if not self._timer.isActive():
             self._timer.start()
 
-    def clear(self) -> None:
-        """Forget every point (a new run)."""
+    def clear(self, total_steps: int = 0) -> None:
+        """Forget every point and the last run's axes (a new run of ``total_steps``, when known)."""
         self.buffer.clear()
+        self._total_steps = max(0, int(total_steps))
         self._ema_state = (0.0, 0)
         self._last_epoch = None
         self._boundaries.clear()
@@ -369,6 +398,7 @@ class TrainingCharts(QWidget):
             self.validation_curve = None
         self._dirty = True
         self.redraw()
+        self._reset_views()
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -469,8 +499,9 @@ class TrainingCharts(QWidget):
         """Keep the data in view (plots the user has not panned or zoomed); all plots show the same steps."""
         col = self.buffer.column
         x = bounds(col("step"))
-        lead = self.loss_plot.getViewBox()
-        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss"), col("validation_loss")))
+        whole = (0.0, max(float(self._total_steps), x[1])) if x is not None and self._total_steps else None
+        lead = self.loss_plot.getViewBox()  # the x axes end at the run's last step, not a step beyond
+        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss"), col("validation_loss")), x_exact=whole)
         same_x = tuple(lead.viewRange()[0]) if lead.following else None
         self.lr_plot.getViewBox().follow(x, bounds(col("lr")), x_exact=same_x)
         self.sps_plot.getViewBox().follow(x, bounds(col("seconds_per_step")), x_exact=same_x)
