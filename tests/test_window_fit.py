@@ -372,3 +372,82 @@ def test_the_vram_savers_row_keeps_its_height(qtbot, tmp_path, monkeypatch):
     assert {has for _p, has in heights} == {True, False}, f"no setting both showed and hid the savers: {heights}"
     assert len(set(heights.values())) == 1, f"the VRAM bar changes height with its savers: {heights}"
     w.dataset_page.shutdown()
+
+
+def test_the_output_page_fits_with_a_long_verdict_and_a_save_warning_and_its_columns_stay(qtbot, tmp_path, monkeypatch):
+    """Issue: a LoKr/DoRA verdict (4-6 lines) made the page scroll ~44 px, the red fp16 save warning pushed
+    "Check a LoRA file" off screen, and the right column started at x=775, then x=868 as contents changed."""
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    page = w.output_page
+    _show(qtbot, w, page)
+    about = page.findChild(type(page.save_report_view.parent()), None)  # noqa: F841 - the page's body
+    boxes = {b.title(): b for b in page.findChildren(__import__("PySide6.QtWidgets").QtWidgets.QGroupBox)}
+    right = boxes["About this LoRA (saved in the file)"]
+    x = right.mapTo(page, right.rect().topLeft()).x()
+    page.note_warning("fp16 save: 12 tensors over 65,504 (the largest 1.2e5) would be inf in an fp16 file: "
+                      "saved as bf16 instead; choose bf16 or fp32 to keep every value " * 2)  # fmt: skip
+    verdict = ("LoKr file: ComfyUI and A1111 (with the LyCORIS extension) read it; diffusers does not. "
+               "Every one of the 264 modules matches the network as trained within 1e-3 of its effect. " * 4)  # fmt: skip
+    page._show_result(str(tmp_path / "x.safetensors"), True, verdict)
+    qtbot.wait(50)
+    _fits(page, "Output with a long verdict and a save warning")
+    check = boxes["Check a LoRA file"]
+    assert check.mapTo(page, check.rect().bottomLeft()).y() <= page.viewport().height(), "Check a LoRA file is cut"
+    assert right.mapTo(page, right.rect().topLeft()).x() == x, "the columns' split moved with the contents"
+    assert abs(x - page.viewport().width() / 2) < 30, f"the columns are not equal: the right one starts at {x}"
+    w.dataset_page.shutdown()
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["more", "bad_vae", pytest.param("fp8_advanced", marks=pytest.mark.xfail(strict=True, reason="still 13 px over: TODO"))],
+)
+def test_the_model_page_never_scrolls_sideways_and_fits_its_notes(qtbot, tmp_path, monkeypatch, case):
+    """Issue: whenever the Model page scrolled it also scrolled sideways (~3 px); a VAE error pushed the last
+    note off screen; fp8 with the advanced savers open showed 5 notes and scrolled ~200 px."""
+    from PySide6.QtWidgets import QToolButton
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745), "gtx1080")
+    page = w.model_page
+    _show(qtbot, w, page)
+    w.binding.set("model.family", "sdxl")
+    w.binding.set("precision.training", "fp16")
+    if case == "bad_vae":
+        w.binding.set("model.vae", str(tmp_path / "nowhere" / "sdxl-vae-fp16-fix" / "diffusion_pytorch_model.safetensors"))
+    if case == "fp8_advanced":
+        w.binding.set("precision.base_weights", "fp8")
+        toggle = next(b for b in page.memory_form.findChildren(QToolButton) if "advanced" in b.text())
+        toggle.click()
+    qtbot.wait(30)
+    picker = page.precision_picker
+    if case == "more":
+        rows = [r for r in picker.advice_rows() if r.isVisible() and r.collapsible()]
+        assert rows, "no note to open"
+        rows[0].set_expanded(True)
+        qtbot.wait(30)
+    _fits(page, f"Model & Precision ({case})")
+    notes = [r for r in picker.advice_rows() if r.isVisible()]
+    assert notes, "no note shown"
+    last = picker.more_notes if picker.more_notes.isVisible() else notes[-1]
+    assert last.mapTo(page, last.rect().bottomLeft()).y() <= page.viewport().height(), "the last note is off screen"
+    page.verticalScrollBar().setMaximum(50)  # even when it has to scroll, never sideways
+    assert page.horizontalScrollBar().maximum() == 0 and page.widget().width() <= page.viewport().width()
+    assert page.model_picker.edit.width() >= 240, f"the base model path is {page.model_picker.edit.width()} px"
+    w.dataset_page.shutdown()
+
+
+def test_train_is_off_says_where_and_a_click_goes_there(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtCore import Qt as _Qt
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    page = w.training_page
+    page.set_blocking_errors("bf16 is not supported on the Tesla T4 (compute capability 7.5): choose fp16 AMP or fp32 "
+                             "on the Model & Precision page, or train on a newer card\nA second problem")  # fmt: skip
+    _show(qtbot, w, page)
+    label = page.blocked_label
+    assert label.isVisible()
+    shown = label.fontMetrics().elidedText(label.text(), _Qt.TextElideMode.ElideRight, label.contentsRect().width())
+    assert shown.startswith("Train is off: see Model & Precision"), f"the visible text is {shown!r} ({label.width()} px)"
+    qtbot.mouseClick(label, _Qt.MouseButton.LeftButton)
+    assert w.stack.currentWidget() is w.model_page, "a click on why Train is off did not go to the page"
+    w.dataset_page.shutdown()

@@ -45,8 +45,7 @@ REDRAW_INTERVAL_MS = 100  # <= 10 Hz
 #: the loss chart, then the three small ones, keep their axes and a few ticks down to these heights
 LOSS_MIN_HEIGHT = 130
 SMALL_MIN_HEIGHT = 96
-#: the empty GradScaler chart's y range, log10: 1e3 … 1e6 frames the usual start (2^16) with a few whole ticks
-EMPTY_SCALE_RANGE = (3.0, 6.0)
+EMPTY_SCALE_RANGE = (3.0, 6.0)  # the empty GradScaler axis (log10): 1e3 … 1e6 frames 2^16 with a few ticks
 MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
 NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
 NO_DATA = "no data yet"
@@ -127,8 +126,7 @@ class FollowViewBox(pg.ViewBox):
 
 
 def _loose_title(plot: pg.PlotItem) -> None:
-    """A title never widens its plot: a plot item wider than its view (the empty title asked for 315 px in a
-    268 px cell at 1366 px) is drawn cut off on the right, axis labels included."""
+    """A title never widens its plot (a plot wider than its view at 1366 px was cut off, axis labels too)."""
     label = plot.titleLabel
     label.setMinimumWidth(0)
     label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])  # noqa: SLF001
@@ -196,12 +194,11 @@ class TrainingCharts(QWidget):
         bar.addWidget(self.smoothing_slider)
         bar.addWidget(self.smoothing_spin)
         bar.addSpacing(6)
-        self.readout = ElidedLabel("No data yet")  # never widens the charts; cut short, the whole line on hover
+        self.readout = ElidedLabel("No data yet")  # never widens the charts; cut short, whole on hover
         self.readout.setObjectName("chart_readout")
         self.readout.setStyleSheet("color: palette(placeholder-text);")
         bar.addWidget(self.readout, 1)
-        # short buttons: the readout's last value (the loss scale) must fit beside them at 1366 px
-        self.csv_button = QPushButton("CSV…")
+        self.csv_button = QPushButton("CSV…")  # short: the readout's last value must fit beside them at 1366 px
         self.csv_button.setToolTip("Export: save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
         self.csv_button.clicked.connect(self._export_csv_dialog)
         self.png_button = QPushButton("PNG…")
@@ -266,8 +263,7 @@ class TrainingCharts(QWidget):
         self.loss_widget.setMinimumHeight(LOSS_MIN_HEIGHT)
         for cell in (self.loss_widget, self.lr_widget, self.scale_cell, self.sps_widget, self.no_scaler_note):
             cell.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        # the scale plot keeps a small chart's height and its one-line note goes under it: never squeezed onto its axis
-        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT + self.scale_hint.sizeHint().height())
+        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT + self.scale_hint.sizeHint().height())  # the note under it
         grid.setRowStretch(0, 3)
         grid.setRowStretch(1, 2)
         for column in range(3):
@@ -278,10 +274,9 @@ class TrainingCharts(QWidget):
     def _reset_views(self) -> None:
         """Empty axes: steps 0 … the run's length, 0 … 1, and a few whole decades on the log scale axis."""
         for plot in (self.loss_plot, self.lr_plot, self.sps_plot, self.scale_plot):
-            vb = plot.getViewBox()
-            vb.following = True
+            plot.getViewBox().following = True
             y = EMPTY_SCALE_RANGE if plot is self.scale_plot else (0.0, 1.0)
-            vb.setRange(xRange=(0.0, float(self._total_steps or 1)), yRange=y, padding=0, disableAutoRange=False)
+            plot.getViewBox().setRange(xRange=(0.0, self._total_steps or 1.0), yRange=y, padding=0, disableAutoRange=False)
 
     def _loss_title(self) -> str:
         """The loss chart's title with its legend (beside the title, never over the curves)."""
@@ -396,7 +391,6 @@ class TrainingCharts(QWidget):
         if self.validation_curve is not None:
             self.loss_plot.removeItem(self.validation_curve)
             self.validation_curve = None
-        self._dirty = True
         self.redraw()
         self._reset_views()
 

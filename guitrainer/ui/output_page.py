@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
@@ -32,7 +32,7 @@ from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
-from guitrainer.ui.pages import Page, two_columns
+from guitrainer.ui.pages import Page, scrolled, two_columns
 from guitrainer.ui.save_report import SaveReportView
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -84,7 +84,7 @@ class OutputPage(Page):
         self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
         # the report's table takes the right column's rest (below it, the page scrolled at 1366 x 768)
         columns = [self._where_box(), self._saving_box(), self._verify_box()], [self._metadata_box(), self.save_report_view]
-        self.body.addLayout(two_columns(*columns, grow=self.save_report_view), 1)
+        self.body.addLayout(two_columns(*columns, grow=self.save_report_view, equal=True), 1)
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
         self._refresh_preview()
@@ -137,12 +137,12 @@ class OutputPage(Page):
         self.advice_button = QPushButton("Save as bf16", box)
         self.advice_button.setObjectName("apply_save_advice")
         self.advice_button.clicked.connect(self._apply_advice)
-        adv = QWidget(box)
-        v = QVBoxLayout(adv)
+        adv = QWidget(box)  # the button beside the words, which scroll inside two lines: the page never grows
+        v = QHBoxLayout(adv)
         v.setContentsMargins(0, 0, 0, 0)
-        v.addWidget(self.advice_label)
-        v.addWidget(self.advice_button)
-        form.addRow("", adv)
+        v.addWidget(scrolled(self.advice_label, lines=2), 1)
+        v.addWidget(self.advice_button, 0, Qt.AlignmentFlag.AlignTop)
+        form.addRow(adv)
         self._advice_row = adv
         adv.setVisible(False)
         self._advice: Any = None
@@ -191,7 +191,8 @@ class OutputPage(Page):
         self.verify_result = QLabel(box)
         self.verify_result.setObjectName("verify_result")
         self.verify_result.setWordWrap(True)
-        v.addWidget(self.verify_result)
+        v.addWidget(scrolled(self.verify_result, lines=3))  # a LoKr / DoRA verdict (4-6 lines) scrolls inside
+        v.addStretch(1)
         return box
 
     # ------------------------------------------------------------------ file names
