@@ -167,10 +167,9 @@ class OutputPage(Page):
     def _verify_box(self) -> QGroupBox:
         box = QGroupBox("Check a LoRA file", self)
         v = QVBoxLayout(box)
-        hint = QLabel("Reads the file as the programs that use it do (LoRA / LoCon through diffusers, LoHa / LoKr / "
-                      "DoRA by ComfyUI's and A1111's rules) and compares with the network as trained.", box)
-        hint.setToolTip("Into the base model chosen on the Model page; the verdict also says which programs read "
-                        "the file.")
+        hint = QLabel("Reads the file as the programs that use it do, and compares with the network as trained.", box)
+        hint.setToolTip("LoRA / LoCon through diffusers, LoHa / LoKr / DoRA by ComfyUI's and A1111's rules, into the "
+                        "base model chosen on the Model page; the verdict also says which programs read the file.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: palette(placeholder-text);")
         v.addWidget(hint)
@@ -191,8 +190,7 @@ class OutputPage(Page):
         self.verify_result = QLabel(box)
         self.verify_result.setObjectName("verify_result")
         self.verify_result.setWordWrap(True)
-        v.addWidget(scrolled(self.verify_result, lines=3))  # a LoKr / DoRA verdict (4-6 lines) scrolls inside
-        v.addStretch(1)
+        v.addWidget(scrolled(self.verify_result, lines=2))  # a LoKr / DoRA verdict (4-6 lines) scrolls inside
         return box
 
     # ------------------------------------------------------------------ file names
