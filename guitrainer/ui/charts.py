@@ -45,6 +45,7 @@ REDRAW_INTERVAL_MS = 100  # <= 10 Hz
 #: the loss chart, then the three small ones, keep their axes and a few ticks down to these heights
 LOSS_MIN_HEIGHT = 130
 SMALL_MIN_HEIGHT = 96
+EMPTY_SCALE_RANGE = (3.0, 6.0)  # the empty GradScaler axis (log10): 1e3 … 1e6 frames 2^16 with a few ticks
 MAX_EPOCH_LINES = 200  # beyond this many epochs the boundaries are no longer drawn (they would be a wall)
 NO_SCALER_TEXT = "bf16 and fp32 need no loss scaling"
 NO_DATA = "no data yet"
@@ -124,6 +125,14 @@ class FollowViewBox(pg.ViewBox):
             self.setRange(xRange=nx, yRange=ny, padding=0, disableAutoRange=False)
 
 
+def _loose_title(plot: pg.PlotItem) -> None:
+    """A title never widens its plot (a plot wider than its view at 1366 px was cut off, axis labels too)."""
+    label = plot.titleLabel
+    label.setMinimumWidth(0)
+    label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])  # noqa: SLF001
+    label.updateGeometry()
+
+
 class TrainingCharts(QWidget):
     """Four linked plots fed with :class:`StepMetrics`; see the module docstring for the redraw rules."""
 
@@ -144,6 +153,7 @@ class TrainingCharts(QWidget):
         self._has_class_loss = False
         self._has_validation = False
         self._scaler_visible = True
+        self._total_steps = 0  # the run's length: the x axes end there
         self._titles: dict[pg.PlotItem, str] = {}
         self._titled_empty = True
         self.redraw_count = 0
@@ -169,7 +179,7 @@ class TrainingCharts(QWidget):
         self.smoothing_slider = QSlider(Qt.Orientation.Horizontal)
         self.smoothing_slider.setObjectName("smoothing_slider")
         self.smoothing_slider.setRange(0, 99)
-        self.smoothing_slider.setFixedWidth(140)
+        self.smoothing_slider.setFixedWidth(100)
         self.smoothing_slider.setToolTip("How strongly the orange loss curve is smoothed (exponential moving average).")
         self.smoothing_spin = QDoubleSpinBox()
         self.smoothing_spin.setObjectName("smoothing_spin")
@@ -183,20 +193,20 @@ class TrainingCharts(QWidget):
         self.smoothing_spin.valueChanged.connect(self.set_smoothing)
         bar.addWidget(self.smoothing_slider)
         bar.addWidget(self.smoothing_spin)
-        bar.addSpacing(12)
-        self.readout = QLabel("No data yet")
+        bar.addSpacing(6)
+        self.readout = ElidedLabel("No data yet")  # never widens the charts; cut short, whole on hover
         self.readout.setObjectName("chart_readout")
         self.readout.setStyleSheet("color: palette(placeholder-text);")
-        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the charts
         bar.addWidget(self.readout, 1)
-        self.csv_button = QPushButton("Export CSV…")
-        self.csv_button.setToolTip("Save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
+        self.csv_button = QPushButton("CSV…")  # short: the readout's last value must fit beside them at 1366 px
+        self.csv_button.setToolTip("Export: save every series (step, loss, EMA, lr, scale, …) as a CSV file.")
         self.csv_button.clicked.connect(self._export_csv_dialog)
-        self.png_button = QPushButton("Export PNG…")
-        self.png_button.setToolTip("Save the charts as an image.")
+        self.png_button = QPushButton("PNG…")
+        self.png_button.setToolTip("Export: save the charts as an image.")
         self.png_button.clicked.connect(self._export_png_dialog)
-        bar.addWidget(self.csv_button)
-        bar.addWidget(self.png_button)
+        for b in (self.csv_button, self.png_button):
+            b.setFixedWidth(b.fontMetrics().horizontalAdvance(b.text()) + 28)  # not the style's 80 px minimum
+            bar.addWidget(b)
         return bar
 
     def _build_plots(self) -> None:
@@ -253,12 +263,20 @@ class TrainingCharts(QWidget):
         self.loss_widget.setMinimumHeight(LOSS_MIN_HEIGHT)
         for cell in (self.loss_widget, self.lr_widget, self.scale_cell, self.sps_widget, self.no_scaler_note):
             cell.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT)
+        self.scale_cell.setMinimumHeight(SMALL_MIN_HEIGHT + self.scale_hint.sizeHint().height())  # the note under it
         grid.setRowStretch(0, 3)
         grid.setRowStretch(1, 2)
         for column in range(3):
             grid.setColumnStretch(column, 1)
         self._retitle()
+        self._reset_views()
+
+    def _reset_views(self) -> None:
+        """Empty axes: steps 0 … the run's length, 0 … 1, and a few whole decades on the log scale axis."""
+        for plot in (self.loss_plot, self.lr_plot, self.sps_plot, self.scale_plot):
+            plot.getViewBox().following = True
+            y = EMPTY_SCALE_RANGE if plot is self.scale_plot else (0.0, 1.0)
+            plot.getViewBox().setRange(xRange=(0.0, self._total_steps or 1.0), yRange=y, padding=0, disableAutoRange=False)
 
     def _loss_title(self) -> str:
         """The loss chart's title with its legend (beside the title, never over the curves)."""
@@ -280,6 +298,7 @@ class TrainingCharts(QWidget):
         for plot, title in self._titles.items():
             title = self._loss_title() if plot is self.loss_plot else title
             plot.setTitle(title + (f" — {NO_DATA}" if self._titled_empty else ""), color=self._fg().name(), size="9pt")
+            _loose_title(plot)
 
     def _fg(self) -> QColor:
         return self.palette().color(QPalette.ColorRole.WindowText)
@@ -295,6 +314,9 @@ class TrainingCharts(QWidget):
         p = w.getPlotItem()
         self._titles[p] = title
         p.setTitle(f"{title} — {NO_DATA}", color=fg.name(), size="9pt")
+        p.layout.removeItem(p.titleLabel)
+        p.layout.addItem(p.titleLabel, 0, 0, 1, 3)  # over the left axis too: the whole width for the words
+        _loose_title(p)
         # No grid: pyqtgraph draws it with the axes, which would then repaint with every new point.
         p.setDownsampling(auto=True, mode="peak")
         p.setClipToView(True)
@@ -319,6 +341,7 @@ class TrainingCharts(QWidget):
         if self._last_epoch is not None and m.epoch != self._last_epoch:
             self._boundaries.append(m.step - 0.5)
         self._last_epoch = m.epoch
+        self._total_steps = max(int(m.total_steps or 0), self._total_steps)
         scale = math.nan if m.grad_scale is None else float(m.grad_scale)
         if m.class_loss is not None:
             self._has_class_loss = True
@@ -348,9 +371,10 @@ class TrainingCharts(QWidget):
         if not self._timer.isActive():
             self._timer.start()
 
-    def clear(self) -> None:
-        """Forget every point (a new run)."""
+    def clear(self, total_steps: int = 0) -> None:
+        """Forget every point and the last run's axes (a new run of ``total_steps``, when known)."""
         self.buffer.clear()
+        self._total_steps = max(0, int(total_steps))
         self._ema_state = (0.0, 0)
         self._last_epoch = None
         self._boundaries.clear()
@@ -367,8 +391,8 @@ class TrainingCharts(QWidget):
         if self.validation_curve is not None:
             self.loss_plot.removeItem(self.validation_curve)
             self.validation_curve = None
-        self._dirty = True
         self.redraw()
+        self._reset_views()
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -469,8 +493,9 @@ class TrainingCharts(QWidget):
         """Keep the data in view (plots the user has not panned or zoomed); all plots show the same steps."""
         col = self.buffer.column
         x = bounds(col("step"))
-        lead = self.loss_plot.getViewBox()
-        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss"), col("validation_loss")))
+        whole = (0.0, max(float(self._total_steps), x[1])) if x is not None and self._total_steps else None
+        lead = self.loss_plot.getViewBox()  # the x axes end at the run's last step, not a step beyond
+        lead.follow(x, bounds(col("loss"), col("loss_ema"), col("class_loss"), col("validation_loss")), x_exact=whole)
         same_x = tuple(lead.viewRange()[0]) if lead.following else None
         self.lr_plot.getViewBox().follow(x, bounds(col("lr")), x_exact=same_x)
         self.sps_plot.getViewBox().follow(x, bounds(col("seconds_per_step")), x_exact=same_x)

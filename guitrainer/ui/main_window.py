@@ -138,6 +138,8 @@ class MainWindow(PresetFileActions, QMainWindow):
             lambda _has: self.training_page.set_blocking_errors(self.model_page.error_text())
         )
         self.model_page.precision_picker.device_changed.connect(self._on_device_detected)
+        # "Train is off: see Model & Precision" on the Training page goes there when clicked
+        self.training_page.controls.fix_requested.connect(lambda: self.nav.setCurrentRow(self.pages.index(self.model_page)))
         # The dataset page's own status line (import report, tag edits) shows in the window's status bar too.
         self.dataset_page.status_changed.connect(lambda text: self.statusBar().showMessage(text, STATUS_TIMEOUT_MS))
         self._wire_runs_page()

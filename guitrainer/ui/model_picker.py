@@ -57,6 +57,9 @@ def droppable_model_path(path: str) -> str | None:
     return None
 
 
+#: the model path field never gets narrower (the whole path is in its tooltip and shows on a click)
+PATH_MIN_WIDTH = 240
+
 class ModelPathEdit(QLineEdit):
     """A line edit that accepts a dropped model folder or checkpoint file (local files only)."""
 
@@ -148,6 +151,10 @@ class ModelPicker(QWidget):
         self.recent_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.recent_menu = QMenu(self.recent_button)
         self.recent_button.setMenu(self.recent_menu)
+        for b in (self.folder_button, self.file_button):  # icons only, their words in the tooltip (as the VAE row)
+            b.setAccessibleName(b.text())
+            b.setText("")
+        self.edit.setMinimumWidth(PATH_MIN_WIDTH)  # a path's last folders show at 1366 px (it was ~110 px)
         for w in (self.folder_button, self.file_button, self.demo_button, self.recent_button):
             row.addWidget(w)
 

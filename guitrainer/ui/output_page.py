@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
@@ -32,7 +32,7 @@ from guitrainer.core.precision import save_overflow_advice
 from guitrainer.engine import export as X
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
-from guitrainer.ui.pages import Page, two_columns
+from guitrainer.ui.pages import Page, scrolled, two_columns
 from guitrainer.ui.save_report import SaveReportView
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -84,7 +84,7 @@ class OutputPage(Page):
         self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
         # the report's table takes the right column's rest (below it, the page scrolled at 1366 x 768)
         columns = [self._where_box(), self._saving_box(), self._verify_box()], [self._metadata_box(), self.save_report_view]
-        self.body.addLayout(two_columns(*columns, grow=self.save_report_view), 1)
+        self.body.addLayout(two_columns(*columns, grow=self.save_report_view, equal=True), 1)
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
         self._refresh_preview()
@@ -138,12 +138,12 @@ class OutputPage(Page):
         self.advice_button.setObjectName("apply_save_advice")
         self.advice_button.setToolTip("Sets Save precision for the next saves; the file already written stays as it is")
         self.advice_button.clicked.connect(self._apply_advice)
-        adv = QWidget(box)
-        v = QVBoxLayout(adv)
+        adv = QWidget(box)  # the button beside the words, which scroll inside two lines: the page never grows
+        v = QHBoxLayout(adv)
         v.setContentsMargins(0, 0, 0, 0)
-        v.addWidget(self.advice_label)
-        v.addWidget(self.advice_button)
-        form.addRow("", adv)
+        v.addWidget(scrolled(self.advice_label, lines=2), 1)
+        v.addWidget(self.advice_button, 0, Qt.AlignmentFlag.AlignTop)
+        form.addRow(adv)
         self._advice_row = adv
         adv.setVisible(False)
         self._advice: Any = None
@@ -168,10 +168,9 @@ class OutputPage(Page):
     def _verify_box(self) -> QGroupBox:
         box = QGroupBox("Check a LoRA file", self)
         v = QVBoxLayout(box)
-        hint = QLabel("Reads the file as the programs that use it do (LoRA / LoCon through diffusers, LoHa / LoKr / "
-                      "DoRA by ComfyUI's and A1111's rules) and compares with the network as trained.", box)
-        hint.setToolTip("Into the base model chosen on the Model page; the verdict also says which programs read "
-                        "the file.")
+        hint = QLabel("Reads the file as the programs that use it do, and compares with the network as trained.", box)
+        hint.setToolTip("LoRA / LoCon through diffusers, LoHa / LoKr / DoRA by ComfyUI's and A1111's rules, into the "
+                        "base model chosen on the Model page; the verdict also says which programs read the file.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: palette(placeholder-text);")
         v.addWidget(hint)
@@ -192,7 +191,7 @@ class OutputPage(Page):
         self.verify_result = QLabel(box)
         self.verify_result.setObjectName("verify_result")
         self.verify_result.setWordWrap(True)
-        v.addWidget(self.verify_result)
+        v.addWidget(scrolled(self.verify_result, lines=2))  # a LoKr / DoRA verdict (4-6 lines) scrolls inside
         return box
 
     # ------------------------------------------------------------------ file names

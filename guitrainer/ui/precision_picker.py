@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QRadioButton,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -99,6 +100,8 @@ class _ChoiceGroup(QGroupBox):
         note.setStyleSheet(f"color: {color}; font-weight: 600;" if color else "")
 
 
+#: notes shown before the rest fold under "N more notes…" (two notes show whole: no fold hides just one)
+SHOWN_NOTES = 1
 #: advice longer than this shows its first sentence until "More…"
 COLLAPSE_OVER = 110
 
@@ -268,6 +271,14 @@ class PrecisionPicker(QWidget):
         self.advice_layout = QVBoxLayout(self.advice_box)
         self.advice_layout.setContentsMargins(0, 0, 0, 0)
         self.advice_layout.setSpacing(6)
+        self.more_notes = QToolButton(self.advice_box)
+        self.more_notes.setObjectName("more_notes")
+        self.more_notes.setCheckable(True)
+        self.more_notes.setAutoRaise(True)
+        self.more_notes.toggled.connect(self._unfold_notes)
+        self.more_notes.hide()
+        self.advice_layout.addWidget(self.more_notes, 0, Qt.AlignmentFlag.AlignLeft)
+        self._folded: list[AdviceRow] = []
         right.addWidget(self.advice_box)
         right.addStretch(1)
 
@@ -445,12 +456,28 @@ class PrecisionPicker(QWidget):
         return ""
 
     def _rebuild_rows(self) -> None:
+        """One row per note, the most serious first; beyond :data:`SHOWN_NOTES` they fold under "N more notes"
+        (five notes with the advanced savers open made the page scroll ~200 px at 1366 x 768)."""
         for row in self.advice_rows():
             row.setParent(None)
             row.deleteLater()
-        for advice in self._advice:
-            self.advice_layout.addWidget(AdviceRow(advice, self.apply, self.advice_box))
+        order = {"error": 0, "warning": 1}
+        rows = [AdviceRow(a, self.apply, self.advice_box) for a in sorted(self._advice, key=lambda a: order.get(a.level, 2))]
+        for i, row in enumerate(rows):
+            self.advice_layout.insertWidget(i, row)
+        hidden = rows[SHOWN_NOTES:] if len(rows) > SHOWN_NOTES + 1 else []
+        self.more_notes.setVisible(bool(hidden))
+        self.more_notes.setChecked(False)
+        self.more_notes.setText(f"{len(hidden)} more notes…")
+        for row in hidden:
+            row.setVisible(False)
+        self._folded = hidden
         self.advice_box.setVisible(bool(self._advice))
+
+    def _unfold_notes(self, on: bool) -> None:
+        for row in self._folded:
+            row.setVisible(on)
+        self.more_notes.setText("Fewer notes" if on else f"{len(self._folded)} more notes…")
 
 
 #: what a caveat is about, in the few words that fit beside a choice on a 1366 px screen (first match wins);

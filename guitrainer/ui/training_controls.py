@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from enum import Enum
 
-from PySide6.QtCore import QRect, Qt
-from PySide6.QtGui import QPainter, QPaintEvent, QPalette
+from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtGui import QMouseEvent, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -91,9 +91,30 @@ class ReadableProgressBar(QProgressBar):
             p.drawText(r, Qt.AlignmentFlag.AlignCenter, shown)
 
 
+class LinkLabel(ElidedLabel):
+    """An elided line that is also a link: a click emits :attr:`clicked` (the hand cursor says so)."""
+
+    clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__("", parent)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
+            self.clicked.emit()
+        super().mouseReleaseEvent(event)
+
+
 class RunControls(QWidget):
     """Train / Pause / Stop, Sample now / Save now, Resume / Open output, the state badge, and a line that
-    says why Train is disabled (beside the button, not only in its tooltip)."""
+    says why Train is disabled (beside the button, not only in its tooltip).
+
+    Signals:
+        fix_requested(): the user clicked why Train is off: show the Model & Precision page.
+    """
+
+    fix_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -122,9 +143,11 @@ class RunControls(QWidget):
             "Open output folder", "open_output_button", sp.SP_DirOpenIcon, "Show the LoRA files in your file manager."
         )
         # in the button row's free space, one elided line: saying why Train is off never moves the page
-        self.blocked_label = ElidedLabel("", self)
+        # where to go comes first (the reason after it may be cut), and a click goes there
+        self.blocked_label = LinkLabel(self)
         self.blocked_label.setObjectName("train_blocked_label")
-        self.blocked_label.setStyleSheet("color: #c92a2a;")
+        self.blocked_label.setStyleSheet("color: #c92a2a; text-decoration: underline;")
+        self.blocked_label.clicked.connect(self.fix_requested)
         self.blocked_label.hide()
         self.state_badge = QLabel(self)
         self.state_badge.setObjectName("state_badge")
@@ -136,13 +159,13 @@ class RunControls(QWidget):
         row.setSpacing(6)
         for w in (self.train_button, self.pause_button, self.stop_button):
             row.addWidget(w)
-        row.addSpacing(12)
+        row.addSpacing(6)
         row.addWidget(self.sample_button)
         row.addWidget(self.save_button)
-        row.addSpacing(12)
+        row.addSpacing(6)
         row.addWidget(self.resume_state_button)
         row.addWidget(self.open_output_button)
-        row.addSpacing(12)
+        row.addSpacing(6)
         row.addWidget(self.blocked_label, 1)
         row.addWidget(self.state_badge)
 
@@ -166,8 +189,8 @@ class RunControls(QWidget):
         self.train_button.setEnabled(s not in ACTIVE and not blocked_by)
         self.train_button.setToolTip(f"Fix this first (Model & Precision page):\n{blocked_by}" if blocked_by else TRAIN_TIP)
         first = blocked_by.splitlines()[0] if blocked_by else ""
-        self.blocked_label.setText(f"Train is off until this is fixed on the Model & Precision page: {first}" if first else "")
-        self.blocked_label.setToolTip(f"Fix this first (Model & Precision page):\n{blocked_by}" if blocked_by else "")
+        self.blocked_label.setText(f"Train is off: see Model & Precision — {first}" if first else "")
+        self.blocked_label.setToolTip(f"Click to fix this on the Model & Precision page:\n{blocked_by}" if blocked_by else "")
         self.blocked_label.setVisible(bool(blocked_by) and s not in ACTIVE)
         self.pause_button.setEnabled(live)
         self.pause_button.setText("Resume" if s == TrainState.PAUSED else "Pause")

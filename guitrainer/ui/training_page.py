@@ -21,12 +21,8 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
-    QFrame,
     QLabel,
     QMessageBox,
-    QScrollArea,
-    QSizePolicy,
-    QSplitter,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -39,11 +35,10 @@ from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.paths import expand
 from guitrainer.core.run_state import SavedRun, find_state, read_saved_run
 from guitrainer.core.start_check import check_start
-from guitrainer.ui.binding import ConfigBinding, build_form
+from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.log_panel import LogPanel
 from guitrainer.ui.pages import Page
-from guitrainer.ui.regularization_panel import prior_loss_box
 from guitrainer.ui.sample_gallery import SampleGallery, sampling_note
 from guitrainer.ui.training_controls import ACTIVE, ProgressPanel, RunControls, TrainState
 from guitrainer.ui.training_dialogs import (
@@ -55,6 +50,7 @@ from guitrainer.ui.training_dialogs import (
     start_confirm_box,
     start_problems_box,
 )
+from guitrainer.ui.training_layout import run_split, settings_column
 from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
 
 if TYPE_CHECKING:
@@ -134,26 +130,7 @@ class TrainingPage(Page):
         self.body.addWidget(self._build_controls())
         self.body.addWidget(self._build_progress())
 
-        self.settings_panel = QWidget()
-        sl = QVBoxLayout(self.settings_panel)
-        sl.setContentsMargins(0, 0, 6, 0)
-        sl.addWidget(build_form(self.binding, "network", title="LoRA network"))
-        sl.addWidget(build_form(self.binding, "optimizer", title="Optimizer"))
-        sl.addWidget(build_form(self.binding, "schedule", title="Schedule"))
-        sl.addWidget(build_form(self.binding, "loss", title="Loss weighting and timesteps"))
-        sl.addWidget(build_form(self.binding, "noise", title="Noise"))
-        sl.addWidget(build_form(self.binding, "validation", title="Validation loss"))
-        sl.addWidget(prior_loss_box(self.binding))
-        sl.addWidget(build_form(self.binding, "sampling", title="Samples"))
-        sl.addStretch(1)
-        settings_scroll = QScrollArea()
-        settings_scroll.setObjectName("training_settings")
-        settings_scroll.setWidgetResizable(True)
-        settings_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        settings_scroll.setWidget(self.settings_panel)
-        settings_scroll.setMinimumWidth(300)
-        settings_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.settings_scroll = settings_scroll
+        self.settings_panel, self.settings_scroll = settings_column(self.binding)
 
         self.charts_host = QWidget()
         self.charts_host.setObjectName("charts_host")
@@ -169,26 +146,7 @@ class TrainingPage(Page):
         self.tabs.addTab(self.log_panel, "Log")
         self.tabs.addTab(self.gallery, "Samples")
 
-        right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(self.charts_host)
-        right.addWidget(self.tabs)
-        right.setStretchFactor(0, 3)
-        right.setStretchFactor(1, 1)
-        right.setSizes([480, 170])
-        right.setChildrenCollapsible(False)
-
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.setObjectName("training_split")
-        split.addWidget(settings_scroll)
-        split.addWidget(right)
-        split.setStretchFactor(0, 0)
-        split.setStretchFactor(1, 1)
-        split.setSizes([340, 900])
-        split.setChildrenCollapsible(False)
-        split.setMinimumHeight(340)  # fits 1366×768: the settings column scrolls, the page does not
-        # Ignore the splitter's (huge) size hint: it fills the page, and scrolls only below its minimum
-        split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
-        self.body.addWidget(split, 1)
+        self.body.addWidget(run_split(self.settings_scroll, self.charts_host, self.tabs), 1)
 
     def _build_controls(self) -> QWidget:
         self.controls = c = RunControls(self)
@@ -362,7 +320,7 @@ class TrainingPage(Page):
         if saved is not None and len(charts) and saved.global_step == int(charts.series("step")[-1]):
             pass  # the charts show this run up to the saved state: keep them and continue
         else:
-            charts.clear()
+            charts.clear(cfg.schedule.max_steps)
         charts.set_scaler_visible(cfg.precision.training == "fp16")
         self.run_config = cfg
         self._metrics = None

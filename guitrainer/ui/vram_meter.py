@@ -220,6 +220,9 @@ class VramMeter(QWidget):
         self.status_label = QLabel(self)
         self.status_label.setObjectName("vram_status")
         self.status_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens
+        # the one-click savers' row keeps a button's height with or without buttons: they come and go as
+        # settings change, and everything under the bar must not move with them
+        self.status_label.setMinimumHeight(self.check_button.sizeHint().height())
         self.legend = QLabel(self)
         self.legend.setObjectName("vram_legend")
         self.legend.setTextFormat(Qt.TextFormat.RichText)
