@@ -400,7 +400,7 @@ def test_the_output_page_fits_with_a_long_verdict_and_a_save_warning_and_its_col
 
 @pytest.mark.parametrize(
     "case",
-    ["more", "bad_vae", pytest.param("fp8_advanced", marks=pytest.mark.xfail(strict=True, reason="still 13 px over: TODO"))],
+    ["more", "bad_vae", "fp8_advanced"],
 )
 def test_the_model_page_never_scrolls_sideways_and_fits_its_notes(qtbot, tmp_path, monkeypatch, case):
     """Issue: whenever the Model page scrolled it also scrolled sideways (~3 px); a VAE error pushed the last

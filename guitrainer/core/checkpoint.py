@@ -247,7 +247,7 @@ def detect_model(path: str | Path) -> ModelDetection:
     if not text:
         return ModelDetection(None, "missing", "Choose a base model: a folder, a .safetensors file, or the built-in demo.", False, "error")
     if text == "demo":
-        return ModelDetection("demo", "demo", "Built-in tiny demo model: trains on a CPU in seconds, for trying the app.", True, path=text)
+        return ModelDetection("demo", "demo", "Built-in tiny demo model: trains on a CPU in seconds.", True, path=text)
     p = expand(text)
     try:
         if p.is_dir():

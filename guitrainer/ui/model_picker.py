@@ -306,8 +306,8 @@ class ModelPicker(QWidget):
             return ""
         labels = field_info("model.family").metadata.get("choice_labels") or {}
         return (
-            f"The Model family setting says {labels.get(configured, configured)}, but this looks like "
-            f"{d.family_label}: set it to {d.family_label} or Detect."
+            f"Model family says {labels.get(configured, configured)}, but this looks like {d.family_label}: "
+            f"set it to {d.family_label} or Detect."
         )
 
     def _show_detection(self) -> None:
@@ -326,7 +326,9 @@ class ModelPicker(QWidget):
             f"background: rgba({color}, 0.15); border: 1px solid rgba({color}, 0.6); border-radius: 4px;"
             " padding: 1px 6px; font-weight: 600;"
         )
-        self.message_label.setText(f"{d.message} {mismatch} {self._network_note}".strip())
+        # a family mismatch is the news: it replaces the detection's description (kept in the tooltip)
+        self.message_label.setText(f"{mismatch or d.message} {self._network_note}".strip())
+        self.message_label.setToolTip(d.message if mismatch else "")
         self.setProperty("detection_level", level)
 
     def _fill_recent(self) -> None:
