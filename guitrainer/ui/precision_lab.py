@@ -237,18 +237,7 @@ class PrecisionLabDialog(QDialog):
         self.status.setWordWrap(True)
         outer.addWidget(self.status)
 
-        self.table = QTableWidget(0, len(HEADERS) + 1, self)
-        self.table.setObjectName("lab_table")
-        titles = [title for _c, title in HEADERS]
-        self.table.setHorizontalHeaderLabels([titles[0], "", *titles[1:]])  # "Use this" beside the name
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        # the status (last) takes what is left and elides: a failure's message is in its tooltip, not a scroll away
-        header.setSectionResizeMode(len(HEADERS), QHeaderView.ResizeMode.Stretch)
-        self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table = self._results_table()
         outer.addWidget(self.table, 1)
         self.bars = LabBars(self)
         outer.addWidget(self.bars)
@@ -264,6 +253,22 @@ class PrecisionLabDialog(QDialog):
         closing = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         closing.rejected.connect(self.close)  # closing while measuring cancels (closeEvent)
         outer.addWidget(closing)
+
+    def _results_table(self) -> QTableWidget:
+        """One row per candidate, "Use this" beside its name; the status (last) takes what is left and elides:
+        a failure's message is in its tooltip, not a scroll away."""
+        table = QTableWidget(0, len(HEADERS) + 1, self)
+        table.setObjectName("lab_table")
+        titles = [title for _c, title in HEADERS]
+        table.setHorizontalHeaderLabels([titles[0], "", *titles[1:]])
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        table.verticalHeader().setVisible(False)
+        header = table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(len(HEADERS), QHeaderView.ResizeMode.Stretch)
+        table.setWordWrap(False)
+        table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        return table
 
     # ------------------------------------------------------------------ running
     def running(self) -> bool:
