@@ -59,6 +59,22 @@ def window(qtbot, tmp_path):
 
 
 @pytest.fixture
+def shown_dataset_page(qtbot):
+    """A Dataset page on a default config, shown at 1366x800; its threads stopped after."""
+    from guitrainer.config import TrainingConfig
+    from guitrainer.ui.binding import ConfigBinding
+    from guitrainer.ui.dataset_page import DatasetPage
+
+    p = DatasetPage(ConfigBinding(TrainingConfig()))
+    qtbot.addWidget(p)
+    p.resize(1366, 800)
+    p.show()
+    qtbot.waitExposed(p)
+    yield p
+    p.shutdown()
+
+
+@pytest.fixture
 def dataset_page(qtbot):
     """A Dataset page on a default config, 1280x860, not shown; its threads stopped after."""
     from guitrainer.config import TrainingConfig

@@ -13,8 +13,6 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from guitrainer.config import TrainingConfig
-from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.caption_editor import AUTOSAVE_MS
 from guitrainer.ui.dataset_page import DatasetPage
 
@@ -22,14 +20,8 @@ ORIGINAL = "café, naïve smile, Ærø"
 
 
 @pytest.fixture
-def page(qtbot):
-    p = DatasetPage(ConfigBinding(TrainingConfig()))
-    qtbot.addWidget(p)
-    p.resize(1366, 800)
-    p.show()
-    qtbot.waitExposed(p)
-    yield p
-    p.shutdown()
+def page(shown_dataset_page):
+    return shown_dataset_page
 
 
 def load_one(qtbot, page: DatasetPage, folder: Path, raw: bytes) -> Path:

@@ -13,8 +13,6 @@ from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from guitrainer.config import TrainingConfig
-from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.caption_editor import AUTOSAVE_MS
 from guitrainer.ui.dataset_page import DatasetPage
 
@@ -40,14 +38,8 @@ def visible(page: DatasetPage) -> list[str]:
 
 
 @pytest.fixture
-def page(qtbot):
-    p = DatasetPage(ConfigBinding(TrainingConfig()))
-    qtbot.addWidget(p)
-    p.resize(1366, 800)
-    p.show()
-    qtbot.waitExposed(p)
-    yield p
-    p.shutdown()
+def page(shown_dataset_page):
+    return shown_dataset_page
 
 
 def click_image(qtbot, page: DatasetPage, name: str) -> None:

@@ -17,21 +17,17 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListView,
-    QMessageBox,
     QPlainTextEdit,
-    QProgressBar,
     QPushButton,
     QToolButton,
 )
 from xinput import (
-    ModalAnswerer,
-    button_with_role,
     choose_in_combo,
-    click_args,
     close_discarding,
     maximize_by_title_bar,
     open_page,
     pump,
+    train_and_wait,
     wait_for,
 )
 
@@ -143,30 +139,6 @@ def type_two_captions(window, xin, folder: Path) -> None:  # noqa: ANN001
         caption = (folder / name).with_suffix(".txt")
         wait_for(lambda caption=caption, text=text: caption.exists() and caption.read_text(encoding="utf-8") == text,
                  10, f"{caption.name} to read {text!r}")  # fmt: skip
-
-
-def train_and_wait(window, xin) -> str:  # noqa: ANN001
-    """Press Train (answering "Start anyway?" with its start button, if asked), wait for the end of the run
-    with the progress bar full; returns the status line."""
-    open_page(window, xin, "Training")
-    badge = window.training_page.findChild(QLabel, "state_badge")
-
-    def start_anyway(box):  # noqa: ANN001, ANN202
-        if isinstance(box, QMessageBox) and box.objectName() == "start_confirm_box":
-            return click_args(button_with_role(box, QMessageBox.ButtonRole.YesRole, QMessageBox.ButtonRole.AcceptRole))
-        return None
-
-    answers = ModalAnswerer(xin, start_anyway)
-    try:
-        xin.click(window.training_page.findChild(QPushButton, "train_button"))
-        wait_for(lambda: badge.text() in ("Done", "Failed"), 120, f"the run to end (badge: {badge.text()!r})")
-    finally:
-        answers.stop()
-    status = window.training_page.findChild(QLabel, "status_label").text()
-    assert badge.text() == "Done", status
-    bar = window.training_page.findChild(QProgressBar, "progress_bar")
-    assert bar.maximum() > 1 and bar.value() == bar.maximum(), (bar.value(), bar.maximum())
-    return status
 
 
 def verify_on_the_output_page(window, xin, lora: Path) -> None:  # noqa: ANN001

@@ -3,8 +3,8 @@ split draws its validation loss beside the training loss."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QLabel, QMessageBox, QPushButton
-from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args, open_page, wait_for
+from PySide6.QtWidgets import QComboBox, QLabel
+from xinput import choose_in_combo, open_page, train_and_wait, wait_for
 
 from guitrainer.ui.charts import TrainingCharts
 
@@ -24,20 +24,7 @@ def test_prodigy_by_mouse_and_a_validation_curve_after_a_run(main_window, xin, t
     status = w.training_page.findChild(QLabel, "status_label")
     assert "finds its own step size" in status.text(), status.text()
 
-    badge = w.training_page.findChild(QLabel, "state_badge")
-
-    def start_anyway(box):  # noqa: ANN001, ANN202
-        if isinstance(box, QMessageBox) and box.objectName() == "start_confirm_box":
-            return click_args(button_with_role(box, QMessageBox.ButtonRole.YesRole, QMessageBox.ButtonRole.AcceptRole))
-        return None
-
-    answers = ModalAnswerer(xin, start_anyway)
-    try:
-        xin.click(w.training_page.findChild(QPushButton, "train_button"))
-        wait_for(lambda: badge.text() in ("Done", "Failed"), 180, f"the run to end (badge: {badge.text()!r})")
-    finally:
-        answers.stop()
-    assert badge.text() == "Done", status.text()
+    train_and_wait(w, xin, timeout_s=180)
     charts = w.training_page.findChild(TrainingCharts)
     wait_for(lambda: charts.validation_curve is not None and len(charts.validation_curve.xData) == 2, 10,
              "the validation curve")  # fmt: skip

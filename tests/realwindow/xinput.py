@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 
 import shiboken6
 from PySide6.QtCore import QEvent, QEventLoop, QObject, QPoint, QRect, Qt, QTimer
-from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QListWidget, QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
+    QDialog,
+    QLabel,
+    QListWidget,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QWidget,
+)
 
 
 def pump(ms: int = 20) -> None:
@@ -226,3 +236,27 @@ def close_discarding(window: QWidget, xin: XInput) -> None:
     window.deleteLater()
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)  # processEvents() leaves deletions
     pump(50)
+
+
+def train_and_wait(window, xin: XInput, timeout_s: float = 120) -> str:  # noqa: ANN001
+    """Press Train (answering "Start anyway?" with its start button, if asked), wait for the end of the run
+    with the progress bar full; returns the status line."""
+    open_page(window, xin, "Training")
+    badge = window.training_page.findChild(QLabel, "state_badge")
+
+    def start_anyway(box):  # noqa: ANN001, ANN202
+        if isinstance(box, QMessageBox) and box.objectName() == "start_confirm_box":
+            return click_args(button_with_role(box, QMessageBox.ButtonRole.YesRole, QMessageBox.ButtonRole.AcceptRole))
+        return None
+
+    answers = ModalAnswerer(xin, start_anyway)
+    try:
+        xin.click(window.training_page.findChild(QPushButton, "train_button"))
+        wait_for(lambda: badge.text() in ("Done", "Failed"), timeout_s, f"the run to end (badge: {badge.text()!r})")
+    finally:
+        answers.stop()
+    status = window.training_page.findChild(QLabel, "status_label").text()
+    assert badge.text() == "Done", status
+    bar = window.training_page.findChild(QProgressBar, "progress_bar")
+    assert bar.maximum() > 1 and bar.value() == bar.maximum(), (bar.value(), bar.maximum())
+    return status
