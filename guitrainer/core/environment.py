@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from guitrainer.core import vae_choice
 from guitrainer.core.hardware import DeviceInfo
 from guitrainer.core.precision_rules import (
     TORCH_FLOAT8,
@@ -122,8 +123,6 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
 
 def _precision_items(device: DeviceInfo) -> list[EnvItem]:
     """What this device does with each precision (the precision picker's rules), and the fp16-fixed SDXL VAE."""
-    from guitrainer.core import vae_choice
-
     best = recommended_training(device)
     native = device.bf16_native
     bf16 = "in hardware" if native else "emulated (slow)" if native is False else "not known"
