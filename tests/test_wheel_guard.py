@@ -19,7 +19,6 @@ def wheel(widget: QWidget, clicks: int = -1) -> None:
 
 
 def test_an_unfocused_setting_passes_the_wheel_to_its_page_a_focused_one_takes_it(qtbot):
-    wheel_guard.install()
     area = QScrollArea()
     qtbot.addWidget(area)
     inner = QWidget()
@@ -30,6 +29,7 @@ def test_an_unfocused_setting_passes_the_wheel_to_its_page_a_focused_one_takes_i
     lay.addWidget(spin)
     lay.addSpacing(3000)  # a page taller than its window
     area.setWidget(inner)
+    assert wheel_guard.guard(area) == 2  # the combo and the spin box; not the area's scroll bars
     area.resize(300, 200)
     area.show()
     qtbot.waitExposed(area)
@@ -46,9 +46,15 @@ def test_an_unfocused_setting_passes_the_wheel_to_its_page_a_focused_one_takes_i
     assert combo.currentText() == "bf16"  # focused (clicked or tabbed to): the wheel is the user's to use
 
 
-def test_the_main_window_installs_it_once(qtbot, window):
-    app = QApplication.instance()
-    guards = app.findChildren(wheel_guard.WheelGuard)
-    assert len(guards) == 1
-    wheel_guard.install()
-    assert len(app.findChildren(wheel_guard.WheelGuard)) == 1
+def test_the_main_windows_settings_are_guarded(qtbot, window):
+    """The Output page's Save precision (what the tester's wheel changed) keeps its value under the wheel."""
+    from guitrainer.ui.binding import bound_editors
+
+    combo = bound_editors(window.output_page)["precision.save"]
+    window.nav.setCurrentRow(window.pages.index(window.output_page))
+    qtbot.wait(20)
+    before = combo.currentText()
+    wheel(combo)
+    wheel(combo, clicks=1)
+    assert combo.currentText() == before and not combo.hasFocus()
+    assert combo.focusPolicy() == Qt.FocusPolicy.StrongFocus

@@ -67,7 +67,6 @@ class MainWindow(PresetFileActions, QMainWindow):
     def __init__(self, store: PresetStore | None = None, settings: QSettings | None = None):
         super().__init__()
         self.settings = settings or QSettings()
-        wheel_guard.install()  # the wheel scrolls pages; it changes a setting only once focused
         self.store = store or PresetStore()
         self.binding = ConfigBinding(TrainingConfig(), self)
         self.current_preset: str = ""
@@ -86,6 +85,7 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.statusBar().showMessage("Ready")
         self.binding.changed.connect(self._on_config_changed)
         self._restore_state()
+        wheel_guard.guard(self)  # the wheel scrolls pages; it changes a setting only once focused
         for err in self.store.errors:
             self.statusBar().showMessage(f"Skipped a broken preset: {err}", 10000)
 

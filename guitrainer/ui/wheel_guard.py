@@ -2,7 +2,7 @@
 
 Qt gives every combo and spin box the wheel as soon as the pointer passes over it, so scrolling a page of
 settings changed whichever setting slid under the pointer (a tester's Save precision went fp16 -> bf16, "Save
-every" never -> 1 epoch, without a click). The guard, an application-wide event filter, hands such a wheel to the
+every" never -> 1 epoch, without a click). The guard, an event filter on each such widget, hands such a wheel to the
 scroll area around the widget instead, and keeps wheel focus off those widgets (a click or Tab gives focus).
 """
 
@@ -24,22 +24,18 @@ GUARDED = (QComboBox, QAbstractSpinBox, QAbstractSlider)
 
 
 class WheelGuard(QObject):
-    """Event filter: an unfocused setting's wheel event scrolls its page instead."""
+    """Event filter on each guarded widget: an unfocused one's wheel event scrolls its page instead.
+
+    Installed per widget, not on the application: an application-wide Python filter would run (and take the
+    GIL) for every event of the GUI thread, slowing it while a training or caption thread runs (a 600-caption
+    edit's longest GUI pause grew from under 0.25 s to 0.39 s).
+    """
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.Wheel and isinstance(obj, GUARDED) and not _inside_scrollbar(obj):
-            widget: QWidget = obj  # type: ignore[assignment]
-            if widget.focusPolicy() & Qt.FocusPolicy.WheelFocus == Qt.FocusPolicy.WheelFocus:
-                widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-            if not widget.hasFocus():
-                _scroll_around(widget, event)  # type: ignore[arg-type]
-                return True
+        if event.type() == QEvent.Type.Wheel and isinstance(obj, QWidget) and not obj.hasFocus():
+            _scroll_around(obj, event)  # type: ignore[arg-type]
+            return True
         return False
-
-
-def _inside_scrollbar(obj: QObject) -> bool:
-    """A scroll bar is a slider too: it keeps its wheel."""
-    return isinstance(obj, QScrollBar)
 
 
 def _scroll_around(widget: QWidget, event: QWheelEvent) -> None:
@@ -58,14 +54,21 @@ def _scroll_around(widget: QWidget, event: QWheelEvent) -> None:
     QApplication.sendEvent(viewport, forwarded)
 
 
-def install(app: QApplication | None = None) -> WheelGuard | None:
-    """Install the guard on the application once (later calls return the same guard)."""
-    app = app or QApplication.instance()  # type: ignore[assignment]
-    if app is None:
-        return None
-    guard = app.findChild(WheelGuard, "wheel_guard")
-    if guard is None:
-        guard = WheelGuard(app)
-        guard.setObjectName("wheel_guard")
-        app.installEventFilter(guard)
-    return guard
+def guard(root: QWidget) -> int:
+    """Guard every combo box, spin box and slider (not scroll bars) under ``root``; returns how many.
+
+    Call it once the widgets are built; they take focus by click or Tab only, not by the wheel.
+    """
+    app = QApplication.instance()
+    keeper = app.findChild(WheelGuard, "wheel_guard") if app is not None else None
+    if keeper is None:
+        keeper = WheelGuard(app)
+        keeper.setObjectName("wheel_guard")
+    count = 0
+    for widget in root.findChildren(QWidget):
+        if isinstance(widget, GUARDED) and not isinstance(widget, QScrollBar):
+            widget.installEventFilter(keeper)  # installing twice is harmless: Qt keeps one
+            if widget.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+                widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            count += 1
+    return count
