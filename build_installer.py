@@ -43,9 +43,9 @@ COPY_METADATA = [
 ]
 # Imported lazily (inside functions), so PyInstaller's static analysis would miss them.
 HIDDEN_IMPORTS = [
-    "guitrainer.engine.trainer", "guitrainer.engine.models", "guitrainer.engine.lora", "guitrainer.engine.data",
-    "guitrainer.engine.optim", "guitrainer.engine.memory", "guitrainer.engine.captioners", "guitrainer.selftest",
-    "guitrainer.core.hardware", "guitrainer.core.precision", "guitrainer.core.vram", "guitrainer.core.environment",
+    "guitrainer.engine.trainer", "guitrainer.engine.models.loading", "guitrainer.engine.network.lora", "guitrainer.engine.data",
+    "guitrainer.engine.optim", "guitrainer.engine.memory.measure", "guitrainer.engine.captioners", "guitrainer.selftest",
+    "guitrainer.core.device.hardware", "guitrainer.core.precision.advisor", "guitrainer.core.memory.vram", "guitrainer.core.device.environment",
 ]
 COLLECT_SUBMODULES = ["guitrainer", "diffusers.models", "diffusers.schedulers", "diffusers.pipelines.stable_diffusion"]
 EXCLUDES = ["tkinter", "matplotlib", "IPython", "jupyter", "pytest", "tensorboard"]

@@ -50,9 +50,9 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     from guitrainer.config import TrainingConfig
-    from guitrainer.core import dataset as ds
+    from guitrainer.core.dataset import scan as ds
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.dataset_page import DatasetPage
+    from guitrainer.ui.dataset.page import DatasetPage
 
     app = QApplication.instance() or QApplication([])
     folder = Path(tempfile.mkdtemp(prefix="caption_bulk_")) / "set"

@@ -83,13 +83,13 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.dataset_page import DatasetPage
+    from guitrainer.ui.dataset.page import DatasetPage
 
     trace = Tracer() if args.trace else None
     if trace:
         trace.install()
     if args.no_thumbs:
-        from guitrainer.ui import thumbnails
+        from guitrainer.ui.dataset import thumbnails
 
         thumbnails.render_thumbnail = lambda path, size: (_ for _ in ()).throw(OSError("disabled"))  # type: ignore
 
@@ -225,7 +225,10 @@ class Tracer:
         import gc
         import threading
 
-        from guitrainer.ui import dataset_model, dataset_page, dataset_summary, thumbnails
+        from guitrainer.ui.dataset import model as dataset_model
+        from guitrainer.ui.dataset import page as dataset_page
+        from guitrainer.ui.dataset import summary as dataset_summary
+        from guitrainer.ui.dataset import thumbnails
 
         main = threading.get_ident()
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from guitrainer.core.lora_format import UNET_LORA_TARGETS
+from guitrainer.core.model.lora_format import UNET_LORA_TARGETS
 from guitrainer.engine import export as X
-from guitrainer.engine import lora as L
+from guitrainer.engine.network import lora as L
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "resources" / "models" / "sd15" / "unet" / "config.json"

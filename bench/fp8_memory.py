@@ -17,9 +17,9 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from guitrainer.base.units import MiB, format_bytes  # noqa: E402
 from guitrainer.config import TrainingConfig  # noqa: E402
-from guitrainer.core import vram  # noqa: E402
-from guitrainer.core.units import MiB, format_bytes  # noqa: E402
+from guitrainer.core.memory import vram  # noqa: E402
 
 #: (family, px, gradient checkpointing) of the tracked points
 POINTS = [("sd15", 512, True), ("sd15", 768, True), ("sdxl", 512, True), ("sdxl", 1024, True),
@@ -48,7 +48,7 @@ def table() -> None:
 
 
 def tracked() -> None:
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.engine.memory.measure import measure_training_step
 
     print("| model | px | ckpt | base | frozen measured / estimate | peak measured / estimate (error) | s |")
     print("|---|---|---|---|---|---|---|")

@@ -2,14 +2,14 @@
 
 Sections (each with its own time budget; a section that would overrun the whole is skipped and says so):
 
-1. ``lab_sd15`` / ``lab_sdxl``: the precision lab (:func:`guitrainer.engine.precision_lab.compare_precisions`)
+1. ``lab_sd15`` / ``lab_sdxl``: the precision lab (:func:`guitrainer.engine.lab.precision_lab.compare_precisions`)
    on SD 1.5 and SDXL architectures: every component built from the bundled configs
    (``resources/models/<family>``) with random weights, stored fp16; the demo images at 512 / 1024 px.
 2. ``fp16_scaler``: the fp16 GradScaler path on the SD 1.5 architecture next to fp32 with the same seed: the
    scale and skipped steps per step, the LoRA parameters' dtype (fp32 master weights), the loss drift.
 3. ``bnb_8bit``: bitsandbytes' AdamW8bit, Lion8bit and PagedAdamW8bit on CUDA through the real Trainer.
 4. ``vram``: the VRAM estimate against ``torch.cuda.max_memory_allocated`` on 12+ configurations
-   (:func:`guitrainer.engine.memory.measure_training_step`, SD 1.5 and SDXL points of bench/vram_calibrate.py).
+   (:func:`guitrainer.engine.memory.measure.measure_training_step`, SD 1.5 and SDXL points of bench/vram_calibrate.py).
 5. ``engine_vs_bare``: the engine's s/step against a bare diffusers-style loop (bench/train_step.py) on the
    SD 1.5 architecture at 512 px, bf16 and fp16.
 
@@ -129,7 +129,7 @@ def build_smoke_folder(family: str, folder: Path) -> Path:
 
 def base_config(base: str, family: str, resolution: int, batch: int, out: str) -> Any:
     from guitrainer.config import DatasetFolder, TrainingConfig
-    from guitrainer.engine.models import ensure_demo_dataset
+    from guitrainer.engine.models.loading import ensure_demo_dataset
 
     cfg = TrainingConfig()
     cfg.model.base, cfg.model.family = base, family
@@ -182,9 +182,9 @@ def step_summary(rep: Any, warmup: int) -> dict[str, Any]:
 
 
 def lab(base: str, family: str, resolution: int, batch: int, steps: int, warmup: int, tmp: Path) -> dict[str, Any]:
-    from guitrainer.core.measurements import MeasurementStore
-    from guitrainer.core.precision_lab import all_candidates, format_table
-    from guitrainer.engine.precision_lab import compare_precisions
+    from guitrainer.core.precision.lab import all_candidates, format_table
+    from guitrainer.core.precision.measurements import MeasurementStore
+    from guitrainer.engine.lab.precision_lab import compare_precisions
 
     cfg = base_config(base, family, resolution, batch, str(tmp / "out"))
     report = compare_precisions(cfg, all_candidates(), steps, warmup=warmup, store=MeasurementStore(tmp / f"lab_{family}.json"))
@@ -251,8 +251,8 @@ def bnb_8bit(base: str, family: str, resolution: int, steps: int, tmp: Path) -> 
 def vram_points(smoke: bool, deadline: float) -> dict[str, Any]:
     from vram_calibrate import config_for, grid
 
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     if smoke:
         points, method = [p for p in grid() if p["family"] == "demo"][:2], "fake"
@@ -315,7 +315,7 @@ def environment() -> dict[str, Any]:
             info[mod] = getattr(__import__(mod), "__version__", "present")
         except Exception as e:  # noqa: BLE001
             info[mod] = f"unavailable ({type(e).__name__})"
-    from guitrainer.engine.precision_lab import engine_supports_fp8
+    from guitrainer.engine.lab.precision_lab import engine_supports_fp8
 
     info["engine_fp8_base_weights"] = engine_supports_fp8()
     print(json.dumps(info), flush=True)

@@ -50,7 +50,7 @@ def replace_vae(model: Path, kind: str) -> None:
 
     from diffusers import AutoencoderKL
 
-    from guitrainer.core.paths import resources_dir
+    from guitrainer.base.paths import resources_dir
 
     if kind == "bench":
         return

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore  # noqa: E402
 from guitrainer.core.events import NullReporter, StepMetrics  # noqa: E402
-from guitrainer.core.numerics import is_sampled  # noqa: E402
-from guitrainer.presets import DEFAULT_PRESET, PresetStore  # noqa: E402
+from guitrainer.core.precision.numerics import is_sampled  # noqa: E402
 
 
 class Turns:

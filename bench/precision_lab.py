@@ -28,8 +28,8 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from guitrainer.core.measurements import MeasurementStore  # noqa: E402
-from guitrainer.core.precision_lab import Candidate, format_table  # noqa: E402
+from guitrainer.core.precision.lab import Candidate, format_table  # noqa: E402
+from guitrainer.core.precision.measurements import MeasurementStore  # noqa: E402
 
 
 def main() -> int:
@@ -41,8 +41,8 @@ def main() -> int:
     ap.add_argument("--fp8", action="store_true", help="also each precision with fp8 base weights (six candidates)")
     ap.add_argument("--json", help="write the reports here")
     args = ap.parse_args()
-    from guitrainer.engine.precision_lab import compare_precisions
-    from guitrainer.presets import DEFAULT_PRESET, PresetStore
+    from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
+    from guitrainer.engine.lab.precision_lab import compare_precisions
 
     reports = {}
     with tempfile.TemporaryDirectory() as tmp:

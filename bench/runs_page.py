@@ -43,7 +43,7 @@ def _rows(steps: int, rnd: random.Random, batch: int = 2) -> list[tuple]:
 def make_store(path: Path, runs: int, steps: int) -> float:
     """``runs`` runs of ``steps`` steps with realistic values; returns seconds taken."""
     from guitrainer.config import TrainingConfig
-    from guitrainer.core.run_store import RunStore
+    from guitrainer.core.runs.store import RunStore
 
     t0 = time.perf_counter()
     rnd = random.Random(0)
@@ -70,7 +70,7 @@ def bench_page(app, db: Path, opens: int) -> dict[str, object]:
     t_import = time.perf_counter()
     from guitrainer.config import TrainingConfig
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.runs_page import RunsPage
+    from guitrainer.ui.runs.page import RunsPage
 
     import_s = time.perf_counter() - t_import
     painted: list[float] = []
@@ -110,10 +110,10 @@ def bench_recording(pairs: int, steps: int, out: Path) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(1)
+    from guitrainer.config.presets import PresetStore
     from guitrainer.core.events import NullReporter
     from guitrainer.engine import recording as R
     from guitrainer.engine.trainer import Trainer
-    from guitrainer.presets import PresetStore
 
     spent = {"on_step": 0.0, "write": 0.0, "steps": 0}
     on_step, write = R.RunRecorder.on_step, R.RunRecorder._write
@@ -169,7 +169,7 @@ def bench_recording(pairs: int, steps: int, out: Path) -> dict[str, float]:
 
 def bench_size(folder: Path, steps: int = 10_000) -> dict[str, float]:
     from guitrainer.config import TrainingConfig
-    from guitrainer.core.run_store import RunStore
+    from guitrainer.core.runs.store import RunStore
 
     empty, full = folder / "empty.sqlite3", folder / "one.sqlite3"
     with RunStore(empty) as s:

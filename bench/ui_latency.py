@@ -38,9 +38,9 @@ def percentile(values: list[float], q: float) -> float:
 def bench_training(app, seconds: float, precision: str) -> dict[str, float]:
     from PySide6.QtCore import QTimer
 
-    from guitrainer.presets import PresetStore
+    from guitrainer.config.presets import PresetStore
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.training_page import TrainingPage, TrainState
+    from guitrainer.ui.training.page import TrainingPage, TrainState
 
     out_dir = tempfile.mkdtemp(prefix="guitrainer-bench-")
     os.environ.setdefault("GUITRAINER_HOME", os.path.join(out_dir, "home"))
@@ -107,7 +107,7 @@ def bench_training(app, seconds: float, precision: str) -> dict[str, float]:
 
 def bench_charts(app, points: int, repeats: int) -> dict[str, float]:
     from guitrainer.core.events import StepMetrics
-    from guitrainer.ui.charts import TrainingCharts
+    from guitrainer.ui.training.charts import TrainingCharts
 
     charts = TrainingCharts()
     charts.resize(1000, 560)

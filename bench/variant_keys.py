@@ -8,7 +8,7 @@ and LyCORIS); text encoders ``CLIPAttention`` / ``CLIPSdpaAttention`` and ``CLIP
 here from kohya's code, apart from guitrainer's suffix tables, so a difference shows up. kohya spells SDXL's
 UNet paths in the original (LDM/SGM) layout, ``input_blocks_4_1_...``, SD 1.x's in diffusers' layout; the
 original-layout spelling here is the test helper's table (``tests/helpers/lycoris_reader.py``), written apart
-from guitrainer's ``engine/kohya_names.py``.
+from guitrainer's ``engine/network/kohya_names.py``.
 
     python bench/variant_keys.py            (~10 s on a CPU)
 """
@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 
 from guitrainer.config import NetworkConfig
-from guitrainer.engine import lycoris_keys, model_spec, variants
-from guitrainer.engine.lora import kohya_module_name, te_prefixes
+from guitrainer.engine.memory import model_spec
+from guitrainer.engine.network import lycoris_keys, variants
+from guitrainer.engine.network.lora import kohya_module_name, te_prefixes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.lycoris_reader import ldm_to_diffusers  # noqa: E402 - the independent layout table

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guitrainer.config import TrainingConfig  # noqa: E402
-from guitrainer.core import vram  # noqa: E402
+from guitrainer.core.memory import vram  # noqa: E402
 
 
 def main() -> None:

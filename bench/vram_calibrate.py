@@ -1,8 +1,8 @@
 """Fit the VRAM estimator's activation constants to measured training steps, and compare.
 
-Measures every grid point with :func:`guitrainer.engine.memory.measure_training_step` (tracked fake tensors,
+Measures every grid point with :func:`guitrainer.engine.memory.measure.measure_training_step` (tracked fake tensors,
 no GPU; ``--method cuda`` on a GPU), fits ``ACTIVATION_FIT`` / ``VAE_ENCODE_FIT`` by least squares on the
-relative error, optionally writes them into ``guitrainer/core/vram.py`` (``--write``), then writes the grid,
+relative error, optionally writes them into ``guitrainer/core/memory/vram.py`` (``--write``), then writes the grid,
 measurements and estimates to ``bench/vram_grid.csv`` and prints the worst and median relative error.
 
     python bench/vram_calibrate.py --write          # measure (~5 min on 2 CPU cores), fit, write
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guitrainer.config import TrainingConfig  # noqa: E402
-from guitrainer.core import vram  # noqa: E402
+from guitrainer.core.memory import vram  # noqa: E402
 
 log = logging.getLogger("vram_calibrate")
 CSV_PATH = ROOT / "bench" / "vram_grid.csv"
@@ -96,7 +96,7 @@ def _bool(v: Any) -> bool:
 
 
 def measure(points: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.engine.memory.measure import measure_training_step
 
     rows = []
     partial = CSV_PATH.with_suffix(".partial.csv")
@@ -172,7 +172,7 @@ def write_constants(act: dict, vae_fit: dict) -> None:
     lines += ["}", f"VAE_ENCODE_FIT: dict[str, float] = {dict(sorted(vae_fit.items()))!r}", "# <<< fitted"]
     new, n = re.subn(r"# >>> fitted.*?# <<< fitted", "\n".join(lines), text, flags=re.S)
     if n != 1:
-        raise SystemExit("fitted-constants markers not found in core/vram.py")
+        raise SystemExit("fitted-constants markers not found in core/memory/vram.py")
     path.write_text(new, encoding="utf-8")
     print(f"wrote fitted constants into {path.relative_to(ROOT)}")
 
@@ -191,7 +191,7 @@ def compare(rows: list[dict[str, Any]]) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reuse", action="store_true", help="reuse measurements from the CSV instead of measuring")
-    ap.add_argument("--write", action="store_true", help="write the fitted constants into guitrainer/core/vram.py")
+    ap.add_argument("--write", action="store_true", help="write the fitted constants into guitrainer/core/memory/vram.py")
     ap.add_argument("--method", default="fake", choices=("fake", "cuda", "auto"))
     ap.add_argument("--csv", type=Path, default=CSV_PATH)
     args = ap.parse_args(argv)

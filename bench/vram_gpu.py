@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from vram_calibrate import KEYS, config_for, grid
 
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     name = torch.cuda.get_device_name()
     total_memory = torch.cuda.get_device_properties(0).total_memory

@@ -41,8 +41,8 @@ POINTS = [
 
 
 def main() -> int:
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     errors = []
     print("| family | px | batch | precision | ckpt | optimizer | rank | targets | train TE | measured | estimate | error |")

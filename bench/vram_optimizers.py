@@ -33,8 +33,8 @@ def points(family: str) -> list[dict]:
 
 
 def main(family: str = "sd15") -> int:
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     worst = 0.0
     print("| family | px | batch | precision | optimizer | rank | state measured | state estimate | peak measured | estimate | error |")

@@ -2,7 +2,7 @@
 ``engine.memory.measure_training_step`` as bench/vram_heldout.py).
 
 The first four rows (LoCon / DoRA, SD 1.5, rank 16, fp16, 512 px, batch 1, with and without checkpointing)
-are where ``core/vram_variants.py``'s two DoRA constants were solved; the others are held out (the LoHa / LoKr
+are where ``core/memory/variants.py``'s two DoRA constants were solved; the others are held out (the LoHa / LoKr
 term has no fitted constant: it is the adapted weights once more, times the checkpointing share).
 
     python bench/vram_variants.py          # ~6 min on 2 loaded CPU cores
@@ -37,8 +37,8 @@ POINTS = [
 
 
 def main() -> int:
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     print("| type | px | batch | precision | ckpt | rank / conv rank | train TE | trainable | measured | estimate | error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore  # noqa: E402
 from guitrainer.core.events import NullReporter, StepMetrics  # noqa: E402
-from guitrainer.presets import DEFAULT_PRESET, PresetStore  # noqa: E402
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 STEPS = 60
@@ -88,8 +88,8 @@ def main() -> None:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from guitrainer.presets import PresetStore as Store
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.config.presets import PresetStore as Store
+    from guitrainer.ui.window.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     tmp = Path(tempfile.mkdtemp(prefix="numerics_ui_"))
@@ -99,7 +99,7 @@ def main() -> None:
     w.show()
     page = w.training_page
     w.nav.setCurrentRow(w.pages.index(page))
-    from guitrainer.ui.numerics_chart import add_numerics_tab
+    from guitrainer.ui.training.numerics_chart import add_numerics_tab
 
     _ = page.charts  # built on first use
     chart = add_numerics_tab(page.tabs, "fp16", every=3)  # what attach_numerics does when a run starts

@@ -34,7 +34,7 @@ def create_app(argv: list[str] | None = None):
     from PySide6.QtWidgets import QApplication
 
     from guitrainer import APP_NAME, __version__
-    from guitrainer.core import paths
+    from guitrainer.base import paths
 
     app = QApplication.instance()
     if app is None:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app()
     _install_sigint(app)
-    from guitrainer.ui.single_instance import FileOpenFilter
+    from guitrainer.ui.window.single_instance import FileOpenFilter
 
     opened = FileOpenFilter(app)  # macOS: Finder's "open with" and Dock drops arrive as events
     app.installEventFilter(opened)
@@ -76,15 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     if not (args.self_test or args.quit_after_show or args.new_instance):
         from guitrainer import APP_NAME
-        from guitrainer.ui.single_instance import InstanceServer, send_to_running, server_name
+        from guitrainer.ui.window.single_instance import InstanceServer, send_to_running, server_name
 
         name = server_name(APP_NAME)
         if send_to_running(name, files):
             print("guitrainer is already running: handed it over" + (f" {len(files)} file(s)" if files else ""))
             return 0
         server = InstanceServer(name, app)
-    from guitrainer.core.run_state import repair_interrupted
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.core.runs.state import repair_interrupted
+    from guitrainer.ui.window.main_window import MainWindow
 
     window = MainWindow()
     window.show()

@@ -21,8 +21,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
-from guitrainer.core.run_state import repair_interrupted
-from guitrainer.presets import PresetStore
+from guitrainer.config.presets import PresetStore
+from guitrainer.core.runs.state import repair_interrupted
 
 if TYPE_CHECKING:
     from guitrainer.core.events import Control
@@ -64,7 +64,7 @@ def resolve_config(args: argparse.Namespace) -> TrainingConfig:
     base = TrainingConfig()
     if args.preset:
         if args.preset.endswith(".toml") and Path(args.preset).is_file():
-            from guitrainer.presets import read_preset
+            from guitrainer.config.presets import read_preset
 
             base = read_preset(args.preset).config()
         else:
@@ -195,8 +195,8 @@ def _set_up_logging(prefix: str, once: _Once) -> None:
 
 
 def _print_inputs(cfg: TrainingConfig, *, captions: bool = True, comment: bool = True) -> int:
-    """The folders, the model and the captions on disk (:mod:`guitrainer.core.input_check`); 1 on an error."""
-    from guitrainer.core.input_check import check_inputs
+    """The folders, the model and the captions on disk (:mod:`guitrainer.core.checks.inputs`); 1 on an error."""
+    from guitrainer.core.checks.inputs import check_inputs
 
     report = check_inputs(cfg, captions=captions)
     lead = "# " if comment else ""
@@ -209,7 +209,8 @@ def _print_inputs(cfg: TrainingConfig, *, captions: bool = True, comment: bool =
 
 def _print_advice(cfg: TrainingConfig) -> int:
     """Device advice for --check; error-level advice makes the exit status 1."""
-    from guitrainer.core import hardware, precision
+    from guitrainer.core.device import hardware
+    from guitrainer.core.precision import advisor as precision
 
     device = hardware.probe()
     advice = precision.advise(device, cfg)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from guitrainer.config import TrainingConfig
-    from guitrainer.core.precision_lab import LabProgress
+    from guitrainer.core.precision.lab import LabProgress
 
 DEFAULT_STEPS = 4
 
@@ -39,8 +39,8 @@ def run(cfg: TrainingConfig, *, steps: int = DEFAULT_STEPS, as_json: bool = Fals
         print(f"error: --steps must be at least 1, not {steps}", file=sys.stderr)
         return 2
     from guitrainer.core.events import Control
-    from guitrainer.core.precision_lab import format_table
-    from guitrainer.engine.precision_lab import compare_precisions
+    from guitrainer.core.precision.lab import format_table
+    from guitrainer.engine.lab.precision_lab import compare_precisions
 
     control = Control()
     last = [""]

@@ -39,8 +39,8 @@ def check_lora_file(path: Path) -> list[str]:
 
 def run_self_test(app, window) -> int:  # noqa: ANN001 - Qt objects
     """Returns the process exit status."""
+    from guitrainer.config.presets import DEFAULT_PRESET
     from guitrainer.core.events import Control, NullReporter
-    from guitrainer.presets import DEFAULT_PRESET
 
     t0 = time.perf_counter()
     try:

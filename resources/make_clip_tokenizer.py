@@ -20,7 +20,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from guitrainer.core.clip_bpe import bytes_to_unicode
+from guitrainer.core.model.clip_bpe import bytes_to_unicode
 
 BPE_MEMBER = "open_clip/bpe_simple_vocab_16e6.txt.gz"
 N_MERGES = 49152 - 256 - 2  # = 48894, as in CLIP's simple_tokenizer and transformers' CLIPTokenizer

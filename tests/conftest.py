@@ -46,8 +46,8 @@ def window(qtbot, tmp_path):
     """The main window with its own presets folder and settings file, shown; its dataset threads stopped after."""
     from PySide6.QtCore import QSettings
 
-    from guitrainer.presets import PresetStore
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.config.presets import PresetStore
+    from guitrainer.ui.window.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)
@@ -63,7 +63,7 @@ def shown_dataset_page(qtbot):
     """A Dataset page on a default config, shown at 1366x800; its threads stopped after."""
     from guitrainer.config import TrainingConfig
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.dataset_page import DatasetPage
+    from guitrainer.ui.dataset.page import DatasetPage
 
     p = DatasetPage(ConfigBinding(TrainingConfig()))
     qtbot.addWidget(p)
@@ -79,7 +79,7 @@ def dataset_page(qtbot):
     """A Dataset page on a default config, 1280x860, not shown; its threads stopped after."""
     from guitrainer.config import TrainingConfig
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.dataset_page import DatasetPage
+    from guitrainer.ui.dataset.page import DatasetPage
 
     p = DatasetPage(ConfigBinding(TrainingConfig()))
     qtbot.addWidget(p)

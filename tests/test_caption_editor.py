@@ -9,7 +9,7 @@ from PySide6.QtCore import QEvent, QObject
 
 from guitrainer.config import TrainingConfig
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.page import DatasetPage
 
 
 class _Counter(QObject):

@@ -13,8 +13,8 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from guitrainer.ui.caption_editor import AUTOSAVE_MS
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.caption_editor import AUTOSAVE_MS
+from guitrainer.ui.dataset.page import DatasetPage
 
 ORIGINAL = "café, naïve smile, Ærø"
 

@@ -13,8 +13,8 @@ from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from guitrainer.ui.caption_editor import AUTOSAVE_MS
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.caption_editor import AUTOSAVE_MS
+from guitrainer.ui.dataset.page import DatasetPage
 
 CAPTIONS = {"a": "red hair, smile", "b": None, "c": None, "d": "blue sky", "e": None}
 

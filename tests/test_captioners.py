@@ -8,7 +8,7 @@ import pytest
 from helpers.taggers import FakeHub, build_tiny_tagger
 from PIL import Image
 
-from guitrainer.core.dataset import CaptionEdit
+from guitrainer.core.dataset.scan import CaptionEdit
 from guitrainer.engine import captioners as cap
 
 

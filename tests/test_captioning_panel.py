@@ -11,8 +11,8 @@ from PIL import Image
 from PySide6.QtCore import Qt
 
 from guitrainer.engine import captioners as cap
-from guitrainer.ui import captioning
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset import captioning
+from guitrainer.ui.dataset.page import DatasetPage
 
 TAGGED = "my char, long hair, ^_^"  # what the tiny tagger writes at general threshold 0.9
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from guitrainer.core.captions import CaptionEncodingError, read_caption, save_caption
+from guitrainer.core.dataset.captions import CaptionEncodingError, read_caption, save_caption
 
 ORIGINAL = "café, naïve, crème brûlée, 1girl"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from guitrainer.core.checkpoint import CheckpointError, detect_model, read_safetensors_header
+from guitrainer.core.model.checkpoint import CheckpointError, detect_model, read_safetensors_header
 
 UNET_IN = "model.diffusion_model.input_blocks.0.0.weight"
 SD15_KEYS = {

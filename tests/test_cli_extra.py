@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from guitrainer.base import paths
 from guitrainer.cli import _stop_on_sigint, main
-from guitrainer.core import paths
+from guitrainer.config.presets import DEMO_PRESET
 from guitrainer.core.events import Control
-from guitrainer.presets import DEMO_PRESET
 
 DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent

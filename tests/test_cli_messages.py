@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from guitrainer.cli import resolve_config
-from guitrainer.presets import DEMO_PRESET, PresetStore
+from guitrainer.config.presets import DEMO_PRESET, PresetStore
 
 
 @pytest.mark.parametrize("query", ["demo", "DEMO", "  Demo ", "tiny built-in", DEMO_PRESET])

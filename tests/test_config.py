@@ -281,7 +281,7 @@ def test_sections_are_dataclasses_with_defaults():
 
 
 def test_gpu_index_defaults_to_automatic_and_round_trips(tmp_path):
-    from guitrainer.presets import PresetStore
+    from guitrainer.config.presets import PresetStore
 
     assert TrainingConfig().precision.gpu_index == -1
     assert config.diff(TrainingConfig(), TrainingConfig()) == {}  # automatic is not written into presets

@@ -15,8 +15,8 @@ from helpers import config_with
 from guitrainer.config import ConfigError, TrainingConfig, load_toml, parse_toml_text
 from guitrainer.config.checks import NAME_MAX
 from guitrainer.config.files import apply_overlay
-from guitrainer.core.input_check import check_inputs
-from guitrainer.presets import DEMO_PRESET, PresetStore
+from guitrainer.config.presets import DEMO_PRESET, PresetStore
+from guitrainer.core.checks.inputs import check_inputs
 
 
 def _field_of(**settings: object) -> str:

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from guitrainer.config import DatasetConfig, DatasetFolder
-from guitrainer.core import dataset as core_ds
+from guitrainer.core.dataset import scan as core_ds
 from guitrainer.engine import data as D
 
 RED, BLUE = (220, 20, 20), (20, 20, 220)

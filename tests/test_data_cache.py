@@ -21,7 +21,7 @@ from helpers import demo_cfg  # noqa: E402
 def _own_cache(tmp_path, monkeypatch):
     """This test counts the cache's files: give it a cache folder no other test (test_engine's cached
     runs, test_prior) has written into before it."""
-    from guitrainer.core import paths
+    from guitrainer.base import paths
 
     monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
 
@@ -146,7 +146,8 @@ def test_stop_before_setup_ends_after_loading(tmp_path):
 
 
 def test_training_prunes_old_cache_entries_but_keeps_its_own(tmp_path, monkeypatch):
-    from guitrainer.core import cache_store, paths
+    from guitrainer.base import paths
+    from guitrainer.core import cache_store
 
     data = _dataset(tmp_path / "data")
     stale = paths.cache_dir() / "latents" / "some-old-model" / "ab" / "old.safetensors"
@@ -163,7 +164,7 @@ def test_training_prunes_old_cache_entries_but_keeps_its_own(tmp_path, monkeypat
 
 
 def test_caches_in_memory_only_write_nothing(tmp_path):
-    from guitrainer.core import paths
+    from guitrainer.base import paths
 
     data = _dataset(tmp_path / "data")
     tr = _run(tmp_path / "o1", data, precision__cache_to_disk=False)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from guitrainer.core import dataset as ds
-from guitrainer.core.buckets import assign_bucket, bucket_counts, make_buckets
-from guitrainer.core.dataset import Flag
+from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.buckets import assign_bucket, bucket_counts, make_buckets
+from guitrainer.core.dataset.scan import Flag
 
 
 def make_image(path: Path, size=(640, 640), mode="RGB", fmt: str | None = None, **save) -> Path:
@@ -115,7 +115,7 @@ def test_caption_io_atomic_and_non_utf8(tmp_path, monkeypatch):
     assert not c.was_utf8 and c.text == "café, blue" and c.encoding == "cp1252"
 
     # A write that dies half-way leaves the old caption in place and no stray file.
-    import guitrainer.core.fileio as fileio
+    import guitrainer.base.fileio as fileio
 
     real_write = Path.write_bytes
 

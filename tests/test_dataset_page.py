@@ -11,10 +11,10 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
 from guitrainer.config import DatasetFolder, TrainingConfig
-from guitrainer.core import dataset as ds
-from guitrainer.core.dataset import Flag
+from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.scan import Flag
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.page import DatasetPage
 
 PALETTE = [(231, 111, 81), (244, 162, 97), (233, 196, 106), (42, 157, 143), (38, 70, 83), (120, 90, 160)]
 
@@ -127,7 +127,7 @@ def test_autosave_is_debounced_atomic_and_undoable(page, qtbot, tmp_path, monkey
     assert by_name(page)["a.png"].caption == "old caption, new tag"
 
     # A write that dies half-way keeps the old caption (atomic), and the editor says "not saved".
-    import guitrainer.core.fileio as fileio
+    import guitrainer.base.fileio as fileio
 
     real = Path.write_bytes
 
@@ -336,7 +336,7 @@ def test_screenshot_with_dataset(page, qtbot, tmp_path, artifacts_dir):
 
 
 def test_ready_thumbnails_are_announced_in_few_data_changed(page, qtbot, tmp_path):
-    from guitrainer.ui.thumbnails import GRID_SIZE
+    from guitrainer.ui.dataset.thumbnails import GRID_SIZE
 
     for i in range(12):
         art(tmp_path / "c" / f"img{i:02d}.png", size=(64, 64), seed=i)
@@ -358,7 +358,7 @@ def test_ready_thumbnails_are_announced_in_few_data_changed(page, qtbot, tmp_pat
 
 
 def test_thumbnail_loader_hands_results_over_in_batches(qtbot, tmp_path):
-    from guitrainer.ui.thumbnails import ThumbnailLoader
+    from guitrainer.ui.dataset.thumbnails import ThumbnailLoader
 
     paths = [str(art(tmp_path / f"t{i}.png", size=(80, 60), seed=i)) for i in range(6)]
     (tmp_path / "bad.png").write_bytes(b"not a png")
@@ -377,7 +377,7 @@ def test_thumbnail_loader_hands_results_over_in_batches(qtbot, tmp_path):
 def test_summary_in_slices_equals_one_summarize(tmp_path):
     import random
 
-    from guitrainer.core.dataset_report import SummaryBuilder, SummaryParams
+    from guitrainer.core.dataset.report import SummaryBuilder, SummaryParams
 
     rng = random.Random(7)
     sizes = [(1024, 1024), (1024, 768), (768, 1024), (640, 1536), (300, 200), (0, 0), (2000, 900)]

@@ -11,10 +11,10 @@ from PIL import Image
 from PySide6.QtCore import QTimer
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import captions as caption_files
-from guitrainer.core import dataset as ds
+from guitrainer.core.dataset import captions as caption_files
+from guitrainer.core.dataset import scan as ds
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.page import DatasetPage
 
 N = 600
 TRIGGER = "Add trigger word “zz”"
@@ -71,7 +71,7 @@ def load(page: DatasetPage, qtbot, caps: dict[Path, bytes | None]) -> None:
 def slow_writes(monkeypatch, delay_s: float = 0.001, fail_at: int | None = None) -> list[int]:
     """Each caption write waits ``delay_s`` first (so the edit lasts, whatever the disk); optionally the
     ``fail_at``-th write raises "disk full". Returns the running count of writes."""
-    real = caption_files.atomic_write_bytes  # the caption writes go through core/captions.py
+    real = caption_files.atomic_write_bytes  # the caption writes go through core/dataset/captions.py
     calls = [0]
 
     def write(path, data):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from PIL import Image
 from PySide6.QtCore import QSettings
 
-import guitrainer.ui.main_window as main_window
-from guitrainer.presets import PresetStore
-from guitrainer.ui.main_window import MainWindow
+import guitrainer.ui.window.main_window as main_window
+from guitrainer.config.presets import PresetStore
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def test_status_bar_shows_the_dataset_import_report(qtbot, tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guitrainer.core import dataset as ds
-from guitrainer.core.dataset_report import (
+from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.report import (
     ImportReport,
     SummaryBuilder,
     SummaryParams,
@@ -54,7 +54,7 @@ def test_adding_a_folder_brings_its_left_out_images_back(tmp_path):
 def test_core_modules_import_without_qt():
     code = (
         "import sys\n"
-        "import guitrainer.core.dataset_report, guitrainer.core.start_check, guitrainer.core.captioner_catalog\n"
+        "import guitrainer.core.dataset.report, guitrainer.core.checks.start, guitrainer.core.dataset.captioner_catalog\n"
         "print('PySide6' in sys.modules, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

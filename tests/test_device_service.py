@@ -8,10 +8,10 @@ import threading
 from helpers import fake_device
 from PySide6.QtCore import QSettings
 
-from guitrainer.core import hardware
-from guitrainer.presets import PresetStore
+from guitrainer.config.presets import PresetStore
+from guitrainer.core.device import hardware
 from guitrainer.ui.device_service import THREAD_NAME, DeviceService
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def test_the_window_probes_once_for_every_page(qtbot, tmp_path, monkeypatch):

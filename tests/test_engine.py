@@ -14,13 +14,13 @@ import torch
 from helpers import demo_cfg
 from helpers.doubles import HashingReporter, StopAt
 
-from guitrainer.core import run_state
+from guitrainer.config.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore
 from guitrainer.core.events import Control, NullReporter, StepMetrics
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine import trainer as T
 from guitrainer.engine.amp_step import AmpStep
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore
 
 DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.core.events import NullReporter
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.session import build_session
 from guitrainer.engine.trainer import Trainer
-from guitrainer.engine.verify import verify_lora
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.engine.verify.lora import verify_lora
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 pytestmark = pytest.mark.skipif(FP8 is None, reason="this PyTorch has no float8 types")
@@ -73,8 +73,8 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
     weights are about half (Linear / Conv weights 1 byte instead of 2; norms, biases of skipped layers and
     embeddings stay 2), and the peak drops by about that much. Without checkpointing the up-cast copies of the
     weights are kept for the backward, so fp8 storage pays off with checkpointing on."""
-    from guitrainer.core import vram
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.core.memory import vram
+    from guitrainer.engine.memory.measure import measure_training_step
 
     measured = {}
     for base in ("auto", "fp8"):

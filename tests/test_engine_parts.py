@@ -12,9 +12,9 @@ from guitrainer.config import DatasetConfig, DatasetFolder, ModelConfig
 from guitrainer.core.events import StepMetrics
 from guitrainer.engine import data as D
 from guitrainer.engine import export as X
-from guitrainer.engine import lora as L
-from guitrainer.engine import models as M
 from guitrainer.engine import optim as O
+from guitrainer.engine.models import loading as M
+from guitrainer.engine.network import lora as L
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.session import Session, build_session
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:

@@ -12,9 +12,9 @@ import torch
 from PIL import Image
 
 from guitrainer.config import ModelConfig
-from guitrainer.engine import models as M
 from guitrainer.engine.cache import LatentCache
-from guitrainer.engine.vae import force_upcast, vae_needs_fp32
+from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import config_with, demo_cfg  # noqa: E402
@@ -77,7 +77,7 @@ def test_a_single_vae_file_in_the_original_layout_loads_offline(tmp_path):
     """A1111's kind of VAE file (ldm keys, no config beside it): built from the base's VAE config, same weights."""
     from safetensors.torch import save_file
 
-    from guitrainer.engine.singlefile import vae_to_original
+    from guitrainer.engine.models.singlefile import vae_to_original
 
     reference = demo_like_vae(3, force_upcast=True)
     path = tmp_path / "demo_vae.safetensors"
@@ -128,7 +128,7 @@ def test_the_latent_cache_key_changes_with_the_vae(tmp_path):
 
 
 def test_a_run_encodes_with_the_chosen_vae_and_never_reuses_the_other_vaes_latents(tmp_path, fixed_vae, monkeypatch):
-    from guitrainer.core import paths
+    from guitrainer.base import paths
     from guitrainer.core.events import NullReporter
     from guitrainer.engine.trainer import Trainer
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from helpers import fake_device
 
-from guitrainer.core import environment
+from guitrainer.core.device import environment
 
 
 def _levels(items):
@@ -57,7 +57,7 @@ def test_free_disk_of_missing_folder_uses_parent(tmp_path):
 
 
 def test_environment_dialog_on_this_machine(qtbot, tmp_path):
-    from guitrainer.ui.environment_dialog import EnvironmentDialog
+    from guitrainer.ui.window.environment_dialog import EnvironmentDialog
 
     dlg = EnvironmentDialog({"output": tmp_path}, first_run=True)
     qtbot.addWidget(dlg)
@@ -69,8 +69,8 @@ def test_environment_dialog_on_this_machine(qtbot, tmp_path):
 
 
 def test_environment_dialog_shows_and_clears_the_disk_cache(qtbot, tmp_path, monkeypatch, artifacts_dir):
-    from guitrainer.core import paths
-    from guitrainer.ui.environment_dialog import EnvironmentDialog
+    from guitrainer.base import paths
+    from guitrainer.ui.window.environment_dialog import EnvironmentDialog
 
     cache = tmp_path / "cache"
     monkeypatch.setattr(paths, "cache_dir", lambda: cache)

@@ -21,9 +21,9 @@ from helpers import config_with, demo_cfg
 from guitrainer.config import ModelConfig, TrainingConfig
 from guitrainer.core.events import NullReporter
 from guitrainer.engine import export as X
-from guitrainer.engine import lora as L
-from guitrainer.engine import models as M
-from guitrainer.engine.verify import verify_lora
+from guitrainer.engine.models import loading as M
+from guitrainer.engine.network import lora as L
+from guitrainer.engine.verify.lora import verify_lora
 
 REPO = Path(__file__).resolve().parent.parent
 RANK, ALPHA = 4, 8.0

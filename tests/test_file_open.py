@@ -6,7 +6,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, QUrl
 from PySide6.QtGui import QFileOpenEvent
 from PySide6.QtWidgets import QApplication
 
-from guitrainer.ui.single_instance import FileOpenFilter
+from guitrainer.ui.window.single_instance import FileOpenFilter
 
 
 def test_file_open_events_are_collected_and_emitted_once(qtbot, tmp_path):
@@ -47,7 +47,7 @@ def test_main_window_opens_what_the_filter_emits(qtbot, tmp_path, monkeypatch):
     import guitrainer.app as app_mod
 
     calls: list[list[str]] = []
-    from guitrainer.ui import main_window
+    from guitrainer.ui.window import main_window
 
     monkeypatch.setattr(main_window.MainWindow, "add_paths", lambda self, paths: calls.append(list(paths)))
     monkeypatch.setattr(QApplication, "exec", lambda self=None: 0)

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from guitrainer.core import fileio
+from guitrainer.base import fileio
 
 
 def test_failed_write_leaves_old_file_and_no_temp(tmp_path):

@@ -13,7 +13,8 @@ import torch
 from helpers import fake_device
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core.hardware import (
+from guitrainer.config.presets import DEMO_PRESET
+from guitrainer.core.device.hardware import (
     AUTO_GPU,
     GpuChoice,
     GpuChoiceError,
@@ -22,8 +23,7 @@ from guitrainer.core.hardware import (
 )
 from guitrainer.engine import session as session_module
 from guitrainer.engine import trainer as trainer_module
-from guitrainer.engine.models import ModelLoadError
-from guitrainer.presets import DEMO_PRESET
+from guitrainer.engine.models.loading import ModelLoadError
 
 TWO = ("NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 4090")
 TWO_MISSING = "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090)"
@@ -165,7 +165,7 @@ def test_trainer_on_this_machine_without_cuda(monkeypatch):
 
 
 def test_start_check_advises_for_the_chosen_gpu(tmp_path):
-    from guitrainer.core.start_check import check_start
+    from guitrainer.core.checks.start import check_start
 
     cfg = TrainingConfig()
     cfg.set("output.folder", str(tmp_path / "out"))

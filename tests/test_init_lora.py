@@ -11,9 +11,10 @@ from PySide6.QtWidgets import QFileDialog
 from tiny_models import build_tiny
 
 from guitrainer.config import NetworkConfig
-from guitrainer.core.init_lora import init_lora_problem
-from guitrainer.core.start_check import check_start
-from guitrainer.engine import export, lora, lycoris_keys, variants
+from guitrainer.core.checks.start import check_start
+from guitrainer.core.model.init_lora import init_lora_problem
+from guitrainer.engine import export
+from guitrainer.engine.network import lora, lycoris_keys, variants
 
 TYPES = ("lora", "locon", "loha", "lokr", "dora")
 
@@ -88,7 +89,7 @@ def test_the_model_page_says_it_and_blocks_train_and_its_file_button_picks(files
     from PySide6.QtCore import Qt
 
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.model_page import ModelPage
+    from guitrainer.ui.model.page import ModelPage
 
     paths, _ = files
     binding = ConfigBinding()

@@ -16,7 +16,8 @@ import torch
 from helpers import lycoris_reader
 
 from guitrainer.config import NetworkConfig
-from guitrainer.engine import lycoris_keys, model_spec, variants
+from guitrainer.engine.memory import model_spec
+from guitrainer.engine.network import lycoris_keys, variants
 
 SDXL_NAMES = {
     "lora": [

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from guitrainer.core.measurements import MeasurementStore
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.core.precision.measurements import MeasurementStore
 from guitrainer.lab_cli import run
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 
 @pytest.fixture(autouse=True)
@@ -16,8 +16,8 @@ def _no_measurements_left_behind():
     """The lab keeps what it measured in the (session-wide) user data folder: remove it after each test,
     so a measurement of this machine never steers another test's "recommended here"."""
     yield
-    from guitrainer.core.measurements import FILE_NAME
-    from guitrainer.core.paths import user_data_dir
+    from guitrainer.base.paths import user_data_dir
+    from guitrainer.core.precision.measurements import FILE_NAME
 
     (user_data_dir() / FILE_NAME).unlink(missing_ok=True)
 

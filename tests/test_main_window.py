@@ -8,9 +8,9 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QPlainTextEdit, QSpinBox
 
-from guitrainer.presets import DEMO_PRESET, PresetStore
+from guitrainer.config.presets import DEMO_PRESET, PresetStore
 from guitrainer.ui.binding import bound_editors
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def _poke(editor, value):
@@ -133,7 +133,7 @@ def test_window_screenshot(window, artifacts_dir, qtbot):
 
 
 def test_second_launch_hands_files_to_running_instance(qtbot, tmp_path):
-    from guitrainer.ui.single_instance import InstanceServer, send_to_running
+    from guitrainer.ui.window.single_instance import InstanceServer, send_to_running
 
     name = f"guitrainer-test-{tmp_path.name}"
     server = InstanceServer(name)
@@ -178,7 +178,7 @@ def test_error_advice_disables_train_with_the_reason(window, qtbot):
 
 def test_a_failed_precise_check_writes_its_details_to_the_log(window, qtbot, monkeypatch):
     """Issue 15 #5 (UI): the meter says what failed; the Log on the Training page has the traceback."""
-    import guitrainer.engine.memory as memory
+    import guitrainer.engine.memory.measure as memory
 
     def broken(_cfg):
         raise ValueError("Adafactor state cannot be measured")

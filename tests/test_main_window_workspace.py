@@ -12,9 +12,9 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox
 
 from guitrainer.config import DatasetFolder
-from guitrainer.presets import PresetStore
+from guitrainer.config.presets import PresetStore
 from guitrainer.ui.binding import bound_editors
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def make_window(qtbot, tmp_path: Path) -> MainWindow:
@@ -87,7 +87,7 @@ def test_changing_preset_with_unsaved_edits_asks(qtbot, tmp_path, dataset):
 def test_save_as_preset_from_the_question(qtbot, tmp_path, monkeypatch):
     w = make_window(qtbot, tmp_path)
     type_rank(w, 55)
-    monkeypatch.setattr("guitrainer.ui.preset_files.QInputDialog.getText", lambda *a, **k: ("My rank 55", True))
+    monkeypatch.setattr("guitrainer.ui.window.preset_files.QInputDialog.getText", lambda *a, **k: ("My rank 55", True))
     wanted = pick_next_preset(w)
     button(w.preset_box, "Save as preset…").click()
     assert "My rank 55" in w.store.presets and w.store.get("My rank 55").config().network.rank == 55

@@ -17,7 +17,7 @@ import torch
 from helpers import config_with
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import vram
+from guitrainer.core.memory import vram
 
 torch.set_num_threads(1)
 
@@ -29,7 +29,8 @@ cfg = config_with  # the default config with section__field=value overrides
 
 def _engine_lora_shapes(family: str, config: TrainingConfig) -> list[tuple[int, ...]]:
     """Shapes of the LoRA tensors the engine injects into ``family``'s UNet (built on meta: no memory)."""
-    from guitrainer.engine import memory, model_spec
+    from guitrainer.engine.memory import measure as memory
+    from guitrainer.engine.memory import model_spec
 
     unet = model_spec.build_on_meta(family, "unet")
     memory.inject_engine_lora(unet, [], config.network)
@@ -73,8 +74,8 @@ def _real_bnb_step(
 
 def _engine_model(targets: str, rank: int) -> list[torch.nn.Module]:
     """The demo model as the engine loads it, with the engine's LoRA on the UNet and the text encoder."""
-    from guitrainer.engine import lora
-    from guitrainer.engine.models import ensure_demo_model, load_diffusers_folder
+    from guitrainer.engine.models.loading import ensure_demo_model, load_diffusers_folder
+    from guitrainer.engine.network import lora
 
     model = load_diffusers_folder(ensure_demo_model(), family="demo")
     lora.inject_unet_lora(model.unet, rank, float(rank), 0.0, targets)
@@ -91,7 +92,7 @@ CASES = [("demo", 64, "attention_ff"), ("sd15", 4, "attention")]
 @pytest.mark.parametrize(("family", "rank", "targets"), CASES)
 def test_estimator_8bit_state_equals_real_bitsandbytes_state(family: str, rank: int, targets: str, name: str) -> None:
     """The estimator's optimizer_state_bytes against a real bitsandbytes step on the engine's LoRA shapes."""
-    from guitrainer.engine.memory import bnb_state_bytes
+    from guitrainer.engine.memory.measure import bnb_state_bytes
 
     c = cfg(model__family=family, network__rank=rank, network__target_modules=targets, optimizer__name=name)
     shapes = _engine_lora_shapes(family, c)
@@ -115,8 +116,8 @@ def test_estimator_8bit_state_equals_real_bitsandbytes_state(family: str, rank: 
 @needs_bnb
 def test_fake_measurement_trains_the_engines_lora_with_real_8bit_state() -> None:
     """A fake-tensor measurement: its LoRA is the engine-built model's, its 8-bit state a real bitsandbytes one."""
-    from guitrainer.engine import lora
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.engine.memory.measure import measure_training_step
+    from guitrainer.engine.network import lora
 
     c = cfg(model__family="demo", dataset__resolution=64, network__rank=64, network__target_modules="attention_ff_proj",
             network__train_text_encoder=True, optimizer__name="AdamW8bit", precision__training="fp32")
@@ -139,7 +140,7 @@ def test_tracker_peak_agrees_with_profiler() -> None:
     Same config, separate runs: the profiler run has no dispatch mode active. Both give the peak above the
     level before the step (activations, gradients, temporaries) of a real CPU step on the demo model.
     """
-    from guitrainer.engine.memory import measure_training_step, profile_cpu_step
+    from guitrainer.engine.memory.measure import measure_training_step, profile_cpu_step
 
     c = cfg(model__family="demo", dataset__resolution=64, precision__training="fp32",
             precision__cache_text_encoder_outputs=True, network__target_modules="attention_ff")
@@ -152,8 +153,8 @@ def test_tracker_peak_agrees_with_profiler() -> None:
 
 def test_lora_targets_are_the_engines() -> None:
     """One table (core.lora_format) for the estimator and the engine, and the engine injects exactly its layers."""
-    from guitrainer.core import lora_format
-    from guitrainer.engine import lora
+    from guitrainer.core.model import lora_format
+    from guitrainer.engine.network import lora
 
     assert vram.UNET_LORA_TARGETS is lora_format.UNET_LORA_TARGETS
     assert vram.TEXT_ENCODER_LORA_TARGETS is lora_format.TEXT_ENCODER_LORA_TARGETS
@@ -169,7 +170,8 @@ def test_lora_targets_are_the_engines() -> None:
 
 def test_measurement_lora_equals_engine_built_model() -> None:
     """For every target set, the measurement's LoRA tensors are the engine-built model's, in the same order."""
-    from guitrainer.engine import lora, memory
+    from guitrainer.engine.memory import measure as memory
+    from guitrainer.engine.network import lora
 
     spec = vram.MODEL_SPECS["demo"]
     for targets in vram.UNET_LORA_TARGETS:
@@ -184,7 +186,7 @@ def test_measurement_lora_equals_engine_built_model() -> None:
 
 def test_estimator_lora_counts_equal_engine_injection_sd15() -> None:
     """Full-size SD 1.5 UNet and text encoder on meta, LoRA by the engine: the estimator's tables count the same."""
-    from guitrainer.engine import memory
+    from guitrainer.engine.memory import measure as memory
 
     c = cfg(model__family="sd15", network__rank=4, network__target_modules="attention_ff_proj",
             network__train_text_encoder=True)
@@ -200,7 +202,7 @@ def test_adafactor_measures_on_fake_tensors(family) -> None:
     The optimizer state is Adafactor's factored second moment: per LoRA matrix [rows, cols] one fp32 row
     vector and one fp32 column vector, plus a 0-dim fp32 step count, each rounded up to 512-byte blocks.
     """
-    from guitrainer.engine import memory
+    from guitrainer.engine.memory import measure as memory
 
     c = cfg(model__family=family, network__rank=4, optimizer__name="Adafactor", precision__training="fp16",
             precision__cache_latents=True, precision__cache_text_encoder_outputs=True)

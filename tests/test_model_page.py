@@ -16,11 +16,11 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QLabel
 from safetensors.numpy import save_file
 
-from guitrainer.core import hardware
+from guitrainer.core.device import hardware
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.model_page import ModelPage
-from guitrainer.ui.model_picker import MAX_RECENT, RECENT_KEY, ModelPicker
-from guitrainer.ui.precision_picker import DETECTING
+from guitrainer.ui.model.model_picker import MAX_RECENT, RECENT_KEY, ModelPicker
+from guitrainer.ui.model.page import ModelPage
+from guitrainer.ui.model.precision_picker import DETECTING
 
 SD15 = {
     "model.diffusion_model.input_blocks.0.0.weight": (320, 4, 3, 3),
@@ -220,7 +220,7 @@ def test_page_does_not_import_torch_while_opening():
         "from PySide6.QtWidgets import QApplication, QMainWindow\n"
         "app = QApplication([])\n"
         "from guitrainer.ui.binding import ConfigBinding\n"
-        "from guitrainer.ui.model_page import ModelPage, PROBE_DELAY_MS\n"
+        "from guitrainer.ui.model.page import ModelPage, PROBE_DELAY_MS\n"
         "w = QMainWindow(); page = ModelPage(ConfigBinding()); w.setCentralWidget(page)\n"
         "w.show(); t = time.perf_counter()\n"
         "while time.perf_counter() - t < PROBE_DELAY_MS / 1000 * 0.5: app.processEvents()\n"
@@ -323,7 +323,7 @@ def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_est
     and the estimate follows: picked with the keyboard in the combo box, as a person would."""
     from PySide6.QtWidgets import QComboBox, QToolButton
 
-    from guitrainer.core import vram
+    from guitrainer.core.memory import vram
 
     binding = ConfigBinding()
     binding.set("model.family", "sd15")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from guitrainer.base.paths import resources_dir
 from guitrainer.config import ModelConfig
-from guitrainer.core.paths import resources_dir
-from guitrainer.engine import models as M
-from guitrainer.engine.singlefile import to_original_layout
+from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.singlefile import to_original_layout
 
 RES = resources_dir() / "models"
 
@@ -202,7 +202,7 @@ def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
 
 def test_pickle_checkpoints_load_memory_mapped_and_in_the_legacy_format(tmp_path):
     """Zip-format .ckpt files are read with mmap; pre-1.6 (legacy) ones, which mmap refuses, still load."""
-    from guitrainer.engine.models import load_pickle_weights
+    from guitrainer.engine.models.loading import load_pickle_weights
 
     state = {"model.diffusion_model.x": torch.randn(8, 8), "first_stage_model.y": torch.arange(5.0)}
     torch.save({"state_dict": state}, tmp_path / "zip.ckpt")

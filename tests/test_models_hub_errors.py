@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from guitrainer.config import ModelConfig, TrainingConfig
-from guitrainer.engine import models
+from guitrainer.engine.models import loading as models
 from guitrainer.engine.trainer import Trainer
 
 GUI_ONLY_WORDS = ("Model page", "re-download", "Save now")

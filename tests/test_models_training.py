@@ -11,7 +11,7 @@ from PIL import Image
 
 from guitrainer.core.events import Control, NullReporter
 from guitrainer.engine.amp_step import AmpStep
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))

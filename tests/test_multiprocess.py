@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from guitrainer.presets import DEMO_PRESET
+from guitrainer.config.presets import DEMO_PRESET
 
 DEMO = DEMO_PRESET
 REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def _loras(folder: Path) -> list[Path]:
 
 
 def test_two_processes_shard_the_data_stay_in_sync_and_only_the_main_one_writes(tmp_path):
-    from guitrainer.engine.lora import read_lora
+    from guitrainer.engine.network.lora import read_lora
 
     out = tmp_path / "out"
     code, stdout, stderr = _run(_cli(out, "schedule.max_steps=4"))
@@ -192,9 +192,9 @@ def _drive(out: Path) -> int:
     """Under torchrun: two runs of the engine where only the main process's Control is ever set."""
     import logging
 
+    from guitrainer.config.presets import PresetStore
     from guitrainer.core.events import Control, NullReporter, StepMetrics
     from guitrainer.engine.trainer import Trainer
-    from guitrainer.presets import PresetStore
 
     logging.basicConfig(level=logging.INFO, format=f"[rank {os.environ['RANK']}] %(message)s")
 

@@ -1,11 +1,11 @@
-"""core/numerics.py without torch: the words of a skip, the advice of a NaN stop, the save report's numbers."""
+"""core/precision/numerics.py without torch: the words of a skip, the advice of a NaN stop, the save report's numbers."""
 
 from __future__ import annotations
 
 import math
 
 from guitrainer.core.events import StepMetrics
-from guitrainer.core.numerics import (
+from guitrainer.core.precision.numerics import (
     NonFinite,
     SaveReport,
     TensorFinding,

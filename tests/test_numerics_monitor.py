@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from guitrainer.config import ModelConfig
-from guitrainer.core.numerics import FP16_MAX, SaveReport, block_of, is_sampled, skip_message
-from guitrainer.engine import lora as L
+from guitrainer.core.precision.numerics import FP16_MAX, SaveReport, block_of, is_sampled, skip_message
 from guitrainer.engine.export import check_fp16
-from guitrainer.engine.models import load_base_model
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.network import lora as L
 from guitrainer.engine.numerics import NumericsMonitor, RngState, StepWatch, fp16_findings
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"

@@ -8,12 +8,12 @@ import pytest
 from helpers import configs, fake_device
 from PySide6.QtCore import QObject, Qt, Signal
 
-from guitrainer.core import hardware
+from guitrainer.core.device import hardware
 from guitrainer.core.events import SavedFile
-from guitrainer.core.numerics import SaveReport, TensorFinding
+from guitrainer.core.precision.numerics import SaveReport, TensorFinding
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.numerics_tab import attach_numerics
-from guitrainer.ui.training_page import TrainingPage
+from guitrainer.ui.training.numerics_tab import attach_numerics
+from guitrainer.ui.training.page import TrainingPage
 
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 

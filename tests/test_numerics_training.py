@@ -14,7 +14,7 @@ from helpers import configs
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import NullReporter, StepMetrics
-from guitrainer.core.numerics import block_of
+from guitrainer.core.precision.numerics import block_of
 from guitrainer.engine.reporting import ConsoleReporter
 from guitrainer.engine.trainer import Trainer
 

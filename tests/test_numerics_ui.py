@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from guitrainer.core.events import StepMetrics
-from guitrainer.core.numerics import SaveReport, TensorFinding
+from guitrainer.core.precision.numerics import SaveReport, TensorFinding
 
 
 def metrics(step: int, headroom=(), underflow=None, skipped=False, message="") -> StepMetrics:
@@ -19,7 +19,7 @@ def metrics(step: int, headroom=(), underflow=None, skipped=False, message="") -
 
 @pytest.fixture
 def chart(qtbot):
-    from guitrainer.ui.numerics_chart import NumericsChart
+    from guitrainer.ui.training.numerics_chart import NumericsChart
 
     c = NumericsChart(precision="fp16")
     qtbot.addWidget(c)
@@ -91,7 +91,7 @@ def report() -> SaveReport:
 
 
 def test_save_report_shows_choice_numbers_and_worst_first(qtbot):
-    from guitrainer.ui.save_report import SaveReportView
+    from guitrainer.ui.output.save_report import SaveReportView
 
     view = SaveReportView()
     qtbot.addWidget(view)
@@ -113,7 +113,7 @@ def test_save_report_shows_choice_numbers_and_worst_first(qtbot):
 
 
 def test_save_report_sorts_by_number_when_a_header_is_clicked(qtbot):
-    from guitrainer.ui.save_report import SaveReportView
+    from guitrainer.ui.output.save_report import SaveReportView
 
     view = SaveReportView()
     qtbot.addWidget(view)
@@ -132,7 +132,7 @@ def test_the_tab_draws_the_eye_only_while_the_alarm_is_on(qtbot):
     from PySide6.QtGui import QColor
     from PySide6.QtWidgets import QLabel, QTabWidget
 
-    from guitrainer.ui.numerics_chart import ALARM_COLOR, add_numerics_tab
+    from guitrainer.ui.training.numerics_chart import ALARM_COLOR, add_numerics_tab
 
     tabs = QTabWidget()
     qtbot.addWidget(tabs)

@@ -17,7 +17,7 @@ from helpers.doubles import StopAt
 
 from guitrainer.core.events import Control, NullReporter
 from guitrainer.engine import optim as O
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 
 NEW_OPTIMIZERS = ("Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME")

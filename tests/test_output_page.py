@@ -8,7 +8,7 @@ import pytest
 
 from guitrainer.config import TrainingConfig
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.output_page import OutputPage
+from guitrainer.ui.output.page import OutputPage
 
 
 @pytest.fixture
@@ -60,8 +60,8 @@ def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
 
     from guitrainer.config import ModelConfig
     from guitrainer.engine import export as X
-    from guitrainer.engine import lora as L
-    from guitrainer.engine import models as M
+    from guitrainer.engine.models import loading as M
+    from guitrainer.engine.network import lora as L
 
     torch.set_num_threads(1)
     m = M.load_base_model(ModelConfig(base="demo"))

@@ -57,8 +57,8 @@ def test_a_wheel_install_finds_presets_and_model_configs(tmp_path):
         check=True, capture_output=True, text=True, timeout=300,
     )
     code = (
-        "import guitrainer, guitrainer.core.paths as p\n"
-        "from guitrainer.presets import PresetStore\n"
+        "import guitrainer, guitrainer.base.paths as p\n"
+        "from guitrainer.config.presets import PresetStore\n"
         "print(guitrainer.__file__); print(p.install_root())\n"
         "print((p.resources_dir() / 'models' / 'sd15' / 'unet' / 'config.json').is_file())\n"
         "print(len(PresetStore().names()))\n"

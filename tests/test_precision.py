@@ -10,10 +10,11 @@ from helpers import FAKE_DEVICES, config_with, fake_device
 from helpers.devices import MAC_DEVICES
 
 from guitrainer.config import OPTIMIZERS, TrainingConfig
-from guitrainer.core import hardware, precision
-from guitrainer.core.hardware import BitsAndBytesInfo, DeviceInfo, arch_supported
-from guitrainer.core.precision import Advice, advise, save_overflow_advice
-from guitrainer.presets import DEMO_PRESET
+from guitrainer.config.presets import DEMO_PRESET
+from guitrainer.core.device import hardware
+from guitrainer.core.device.hardware import BitsAndBytesInfo, DeviceInfo, arch_supported
+from guitrainer.core.precision import advisor as precision
+from guitrainer.core.precision.advisor import Advice, advise, save_overflow_advice
 
 # (level, suggested value) of the worst advice about `precision.training`; None = no advice.
 # Each row is reasoned from a cited fact, not read off the code's output:
@@ -182,7 +183,7 @@ def test_eight_bit_optimizers_need_bitsandbytes_and_sm60():
 
 def test_paged_optimizer_without_cuda_suggests_8bit_when_that_works(monkeypatch):
     # a non-CUDA device where 8-bit works (here: patched status) gets AdamW8bit, not AdamW
-    from guitrainer.core import precision_rules
+    from guitrainer.core.precision import rules as precision_rules
 
     d = fake_device("cpu")
     monkeypatch.setattr(precision_rules, "eight_bit_status", lambda device: (None, ""))
@@ -493,7 +494,7 @@ def test_eight_bit_status_follows_the_bitsandbytes_version(device, version, back
 
 
 def test_sdxl_vae_note_states_the_estimators_cost_and_the_fp16_fixed_vae():
-    from guitrainer.core import vram
+    from guitrainer.core.memory import vram
 
     cfg = _config("fp16", model__family="sdxl", dataset__resolution=1024, precision__cache_latents=False,
                   precision__gradient_checkpointing=True)

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.core.events import Control
-from guitrainer.core.measurements import MeasurementStore
-from guitrainer.core.precision_lab import Candidate, LabProgress, all_candidates, format_table
+from guitrainer.core.precision.lab import Candidate, LabProgress, all_candidates, format_table
+from guitrainer.core.precision.measurements import MeasurementStore
 from guitrainer.engine import data as D
-from guitrainer.engine import lora as L
-from guitrainer.engine.precision_lab import compare_precisions, engine_supports_fp8, trainer_model
+from guitrainer.engine.lab.precision_lab import compare_precisions, engine_supports_fp8, trainer_model
+from guitrainer.engine.network import lora as L
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 THREE = [Candidate("fp32"), Candidate("fp16"), Candidate("bf16")]
 

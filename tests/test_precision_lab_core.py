@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import precision
-from guitrainer.core.hardware import CpuInfo, DeviceInfo, GpuInfo, MpsInfo
-from guitrainer.core.measurements import MeasurementStore, measured_recommendation
-from guitrainer.core.precision_lab import (
+from guitrainer.core.device.hardware import CpuInfo, DeviceInfo, GpuInfo, MpsInfo
+from guitrainer.core.precision import advisor as precision
+from guitrainer.core.precision.lab import (
     Candidate,
     CandidateResult,
     LabReport,
@@ -20,6 +19,7 @@ from guitrainer.core.precision_lab import (
     format_table,
     plan,
 )
+from guitrainer.core.precision.measurements import MeasurementStore, measured_recommendation
 
 CPU = DeviceInfo(cpu=CpuInfo("Test CPU 9000", 8, bf16_native=False), torch_version="2.13.0")
 OTHER_CPU = DeviceInfo(cpu=CpuInfo("Another CPU", 8, bf16_native=False), torch_version="2.13.0")
@@ -170,7 +170,7 @@ def test_rapl_counter_wraps_and_says_where_it_comes_from(tmp_path):
     pytest.importorskip("torch")
     import torch
 
-    from guitrainer.engine.lab_meters import RaplEnergy, energy_meter
+    from guitrainer.engine.lab.meters import RaplEnergy, energy_meter
 
     zone = tmp_path / "intel-rapl:0"
     sub = tmp_path / "intel-rapl:0:0"  # a sub-zone: inside its package, not counted twice
@@ -189,8 +189,8 @@ def test_rapl_counter_wraps_and_says_where_it_comes_from(tmp_path):
 
 
 def test_recommended_here_follows_a_measurement_else_the_rules(tmp_path):
-    from guitrainer.core.measurements import recommended_here
-    from guitrainer.core.precision import recommended_training
+    from guitrainer.core.precision.advisor import recommended_training
+    from guitrainer.core.precision.measurements import recommended_here
 
     store = MeasurementStore(tmp_path / "lab.json")
     cfg = sd15_config()
@@ -248,7 +248,7 @@ def _fake_cuda(monkeypatch, nvml: FakeNvml) -> None:
 def test_nvml_energy_counter(monkeypatch):
     import torch
 
-    from guitrainer.engine.lab_meters import NvmlEnergy, energy_meter
+    from guitrainer.engine.lab.meters import NvmlEnergy, energy_meter
 
     nvml = FakeNvml()
     _fake_cuda(monkeypatch, nvml)
@@ -267,7 +267,7 @@ def test_nvml_without_energy_counter_integrates_power_samples(monkeypatch):
 
     import torch
 
-    from guitrainer.engine.lab_meters import NvmlPowerSamples, energy_meter
+    from guitrainer.engine.lab.meters import NvmlPowerSamples, energy_meter
 
     _fake_cuda(monkeypatch, FakeNvml(energy_counter=False))
     meter = energy_meter(torch.device("cuda", 0))

@@ -8,12 +8,12 @@ import pytest
 from PySide6.QtCore import Qt
 
 from guitrainer.config import TrainingConfig
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.core.events import Control
-from guitrainer.core.precision_lab import HEADERS, Candidate, CandidateResult, LabProgress, LabReport
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.core.precision.lab import HEADERS, Candidate, CandidateResult, LabProgress, LabReport
 from guitrainer.ui import workers
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.precision_lab import PrecisionLabDialog
+from guitrainer.ui.model.precision_lab import PrecisionLabDialog
 
 THREE = [Candidate("fp32"), Candidate("fp16"), Candidate("bf16")]
 
@@ -23,8 +23,8 @@ def _no_measurements_left_behind():
     """The lab keeps what it measured in the (session-wide) user data folder: remove it after each test,
     so a measurement of this machine never steers another test's "recommended here"."""
     yield
-    from guitrainer.core.measurements import FILE_NAME
-    from guitrainer.core.paths import user_data_dir
+    from guitrainer.base.paths import user_data_dir
+    from guitrainer.core.precision.measurements import FILE_NAME
 
     (user_data_dir() / FILE_NAME).unlink(missing_ok=True)
 
@@ -180,8 +180,8 @@ def test_a_row_that_did_not_run_cannot_be_used(qtbot):
 def _page_with(qtbot, tmp_path, device):
     from PySide6.QtCore import QSettings
 
-    from guitrainer.core.measurements import MeasurementStore
-    from guitrainer.ui.model_page import ModelPage
+    from guitrainer.core.precision.measurements import MeasurementStore
+    from guitrainer.ui.model.page import ModelPage
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     page = ModelPage(demo_binding(), settings=settings, probe=lambda: device, auto_probe=False)
@@ -194,7 +194,7 @@ def _page_with(qtbot, tmp_path, device):
 
 def _measured_report(device, *, bf16_seconds: float) -> LabReport:
     """fp32 at 0.30 s/step; bf16 at ``bf16_seconds`` with a 1 % drift; demo model, 64 px, for ``device``."""
-    from guitrainer.core.precision_lab import device_key
+    from guitrainer.core.precision.lab import device_key
 
     results = (_result("fp32", 0.30, 0.0, 3000), _result("bf16", bf16_seconds, 0.01, 1500))
     return LabReport(device_key(device), device.name, "demo", 64, 2, 2, 1, results, "2026-12-01T15:00:00+00:00", 3.0)
@@ -238,7 +238,7 @@ def test_a_measurement_for_another_device_leaves_the_picker_on_the_rules(qtbot, 
 
     device = fake_device("cpu")
     other = fake_device("rtx3060")  # another machine's measurement (an RTX 3060 where bf16 is 3x faster)
-    from guitrainer.core.measurements import MeasurementStore
+    from guitrainer.core.precision.measurements import MeasurementStore
 
     MeasurementStore(tmp_path / "lab.json").put(_measured_report(other, bf16_seconds=0.10))
     page = _page_with(qtbot, tmp_path, device)
@@ -253,8 +253,8 @@ def test_a_measurement_for_another_device_leaves_the_picker_on_the_rules(qtbot, 
 
 def test_the_bar_charts_name_each_candidate_apart():
     """The fp8 rows read "fp32 / fp16 AMP / bf16 AMP" like the others, so each chart named them twice."""
-    from guitrainer.core.precision_lab import Candidate
-    from guitrainer.ui.precision_lab import short_label
+    from guitrainer.core.precision.lab import Candidate
+    from guitrainer.ui.model.precision_lab import short_label
 
     labels = [Candidate(t, b).label for t in ("fp32", "fp16", "bf16") for b in ("auto", "fp8")]
     shorts = [short_label(x) for x in labels]

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.precision_picker import DETECTING, AdviceRow, PrecisionPicker
+from guitrainer.ui.model.precision_picker import DETECTING, AdviceRow, PrecisionPicker
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_screenshot_with_a_warning(qtbot, binding, artifacts_dir):
 
 def test_a_choice_with_a_caveat_says_it_beside_the_choice(qtbot, binding):
     """Issue 15: "see the note" pointed at a note only shown once fp16 was chosen; now the caveat itself shows."""
-    from guitrainer.core import precision
+    from guitrainer.core.precision import advisor as precision
 
     w = _picker(qtbot, binding, fake_device("gtx1660"))  # Turing without tensor cores: fp16 has a caveat
     binding.set("precision.training", "fp32")
@@ -138,7 +138,7 @@ def test_a_choice_with_a_caveat_says_it_beside_the_choice(qtbot, binding):
 
 
 def test_a_collapsed_note_ends_on_a_sentence_or_an_ellipsis_never_a_colon():
-    from guitrainer.ui.precision_picker import COLLAPSE_OVER, first_sentence
+    from guitrainer.ui.model.precision_picker import COLLAPSE_OVER, first_sentence
 
     colon = "fp8 weights need gradient checkpointing to save memory: without it each layer's widened copy is kept."
     long = colon + " More words follow here to make it long enough."

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, parse_toml_text
-from guitrainer.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore, read_preset
+from guitrainer.config.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore, read_preset
 
 SHIPPED = [
     DEMO_PRESET,
@@ -156,7 +156,7 @@ def test_read_preset_raises_only_config_errors(tmp_path, name):
 
 def test_unexpected_errors_while_reading_become_config_errors(tmp_path, monkeypatch):
     """A case the checks miss is still reported against the file, not raised into the app."""
-    import guitrainer.presets as presets_module
+    import guitrainer.config.presets as presets_module
 
     def boom(*args, **kwargs):
         raise KeyError("surprise")

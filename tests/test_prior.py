@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from PIL import Image
 
 from guitrainer.config import DatasetFolder, TrainingConfig
-from guitrainer.core import regularization as reg
+from guitrainer.core.dataset import regularization as reg
 from guitrainer.core.events import Control, NullReporter
 from guitrainer.engine.amp_step import AmpStep
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import WRITE_ADVICE, Trainer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,7 +46,7 @@ def _images(folder: Path, names: dict[str, str | None], shift: int) -> Path:
 def _own_cache(tmp_path, monkeypatch):
     """Latent/text caches of these tests in their own folder: tests/test_data_cache.py counts the files of
     the session's shared cache folder."""
-    from guitrainer.core import paths
+    from guitrainer.base import paths
 
     monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
 
@@ -271,7 +271,7 @@ def test_unwritable_output_folder_ends_as_failed_with_advice(tmp_path, stop):
     assert summary.advice[0] == "choose another output folder, then resume from the saved state (or train again)"
     assert summary.steps == (1 if stop else 2)
     # nothing trained is lost: the LoRA and the state went to the rescue folder, which the message names
-    from guitrainer.core.paths import user_data_dir
+    from guitrainer.base.paths import user_data_dir
 
     rescued = Path(summary.lora_path)
     assert rescued.is_file() and rescued.parent.parent == user_data_dir() / "rescued"

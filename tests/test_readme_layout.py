@@ -1,4 +1,5 @@
-"""The README's Layout section names every module of guitrainer/ (one line each), and nothing that is gone."""
+"""The README's Layout section maps every package of guitrainer/ and names every module (one line each),
+and nothing that is gone."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "guitrainer"
 
 
 def _layout_section() -> str:
@@ -15,13 +17,17 @@ def _layout_section() -> str:
     return text[start : end if end != -1 else len(text)]
 
 
-def test_every_module_has_its_line_and_every_line_its_module():
-    package = REPO / "guitrainer"
-    modules = {
-        str(p.relative_to(package))
-        for p in package.rglob("*.py")
-        if p.name != "__init__.py" or p.parent.name == "config"  # config/__init__ holds TrainingConfig's face
+def test_every_package_has_its_line_and_every_line_its_package():
+    packages = {
+        "guitrainer/" if p.parent == PACKAGE else f"{p.parent.relative_to(PACKAGE)}/" for p in PACKAGE.rglob("__init__.py")
     }
+    listed = set(re.findall(r"^- `([\w/]+/)`: \S", _layout_section(), flags=re.M))
+    assert packages - listed == set(), "packages missing from README's Layout"
+    assert listed - packages == set(), "README's Layout lists packages that do not exist"
+
+
+def test_every_module_has_its_line_and_every_line_its_module():
+    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     listed = set(re.findall(r"^- `([\w/]+\.py)`: \S", _layout_section(), flags=re.M))
     assert modules - listed == set(), "modules missing from README's Layout"
     assert listed - modules == set(), "README's Layout lists modules that do not exist"

@@ -78,9 +78,9 @@ def test_lr_free_optimizer_without_a_learning_rate_gets_one():
 
 
 def test_a_shipped_preset_uses_prodigy_and_min_snr_with_the_reason_written():
-    from guitrainer.core import vram
-    from guitrainer.core.paths import shipped_presets_dir
-    from guitrainer.presets import PresetStore
+    from guitrainer.base.paths import shipped_presets_dir
+    from guitrainer.config.presets import PresetStore
+    from guitrainer.core.memory import vram
 
     cfg = PresetStore().get("SD 1.5 style — 8 GB").config()
     assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.loss.min_snr_gamma) == ("Prodigy", 1.0, 5.0)

@@ -11,10 +11,10 @@ from PySide6.QtWidgets import QComboBox
 
 from guitrainer.config import TrainingConfig
 from guitrainer.config.recipes import learning_rates_for_optimizer
-from guitrainer.core import hardware
+from guitrainer.core.device import hardware
 from guitrainer.core.events import StepMetrics
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.training_page import TrainingPage
+from guitrainer.ui.training.page import TrainingPage
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_learning_rates_for_optimizer_decisions():
 
 
 def test_validation_loss_is_charted_beside_the_training_loss(qtbot, tmp_path):
-    from guitrainer.ui.charts import COLUMNS, TrainingCharts
+    from guitrainer.ui.training.charts import COLUMNS, TrainingCharts
 
     charts = TrainingCharts()
     qtbot.addWidget(charts)

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import vram
-from guitrainer.engine.memory import bnb_state_bytes
+from guitrainer.core.memory import vram
+from guitrainer.engine.memory.measure import bnb_state_bytes
 
 #: LoRA-like shapes: lora_A [rank, in] and lora_B [out, rank], big and small
 SHAPES = [(16, 320), (320, 16), (64, 1280), (1280, 64), (4, 768)]

@@ -294,7 +294,7 @@ def test_demo_run_with_every_recipe_trains_and_writes_the_metadata(tmp_path):
     from helpers import demo_cfg
 
     from guitrainer.core.events import NullReporter
-    from guitrainer.engine.lora import read_lora
+    from guitrainer.engine.network.lora import read_lora
     from guitrainer.engine.trainer import Trainer
 
     torch.set_num_threads(1)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig
-from guitrainer.core import regularization as reg
-from guitrainer.core.regularization import Draw
+from guitrainer.core.dataset import regularization as reg
+from guitrainer.core.dataset.regularization import Draw
 
 TRAIN = [("t0", 2), ("t1", 2), ("t2", 2)]  # 3 training images × repeats 2 = 6 draws per epoch
 CLASS = [("c0", 1), ("c1", 1), ("c2", 1), ("c3", 1)]  # 4 class images × repeats 1
@@ -98,7 +98,7 @@ def demo_model(tmp_path_factory):
     import os
 
     from guitrainer.config import ModelConfig
-    from guitrainer.engine.models import load_base_model
+    from guitrainer.engine.models.loading import load_base_model
 
     old = os.environ.get("GUITRAINER_HOME")
     os.environ["GUITRAINER_HOME"] = str(tmp_path_factory.getbasetemp() / "guitrainer_home")

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QLabel, QLineEdit
 
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.regularization_panel import PREVIEW_SIZE, RegularizationPanel
+from guitrainer.ui.dataset.regularization_panel import PREVIEW_SIZE, RegularizationPanel
 
 COLOURS = [(196, 120, 60), (120, 90, 60), (220, 200, 170), (90, 70, 50), (160, 110, 80), (60, 50, 40)]
 
@@ -118,7 +118,7 @@ def test_drop_on_panel_sets_regularization_folders(page, qtbot, tmp_path, artifa
 
 
 def test_training_page_has_bound_prior_loss_weight(qtbot):
-    from guitrainer.ui.training_page import TrainingPage
+    from guitrainer.ui.training.page import TrainingPage
 
     binding = ConfigBinding(TrainingConfig())
     tp = TrainingPage(binding)

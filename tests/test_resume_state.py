@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import run_state
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.core.events import NullReporter
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from guitrainer.core import run_state
+from guitrainer.core.runs import state as run_state
 
 
 def cfg(folder: Path, name: str = "ink") -> SimpleNamespace:
@@ -29,7 +29,7 @@ def make_state(folder: Path, step: int, mtime: float | None = None) -> Path:
 
 
 def test_core_run_state_imports_neither_torch_nor_qt():
-    code = "import sys, guitrainer.core.run_state; print('torch' in sys.modules, 'PySide6' in sys.modules)"
+    code = "import sys, guitrainer.core.runs.state; print('torch' in sys.modules, 'PySide6' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

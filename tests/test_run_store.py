@@ -12,12 +12,12 @@ import time
 import pytest
 
 from guitrainer.config import DatasetFolder, TrainingConfig
-from guitrainer.core import run_checks as C
-from guitrainer.core import run_state
-from guitrainer.core import run_store as S
 from guitrainer.core.events import NullReporter, RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.run_compare import aligned, config_diff
-from guitrainer.core.run_store import RunStore
+from guitrainer.core.runs import checks as C
+from guitrainer.core.runs import state as run_state
+from guitrainer.core.runs import store as S
+from guitrainer.core.runs.compare import aligned, config_diff
+from guitrainer.core.runs.store import RunStore
 
 
 def _metrics(step: int, loss: float, *, batch: int = 2, sps: float = 0.5) -> StepMetrics:

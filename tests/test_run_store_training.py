@@ -18,9 +18,9 @@ from PySide6.QtWidgets import QPushButton
 
 from guitrainer.cli import main
 from guitrainer.config import TrainingConfig
-from guitrainer.core import hardware
-from guitrainer.core.run_store import RunStore
-from guitrainer.presets import PresetStore
+from guitrainer.config.presets import PresetStore
+from guitrainer.core.device import hardware
+from guitrainer.core.runs.store import RunStore
 from guitrainer.ui.workers import TrainingWorker, run_in_thread
 
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
@@ -133,13 +133,13 @@ def test_kill_9_leaves_a_readable_store_and_the_app_resumes_the_run(qtbot, tmp_p
         assert state_step % 4 == 0 and 4 <= state_step < row.steps
     # the state folder may be one save newer than the store says (killed between the save and the commit of its
     # step's metrics); the app resumes from the folder
-    from guitrainer.core.run_state import read_saved_run
+    from guitrainer.core.runs.state import read_saved_run
 
     resumed_from = read_saved_run(row.state_path).global_step
     assert resumed_from >= state_step and resumed_from % 4 == 0
 
     # the next start of the app: the run is marked interrupted and offered for resuming
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.ui.window.main_window import MainWindow
 
     dev = fake_device("cpu")
     monkeypatch.setattr(hardware, "cached", lambda: dev)

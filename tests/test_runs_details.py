@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from guitrainer.ui.charts import CountAxis, TrainingCharts
-from guitrainer.ui.runs_chart import RunsChart
-from guitrainer.ui.runs_page import dataset_lines
+from guitrainer.ui.runs.chart import RunsChart
+from guitrainer.ui.runs.page import dataset_lines
+from guitrainer.ui.training.charts import CountAxis, TrainingCharts
 
 
 def test_a_runs_dataset_is_told_in_words():

@@ -9,10 +9,10 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core.run_state import STATE_FILE
-from guitrainer.core.run_store import RunStore
+from guitrainer.core.runs.state import STATE_FILE
+from guitrainer.core.runs.store import RunStore
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.runs_page import RunsPage
+from guitrainer.ui.runs.page import RunsPage
 
 
 def _config(**changes) -> dict:

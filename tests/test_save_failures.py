@@ -16,12 +16,12 @@ from pathlib import Path
 import torch
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import run_state
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.core.events import NullReporter
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine import export, resume
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
     script = textwrap.dedent(
         """
         import json, os, sys
-        from guitrainer.core import run_state
+        from guitrainer.core.runs import state as run_state
         from guitrainer.config import TrainingConfig
         from guitrainer.engine.trainer import Trainer
 

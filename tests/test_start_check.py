@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from guitrainer.config import DatasetFolder, TrainingConfig
-from guitrainer.core import dataset as core_ds
-from guitrainer.core import folder_check
-from guitrainer.core.folder_check import _normalizer, look_at_folders
-from guitrainer.core.start_check import check_start
+from guitrainer.core.checks.start import check_start
+from guitrainer.core.dataset import folder_check
+from guitrainer.core.dataset import scan as core_ds
+from guitrainer.core.dataset.folder_check import _normalizer, look_at_folders
 
 
 def images(folder: Path, n: int = 2, prefix: str = "img") -> Path:
@@ -169,7 +169,7 @@ def test_check_without_device_imports_no_torch(tmp_path):
     code = (
         "import json, sys\n"
         "from guitrainer.config import DatasetFolder, TrainingConfig\n"
-        "from guitrainer.core.start_check import check_start\n"
+        "from guitrainer.core.checks.start import check_start\n"
         "cfg = TrainingConfig()\n"
         "cfg.model.base = 'someone/some-model'\n"
         f"cfg.output.folder = {str(tmp_path / 'out')!r}\n"
@@ -207,7 +207,7 @@ def test_two_thousand_images_check_quickly(tmp_path, exclude):
 
 def test_find_state_follows_the_lora_numbering(tmp_path):
     """Issue 15 #8 (UI): a second run of the same name keeps its state as <name>_2_state; Resume finds the newest."""
-    from guitrainer.core.run_state import STATE_FILE, find_state, read_saved_run
+    from guitrainer.core.runs.state import STATE_FILE, find_state, read_saved_run
 
     cfg = config(tmp_path)
     out = Path(cfg.output.folder)
@@ -230,7 +230,7 @@ def test_find_state_follows_the_lora_numbering(tmp_path):
 def test_a_state_trained_with_another_rank_is_refused_before_the_model_loads(tmp_path):
     """A resume whose LoRA shape differs from the state failed only after the model had loaded; now the start
     check says so first, in the words the page uses (the setting's label), with the way out."""
-    from guitrainer.core.run_state import STATE_FILE
+    from guitrainer.core.runs.state import STATE_FILE
 
     cfg = config(tmp_path)
     saved = cfg.copy()

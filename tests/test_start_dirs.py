@@ -13,8 +13,8 @@ from PySide6.QtWidgets import QFileDialog, QPushButton
 from guitrainer.config import TrainingConfig
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.charts import TrainingCharts
-from guitrainer.ui.dataset_page import DatasetPage
+from guitrainer.ui.dataset.page import DatasetPage
+from guitrainer.ui.training.charts import TrainingCharts
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +110,7 @@ def test_a_remembered_folder_that_is_gone_falls_back_and_kinds_do_not_mix(qtbot,
 def test_a_setting_not_made_yet_opens_the_nearest_folder_that_exists(qtbot, settings, dialogs, home, monkeypatch, tmp_path):
     """The default output folder (~/guitrainer/output) does not exist before the first run: its dialog opens in
     the home folder, not in the working folder Qt falls back to."""
-    from guitrainer.ui.output_page import OutputPage
+    from guitrainer.ui.output.page import OutputPage
 
     opened, _answers = dialogs
     monkeypatch.chdir(tmp_path)
@@ -128,7 +128,7 @@ def test_a_setting_not_made_yet_opens_the_nearest_folder_that_exists(qtbot, sett
 
 
 def test_continue_from_lora_first_opens_where_the_app_writes_loras(qtbot, settings, home, monkeypatch, tmp_path):
-    from guitrainer.ui.init_lora_row import InitLoraRow
+    from guitrainer.ui.model.init_lora_row import InitLoraRow
 
     out = home / "guitrainer" / "output"
     out.mkdir(parents=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from guitrainer.config.presets import PresetStore
 from guitrainer.core.events import NullReporter
-from guitrainer.core.run_store import RunStore
+from guitrainer.core.runs.store import RunStore
 from guitrainer.engine.recording import recording
-from guitrainer.presets import PresetStore
 
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
 
@@ -65,7 +65,7 @@ def test_output_page_has_one_switch_for_it_off_by_default(qtbot):
 
     from guitrainer.config import TrainingConfig
     from guitrainer.ui.binding import ConfigBinding
-    from guitrainer.ui.output_page import OutputPage
+    from guitrainer.ui.output.page import OutputPage
 
     binding = ConfigBinding(TrainingConfig())
     page = OutputPage(binding)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from guitrainer.core import run_state
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine.amp_step import AmpStep
-from guitrainer.engine.lora import read_lora
+from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
-from guitrainer.engine.verify import verify_lora
+from guitrainer.engine.verify.lora import verify_lora
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg

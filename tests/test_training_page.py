@@ -17,14 +17,14 @@ from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QLabel, QMessageBox
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import hardware
+from guitrainer.config.presets import DEMO_PRESET, PresetStore
+from guitrainer.core.checks.start import check_start
+from guitrainer.core.device import hardware
 from guitrainer.core.events import RunSummary, SampleImage, StepMetrics
-from guitrainer.core.run_state import find_state
-from guitrainer.core.start_check import check_start
-from guitrainer.presets import DEMO_PRESET, PresetStore
+from guitrainer.core.runs.state import find_state
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.output_page import OutputPage
-from guitrainer.ui.training_page import TrainingPage, TrainState
+from guitrainer.ui.output.page import OutputPage
+from guitrainer.ui.training.page import TrainingPage, TrainState
 
 DEMO = DEMO_PRESET
 
@@ -97,7 +97,7 @@ def metrics(step: int, *, epoch: int = 1, loss: float = 1.0, scale: float | None
 
 
 def test_charts_buffer_ema_epochs_skips_and_export(qtbot, tmp_path):
-    from guitrainer.ui.charts import COLUMNS, TrainingCharts, ema
+    from guitrainer.ui.training.charts import COLUMNS, TrainingCharts, ema
 
     charts = TrainingCharts(smoothing=0.5)
     qtbot.addWidget(charts)
@@ -152,7 +152,7 @@ def test_charts_buffer_ema_epochs_skips_and_export(qtbot, tmp_path):
 
 
 def test_charts_hide_scaler_with_a_note(qtbot):
-    from guitrainer.ui.charts import NO_SCALER_TEXT, TrainingCharts
+    from guitrainer.ui.training.charts import NO_SCALER_TEXT, TrainingCharts
 
     charts = TrainingCharts()
     qtbot.addWidget(charts)
@@ -171,7 +171,7 @@ def test_charts_hide_scaler_with_a_note(qtbot):
 
 
 def test_log_panel_takes_records_from_other_threads(qtbot):
-    from guitrainer.ui.log_panel import LogPanel
+    from guitrainer.ui.training.log_panel import LogPanel
 
     panel = LogPanel()
     qtbot.addWidget(panel)
@@ -190,7 +190,7 @@ def test_log_panel_takes_records_from_other_threads(qtbot):
 
 
 def test_gallery_newest_first_and_enlarges(qtbot, tmp_path):
-    from guitrainer.ui.sample_gallery import SampleGallery
+    from guitrainer.ui.training.sample_gallery import SampleGallery
 
     gallery = SampleGallery()
     qtbot.addWidget(gallery)
@@ -576,7 +576,7 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
 
 
 def test_empty_charts_say_no_data_and_the_scale_chart_says_flat_is_healthy(qtbot):
-    from guitrainer.ui.charts import NO_DATA, TrainingCharts
+    from guitrainer.ui.training.charts import NO_DATA, TrainingCharts
 
     charts = TrainingCharts()
     qtbot.addWidget(charts)

@@ -188,8 +188,8 @@ def test_cap_torch_threads_only_lowers(monkeypatch):
 
 def test_ui_modules_import_without_torch_or_pyqtgraph():
     code = (
-        "import sys; import guitrainer.ui.workers, guitrainer.ui.training_page, guitrainer.ui.log_panel, "
-        "guitrainer.ui.sample_gallery; "
+        "import sys; import guitrainer.ui.workers, guitrainer.ui.training.page, guitrainer.ui.training.log_panel, "
+        "guitrainer.ui.training.sample_gallery; "
         "bad = [m for m in ('torch', 'pyqtgraph', 'diffusers') if m in sys.modules]; "
         "assert not bad, bad"
     )

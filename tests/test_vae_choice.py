@@ -11,10 +11,12 @@ import pytest
 from helpers import config_with, fake_device
 from safetensors.numpy import save_file
 
-from guitrainer.core import run_state, vae_choice, vram
-from guitrainer.core.input_check import check_inputs
-from guitrainer.core.precision import advise
-from guitrainer.core.start_check import check_start
+from guitrainer.core.checks.inputs import check_inputs
+from guitrainer.core.checks.start import check_start
+from guitrainer.core.memory import vram
+from guitrainer.core.model import vae_choice
+from guitrainer.core.precision.advisor import advise
+from guitrainer.core.runs import state as run_state
 
 SDXL_VAE_CONFIG = {
     "_class_name": "AutoencoderKL",

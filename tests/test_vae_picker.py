@@ -13,9 +13,9 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QLineEdit
 from safetensors.numpy import save_file
 
-from guitrainer.core import vram
+from guitrainer.core.memory import vram
 from guitrainer.ui.binding import ConfigBinding, bound_editors
-from guitrainer.ui.model_page import ModelPage
+from guitrainer.ui.model.page import ModelPage
 
 FIX_REPO_DIR = "models--madebyollin--sdxl-vae-fp16-fix"
 

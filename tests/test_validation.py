@@ -10,7 +10,7 @@ from helpers import demo_cfg
 
 from guitrainer.core.events import NullReporter
 from guitrainer.engine import validation as V
-from guitrainer.engine.models import ensure_demo_dataset
+from guitrainer.engine.models.loading import ensure_demo_dataset
 from guitrainer.engine.trainer import Trainer
 
 
@@ -67,7 +67,7 @@ def test_validation_loss_in_a_run_is_reported_and_repeatable(tmp_path):
     # the same weights score the same, however often (and the score at step 6 was of these weights)
     first, second = trainer.validation_loss(), trainer.validation_loss()
     assert first == second == reported[-1][1]
-    from guitrainer.engine.lora import read_lora
+    from guitrainer.engine.network.lora import read_lora
 
     _, meta = read_lora(trainer.lora_path)
     assert (meta["ss_num_validation_images"], meta["ss_validation_split"], meta["ss_validate_every_n_steps"]) == ("2", "0.25", "3")

@@ -15,8 +15,9 @@ from safetensors.torch import load_file
 from tiny_models import build_tiny
 
 from guitrainer.config import NetworkConfig
-from guitrainer.core.lora_format import CONV_UNET_TARGETS, TEXT_ENCODER_MLP_TARGETS
-from guitrainer.engine import export, variants
+from guitrainer.core.model.lora_format import CONV_UNET_TARGETS, TEXT_ENCODER_MLP_TARGETS
+from guitrainer.engine import export
+from guitrainer.engine.network import variants
 
 TYPES = ("locon", "loha", "lokr", "dora")
 #: bf16 / fp16 round each stored value to 2**-8 / 2**-11 relative; a merged weight's error is a few of those
@@ -174,7 +175,7 @@ def test_dora_layers_compute_the_weight_the_clients_merge(bases):
 
 
 def test_a_plain_lora_file_continues_a_dora_network_as_the_same_weights(bases, tmp_path):
-    from guitrainer.engine import lycoris_keys
+    from guitrainer.engine.network import lycoris_keys
 
     lora_unet, lora_tes = _trained(bases["sd15"], _network("locon"), seed=1)
     sd = lycoris_keys.variant_state_dict(lora_unet, lora_tes)
@@ -193,8 +194,8 @@ def test_a_plain_lora_file_continues_a_dora_network_as_the_same_weights(bases, t
     ("loha", replace(_network("loha"), conv_rank=3), "conv_rank"),
 ])
 def test_continuing_from_another_type_or_rank_is_refused_naming_the_setting(bases, file_kind, net, words):
-    from guitrainer.engine import lycoris_keys
-    from guitrainer.engine.lora import LoraFormatError
+    from guitrainer.engine.network import lycoris_keys
+    from guitrainer.engine.network.lora import LoraFormatError
 
     sd = lycoris_keys.variant_state_dict(*_trained(bases["sd15"], _network(file_kind)))
     unet, tes = _trained(bases["sd15"], net)
@@ -221,9 +222,9 @@ def test_dropout_kinds_belong_to_their_types():
 def test_an_sdxl_file_continues_in_kohyas_spelling_and_in_the_diffusers_one(bases, kind):
     """SDXL files name UNet layers as kohya does (input_blocks_...); continuing reads them, and the diffusers
     spelling our files had before, into the same layers with the same weights."""
-    from guitrainer.engine import lycoris_keys
-    from guitrainer.engine.kohya_names import UnetNames
-    from guitrainer.engine.lora import kohya_module_name
+    from guitrainer.engine.network import lycoris_keys
+    from guitrainer.engine.network.kohya_names import UnetNames
+    from guitrainer.engine.network.lora import kohya_module_name
 
     src_unet, src_tes = _trained(bases["sdxl"], _network(kind), seed=3)
     sd = lycoris_keys.variant_state_dict(src_unet, src_tes)

@@ -11,7 +11,7 @@ from helpers import demo_cfg, lycoris_reader
 from safetensors.torch import load_file
 
 from guitrainer.core.events import NullReporter
-from guitrainer.engine import variants
+from guitrainer.engine.network import variants
 from guitrainer.engine.trainer import Trainer
 
 TYPES = ("locon", "loha", "lokr", "dora")
@@ -27,7 +27,7 @@ def _cfg(out: Path, kind: str, **settings: object):
 
 def _base_copy(trainer: Trainer):
     """Fresh (un-injected) copies of the trainer's base model, to read the file against."""
-    from guitrainer.engine.models import load_base_model
+    from guitrainer.engine.models.loading import load_base_model
 
     m = load_base_model(trainer.config.model)
     return m.unet.float(), [te.float() for te in m.text_encoders]

@@ -6,9 +6,9 @@ from helpers import demo_cfg, fake_device
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
-from guitrainer.core import hardware
+from guitrainer.core.device import hardware
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.training_page import TrainingPage
+from guitrainer.ui.training.page import TrainingPage
 
 
 def test_network_type_is_chosen_with_the_keyboard(qtbot, tmp_path, monkeypatch):

@@ -12,8 +12,9 @@ import torch
 from tiny_models import build_tiny
 
 from guitrainer.config import NetworkConfig
-from guitrainer.engine import export, variants
-from guitrainer.engine.verify import verify_lora
+from guitrainer.engine import export
+from guitrainer.engine.network import variants
+from guitrainer.engine.verify.lora import verify_lora
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def test_without_the_trained_model_the_clients_merge_is_compared_with_the_networ
 
 def test_a_merge_rule_that_reads_the_file_otherwise_than_training_fails(sd15, tmp_path, monkeypatch):
     """The comparison has teeth: a client rule that drops the alpha / rank scale no longer matches."""
-    from guitrainer.engine import client_merge
+    from guitrainer.engine.network import client_merge
 
     folder, base = sd15
     trained = _trained(base, "loha")
@@ -219,7 +220,7 @@ def _read(path: Path) -> dict[str, torch.Tensor]:
 
 def base_width(base: SimpleNamespace, module: str) -> int:
     """The input width of the base layer a kohya module name means."""
-    from guitrainer.engine import lora
+    from guitrainer.engine.network import lora
 
     targets = lora.kohya_targets(base.unet, base.text_encoders, lambda m: {
         n: x for n, x in m.named_modules() if isinstance(x, torch.nn.Linear | torch.nn.Conv2d)})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import config_with
 
-from guitrainer.core import vram
+from guitrainer.core.memory import vram
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -31,7 +31,7 @@ def test_reference_counts() -> None:
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_tables_equal_recomputed(family: str) -> None:
-    from guitrainer.engine.model_spec import compute_model_spec
+    from guitrainer.engine.memory.model_spec import compute_model_spec
 
     assert compute_model_spec(family) == vram.MODEL_SPECS[family]
 
@@ -39,7 +39,7 @@ def test_tables_equal_recomputed(family: str) -> None:
 def test_lora_counts_match_peft_on_meta() -> None:
     """The table's rank*(in+out) equals what peft really injects (SD 1.5, attention, rank 4)."""
     from guitrainer.config import TrainingConfig as TC
-    from guitrainer.engine import memory
+    from guitrainer.engine.memory import measure as memory
 
     c = TC()
     c.set("model.family", "sd15")
@@ -128,7 +128,7 @@ def test_hints_respect_what_the_device_can_run() -> None:
     """No hint may lead to a setting the precision rules call an error on that device."""
     from helpers import fake_device
 
-    from guitrainer.core.precision import advise
+    from guitrainer.core.precision.advisor import advise
 
     c = cfg(model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
     ampere = fake_device("rtx3060")
@@ -185,7 +185,7 @@ def test_fake_tracker_agrees_with_real_cpu_step() -> None:
     and optimizer-state sizes computed independently. The tracker itself is checked against torch.profiler's
     allocator events in ``tests/test_memory_measure.py::test_tracker_peak_agrees_with_profiler``.
     """
-    from guitrainer.engine.memory import measure_training_step
+    from guitrainer.engine.memory.measure import measure_training_step
 
     c = cfg(model__family="demo", dataset__resolution=64, precision__training="fp32",
             precision__cache_text_encoder_outputs=True, network__target_modules="attention_ff")

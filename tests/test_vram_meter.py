@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import vram
+from guitrainer.core.memory import vram
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.vram_meter import VramMeter
+from guitrainer.ui.model.vram_meter import VramMeter
 
 
 def make(qtbot, **values: object) -> tuple[ConfigBinding, VramMeter]:
@@ -86,7 +86,7 @@ def test_check_precisely_runs_in_background(qtbot) -> None:
 def test_widget_module_does_not_import_torch() -> None:
     import subprocess
 
-    code = "import sys, guitrainer.ui.vram_meter; assert 'torch' not in sys.modules"
+    code = "import sys, guitrainer.ui.model.vram_meter; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={"QT_QPA_PLATFORM": "offscreen", "PATH": ""})
 
 
@@ -156,8 +156,8 @@ def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
 def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbot) -> None:
     from helpers import fake_device
 
-    from guitrainer.core import precision
-    from guitrainer.ui.vram_meter import advised_against
+    from guitrainer.core.precision import advisor as precision
+    from guitrainer.ui.model.vram_meter import advised_against
 
     binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
     gpu = fake_device("gtx1080")  # Pascal: the picker warns against fp16 there
@@ -177,7 +177,7 @@ def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbo
 
 
 def test_a_failed_check_shows_its_message_and_hands_the_details_on(qtbot, monkeypatch) -> None:
-    import guitrainer.engine.memory as memory
+    import guitrainer.engine.memory.measure as memory
 
     def broken(_cfg):
         raise RuntimeError("Adafactor has no state to measure")

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core import vram, vram_variants
-from guitrainer.engine import model_spec, variant_spec, variants
+from guitrainer.core.memory import variants as vram_variants
+from guitrainer.core.memory import vram
+from guitrainer.engine.memory import model_spec, variant_spec
+from guitrainer.engine.network import variants
 
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])

@@ -7,7 +7,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
-from guitrainer.ui import wheel_guard
+from guitrainer.ui.widgets import wheel_guard
 
 
 def wheel(widget: QWidget, clicks: int = -1) -> None:

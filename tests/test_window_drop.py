@@ -9,7 +9,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
 
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.ui.window.main_window import MainWindow
 
 TRAINING_ROW = 2
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from guitrainer.presets import PresetStore
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.config.presets import PresetStore
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def clipped_labels(page) -> list[str]:  # noqa: ANN001
@@ -52,7 +52,7 @@ def test_the_model_page_fits_1366_whatever_the_device_says(qtbot, tmp_path, monk
     1366 px screen): every class of device must leave the page without scroll bars."""
     from helpers import fake_device
 
-    from guitrainer.core import hardware
+    from guitrainer.core.device import hardware
 
     found = fake_device(device)
     monkeypatch.setattr(hardware, "cached", lambda: found)
@@ -78,7 +78,7 @@ def test_the_model_page_fits_1366_whatever_the_device_says(qtbot, tmp_path, monk
 def _window(qtbot, tmp_path, monkeypatch, size, device="rtx4090"):  # noqa: ANN001, ANN202
     from helpers import fake_device
 
-    from guitrainer.core import hardware
+    from guitrainer.core.device import hardware
 
     found = fake_device(device)
     monkeypatch.setattr(hardware, "cached", lambda: found)
@@ -149,7 +149,7 @@ def test_training_charts_after_a_run_keep_their_axes_and_the_page_its_height(qtb
 def test_progress_text_is_drawn_over_the_fill_in_the_highlighted_colour(qtbot):
     from PySide6.QtGui import QPalette
 
-    from guitrainer.ui.training_controls import ReadableProgressBar
+    from guitrainer.ui.training.controls import ReadableProgressBar
 
     bar = ReadableProgressBar()
     qtbot.addWidget(bar)
@@ -178,7 +178,7 @@ def test_the_model_page_fits_1366_with_sdxl_fp16_advice(qtbot, tmp_path, monkeyp
 
 
 def test_the_output_page_fits_1366_with_a_save_report_and_verify_does_not_jump(qtbot, tmp_path, monkeypatch):
-    from guitrainer.core.numerics import SaveReport, TensorFinding
+    from guitrainer.core.precision.numerics import SaveReport, TensorFinding
 
     w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
     page = w.output_page
@@ -220,7 +220,7 @@ def test_a_missing_vae_path_is_said_in_full(qtbot, tmp_path, monkeypatch):
 def test_vram_legend_entries_never_break(qtbot, tmp_path, monkeypatch, width):
     w = _window(qtbot, tmp_path, monkeypatch, (width, 745))
     legend = w.vram_meter.legend
-    from guitrainer.ui.vram_meter import shown_parts
+    from guitrainer.ui.model.vram_meter import shown_parts
 
     meter = w.vram_meter
     parts = [p.label for p in shown_parts(meter.breakdown, meter._device)] if meter.breakdown else []
@@ -235,7 +235,7 @@ def test_vram_legend_entries_never_break(qtbot, tmp_path, monkeypatch, width):
 def test_restored_size_is_never_tiny():
     from PySide6.QtCore import QRect, QSize
 
-    from guitrainer.ui.workspace import MIN_RESTORED, restored_size
+    from guitrainer.ui.window.workspace import MIN_RESTORED, restored_size
 
     big = QRect(0, 0, 1920, 1050)
     assert restored_size(QSize(844, 510), big).width() >= 1344 and restored_size(QSize(844, 510), big).height() >= 735

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from guitrainer.core.paths import resources_dir
+from guitrainer.base.paths import resources_dir
 
 RES = resources_dir() / "models"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guitrainer.config.fields import ConfigError, short_repr
-from guitrainer.core.checkpoint import PICKLE_SUFFIXES
-from guitrainer.core.dataset import IMAGE_EXTENSIONS
+from guitrainer.core.dataset.scan import IMAGE_EXTENSIONS
+from guitrainer.core.model.checkpoint import PICKLE_SUFFIXES
 
 if TYPE_CHECKING:
     from guitrainer.config.training import TrainingConfig
@@ -146,7 +146,7 @@ def _sample_size(size: int) -> list[ConfigError]:
 
 def _vae_value(vae: str) -> list[ConfigError]:
     """``model.vae`` is read from .safetensors or a diffusers folder only: a pickle could run code when loaded.
-    Whether the path exists and holds a VAE is a question for the disk (:func:`guitrainer.core.vae_choice.vae_problem`)."""
+    Whether the path exists and holds a VAE is a question for the disk (:func:`guitrainer.core.model.vae_choice.vae_problem`)."""
     text = vae.strip()
     if text.lower().endswith(PICKLE_SUFFIXES):
         return [ConfigError("model.vae", f"{short_repr(text)} is a pickle file, which could run code when loaded; "

@@ -220,7 +220,7 @@ def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingC
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temp file in the same folder, fsync, then rename over ``path``."""
-    from guitrainer.core.fileio import atomic_write_bytes
+    from guitrainer.base.fileio import atomic_write_bytes
 
     atomic_write_bytes(path, text.encode("utf-8"))
 

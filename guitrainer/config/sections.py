@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
-from guitrainer.core.advice import CHOICE_LABELS
+from guitrainer.core.precision.advice import CHOICE_LABELS
 
 Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from guitrainer.core import paths
+from guitrainer.base import paths
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from guitrainer.core.numerics import SaveReport
+    from guitrainer.core.precision.numerics import SaveReport
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     class_loss: float | None = None  # prior-preservation loss (regularization images), unweighted
     instance_loss: float | None = None  # loss on the training images alone when class images are used
-    # numerics monitor (core/numerics.py), filled on sampled steps and skipped steps only:
+    # numerics monitor (core/precision/numerics.py), filled on sampled steps and skipped steps only:
     headroom: tuple[tuple[str, float], ...] = ()  # (block, dtype max / largest |activation|), forward order
     grad_underflow: float | None = None  # share of LoRA gradient values zero or subnormal in fp16 after scaling
     nonfinite_module: str | None = None  # where the inf/NaN of a skipped step (or NaN loss) was first seen

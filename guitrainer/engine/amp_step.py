@@ -9,7 +9,7 @@ Prior preservation (``dataset.regularization_folders``): every micro-batch is an
 images, exactly as without class images) and a class half of the same size; ``loss = instance +
 prior_loss_weight x class``. See :meth:`AmpStep.class_half` for why the halves run one after the other.
 
-The module-level functions are the step itself; :mod:`guitrainer.engine.memory` measures a step's peak
+The module-level functions are the step itself; :mod:`guitrainer.engine.memory.measure` measures a step's peak
 memory by running them on fake tensors.
 """
 
@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from guitrainer.core import regularization
-from guitrainer.core.numerics import nan_advice
+from guitrainer.core.dataset import regularization
+from guitrainer.core.precision.numerics import nan_advice
 from guitrainer.engine import data
 from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine.errors import NAN_ADVICE, TrainingFailed

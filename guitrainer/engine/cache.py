@@ -7,7 +7,7 @@ An entry's key names everything its value depends on, so a stale entry is never 
   cache made under fp16 is never used under bf16);
 * text: model identity, caption, family, dtype.
 
-Disk entries are ``<hash>.safetensors`` files written atomically (:mod:`guitrainer.core.fileio`), so a
+Disk entries are ``<hash>.safetensors`` files written atomically (:mod:`guitrainer.base.fileio`), so a
 restart reuses them and a crash never leaves half a file. A changed image has another key: its old
 entry is simply no longer looked up.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from guitrainer.core.fileio import WriteError, atomic_write_with
+from guitrainer.base.fileio import WriteError, atomic_write_with
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class RunCaches:
             fb.stop_if_asked("caching text embeddings", every_process=True)
 
     def folder(self, kind: str) -> Path | None:
-        from guitrainer.core.paths import cache_dir
+        from guitrainer.base.paths import cache_dir
 
         s = self.session
         if not s.config.precision.cache_to_disk:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from guitrainer.core.dataset import CaptionChange, caption_path_for, split_tags, write_caption
+from guitrainer.core.dataset.scan import CaptionChange, caption_path_for, split_tags, write_caption
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guitrainer.core.dataset import IMAGE_EXTENSIONS, write_caption
-from guitrainer.core.fileio import atomic_path
-from guitrainer.core.paths import expand
+from guitrainer.base.fileio import atomic_path
+from guitrainer.base.paths import expand
+from guitrainer.core.dataset.scan import IMAGE_EXTENSIONS, write_caption
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int) -> tuple
     from guitrainer.engine.sampling import build_pipeline
 
     if model is None:
-        from guitrainer.engine.models import load_base_model
+        from guitrainer.engine.models.loading import load_base_model
 
         model = load_base_model(model_cfg)
     dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")

@@ -1,9 +1,9 @@
 """Training data: the images the dataset page shows, captions, kohya repeats, aspect buckets, batches.
 
-* Images are found and inspected by :mod:`guitrainer.core.dataset` (``scan_folders``), so training sees
+* Images are found and inspected by :mod:`guitrainer.core.dataset.scan` (``scan_folders``), so training sees
   exactly what the dataset page shows. Unreadable, truncated or empty files are skipped and listed
   in one warning; a dataset with no usable image is a :class:`DatasetError` before training starts.
-* Aspect buckets come from :mod:`guitrainer.core.buckets` (bounds and step from the config). Each image
+* Aspect buckets come from :mod:`guitrainer.core.dataset.buckets` (bounds and step from the config). Each image
   is resized to cover its bucket and **center**-cropped (deterministic, so cached latents stay valid);
   the original size and the crop's top-left corner are kept for SDXL's ``add_time_ids``. Without
   bucketing every image goes to the ``resolution`` x ``resolution`` square the same way.
@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from guitrainer.core import dataset as core_ds
-from guitrainer.core.buckets import Bucket, assign_bucket, make_buckets
-from guitrainer.core.paths import expand
+from guitrainer.base.paths import expand
+from guitrainer.core.dataset import scan as core_ds
+from guitrainer.core.dataset.buckets import Bucket, assign_bucket, make_buckets
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

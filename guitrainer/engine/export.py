@@ -22,17 +22,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from guitrainer.core import run_state
-from guitrainer.core.fileio import atomic_write_with, numbered_path
-from guitrainer.core.lora_format import DIFFUSERS_WEIGHT_NAME, FP16_MAX
-from guitrainer.core.numerics import SaveReport, TensorFinding
-from guitrainer.core.paths import expand
+from guitrainer.base.fileio import atomic_write_with, numbered_path
+from guitrainer.base.paths import expand
+from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME, FP16_MAX
+from guitrainer.core.precision.numerics import SaveReport, TensorFinding
+from guitrainer.core.runs import state as run_state
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from guitrainer.core.precision import Advice
+    from guitrainer.core.precision.advisor import Advice
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Fp16Report:
 
     def advice(self) -> Advice | None:
         """The Output page's advice (save as bf16 or fp32) when something overflows; None otherwise."""
-        from guitrainer.core.precision import save_overflow_advice
+        from guitrainer.core.precision.advisor import save_overflow_advice
 
         return save_overflow_advice(self.overflow)
 
@@ -325,7 +325,7 @@ def save_lora(
 ) -> list[str]:
     """Write a .safetensors LoRA atomically (temp file, fsync, rename), cast to ``save_precision``. Returns warnings.
 
-    Raises :class:`~guitrainer.core.fileio.WriteError` (full disk, no permission) with the previous file intact.
+    Raises :class:`~guitrainer.base.fileio.WriteError` (full disk, no permission) with the previous file intact.
     """
     from safetensors.torch import save_file
 
@@ -368,9 +368,9 @@ def export_lora(
     The fp16 check runs before anything is written. With values beyond ±65504, ``on_fp16_overflow`` decides:
     "bf16"/"fp32" write that precision instead (and say so), "write" writes fp16 anyway (infinities),
     "raise" raises :class:`Fp16OverflowError` and writes nothing. A failed write raises
-    :class:`~guitrainer.core.fileio.WriteError` and leaves any previous file intact.
+    :class:`~guitrainer.base.fileio.WriteError` and leaves any previous file intact.
     """
-    from guitrainer.engine import lora, lycoris_keys
+    from guitrainer.engine.network import lora, lycoris_keys
 
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     if lycoris_keys.has_variant(unet, text_encoders):  # LoCon, LoHa, LoKr, DoRA: kohya/LyCORIS keys only

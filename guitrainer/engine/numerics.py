@@ -4,11 +4,11 @@ of the LoRA gradients underflows in fp16, and where an inf/NaN was born.
 Nothing is installed on ordinary steps. Three entry points, each used on few steps:
 
 * :meth:`NumericsMonitor.watch` (a context manager) on a **sampled** step (the first, then every
-  ``every`` steps; :func:`guitrainer.core.numerics.is_sampled`): forward hooks on every module record the
+  ``every`` steps; :func:`guitrainer.core.precision.numerics.is_sampled`): forward hooks on every module record the
   largest absolute output as a 0-dim tensor (no host sync per module); they are removed when the block
   exits. :meth:`NumericsMonitor.measure_gradients` then counts the LoRA gradients that are zero or
   subnormal in fp16 after loss scaling, and :meth:`NumericsMonitor.finish` turns it all into a
-  :class:`~guitrainer.core.numerics.NumericsSnapshot` (one host sync).
+  :class:`~guitrainer.core.precision.numerics.NumericsSnapshot` (one host sync).
 * :meth:`NumericsMonitor.diagnose` on a **skipped** step (the GradScaler found inf/NaN gradients) or a NaN
   loss: the step's forward and backward are replayed from the random state captured before it
   (:class:`RngState`), with hooks that stop at the first non-finite module output (forward order) or, when
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from guitrainer.core.numerics import (
+from guitrainer.core.precision.numerics import (
     DEFAULT_EVERY,
     DTYPE_MAX,
     FP16_MAX,
@@ -397,7 +397,7 @@ class StepWatch:
         scale: float | None = None,
         scale_after: float | None = None,
     ) -> StepNumerics:
-        from guitrainer.core.numerics import skip_message
+        from guitrainer.core.precision.numerics import skip_message
 
         found = None
         message = ""

@@ -27,10 +27,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.paths import expand
-from guitrainer.core.run_store import RunStore, RunStoreError, normalize_path
+from guitrainer.core.runs.store import RunStore, RunStoreError, normalize_path
 
 log = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ class ConsoleReporter:
         Skipped steps are named by the engine's status line (``step N skipped: inf first seen in ...``)."""
         if not m.headroom and m.grad_underflow is None:
             return
-        from guitrainer.core.numerics import alarm, block_title
+        from guitrainer.core.precision.numerics import alarm, block_title
 
         low = min(m.headroom, key=lambda bh: bh[1], default=None)
         if not alarm(low[1] if low else None, m.grad_underflow):

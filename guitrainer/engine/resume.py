@@ -1,6 +1,6 @@
 """The resumable state: what is written at a save and read back by ``schedule.resume_from``.
 
-The folder's names and JSON are :mod:`guitrainer.core.run_state`'s; this module fills it with tensors: the
+The folder's names and JSON are :mod:`guitrainer.core.runs.state`'s; this module fills it with tensors: the
 trainable LoRA weights (safetensors), the optimizer, lr-scheduler, GradScaler and RNG states
 (``torch.save``, read back with ``weights_only=True``), and :class:`Progress` (where the run is).
 """
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from guitrainer.base.fileio import atomic_write_bytes, atomic_write_with
 from guitrainer.config import TrainingConfig
-from guitrainer.core import run_state
-from guitrainer.core.fileio import atomic_write_bytes, atomic_write_with
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine.errors import RunComplete, TrainingFailed
 
 #: settings a saved state must share with the run that resumes it

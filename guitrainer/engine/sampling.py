@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.events import SampleImage
-from guitrainer.core.fileio import atomic_write_with
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def build_pipeline(
 ) -> Any:
     """A diffusers text-to-image pipeline sharing ``model``'s modules (nothing is copied).
 
-    ``model`` is a :class:`~guitrainer.engine.models.LoadedModel`: one text encoder makes a
+    ``model`` is a :class:`~guitrainer.engine.models.loading.LoadedModel`: one text encoder makes a
     ``StableDiffusionPipeline`` (no safety checker), two a ``StableDiffusionXLPipeline`` (no watermark).
     ``scheduler`` is "ddim" (samples during training) or "dpm++" (DPM-Solver++, class images), made
     from the model's noise-scheduler config. ``device`` / ``dtype``: move the pipeline there (and cast

@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from guitrainer.core import run_state
+from guitrainer.base.fileio import WriteError
+from guitrainer.base.fileio import explain as explain_write_error
+from guitrainer.base.paths import expand
 from guitrainer.core.events import SavedFile
-from guitrainer.core.fileio import WriteError
-from guitrainer.core.fileio import explain as explain_write_error
-from guitrainer.core.numerics import SaveReport
-from guitrainer.core.paths import expand
+from guitrainer.core.precision.numerics import SaveReport
+from guitrainer.core.runs import state as run_state
 from guitrainer.engine import resume
 from guitrainer.engine.optim import averaged_weights
 from guitrainer.engine.resume import Progress
@@ -159,7 +159,7 @@ class Saver:
         (another disk, often), each under a short name (the output name may be what was too long)."""
         import tempfile
 
-        from guitrainer.core.paths import user_data_dir
+        from guitrainer.base.paths import user_data_dir
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         short = "".join(c for c in str(self.config.output.name)[:40] if c.isalnum() or c in "-_") or "lora"

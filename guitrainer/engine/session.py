@@ -18,19 +18,25 @@ from typing import Any
 
 import torch
 
+from guitrainer.base.paths import expand
 from guitrainer.config import DatasetFolder, TrainingConfig
-from guitrainer.core import regularization
-from guitrainer.core.paths import expand
-from guitrainer.engine import data, lora, variants
+from guitrainer.core.dataset import regularization
+from guitrainer.engine import data
 from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
-from guitrainer.engine.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
-from guitrainer.engine.models import LoadedModel, ensure_demo_dataset, ensure_demo_model, load_base_model
+from guitrainer.engine.models.loading import (
+    LoadedModel,
+    ensure_demo_dataset,
+    ensure_demo_model,
+    load_base_model,
+)
+from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
+from guitrainer.engine.network import lora, variants
+from guitrainer.engine.network.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
-from guitrainer.engine.vae import force_upcast, vae_needs_fp32
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -94,7 +100,7 @@ class Session:
         return data.epoch_batches(self.pos_buckets, s.seed, epoch, s.batch_size, procs.count, procs.index)
 
     def class_plan(self, epoch: int) -> regularization.EpochPlan | None:
-        """The class draws of ``epoch`` (:func:`~guitrainer.core.regularization.epoch_schedule`, kohya's
+        """The class draws of ``epoch`` (:func:`~guitrainer.core.dataset.regularization.epoch_schedule`, kohya's
         counts, shuffled by (seed, epoch)); item ids are indices into ``class_dataset.items``."""
         if self.class_dataset is None:
             return None
@@ -127,7 +133,7 @@ def place(config: TrainingConfig, feedback: Feedback) -> Placement:
     """
     from accelerate import Accelerator
 
-    from guitrainer.core.hardware import GpuChoiceError, choose_training_gpu
+    from guitrainer.core.device.hardware import GpuChoiceError, choose_training_gpu
 
     # Several processes without CUDA (torchrun / accelerate launch on a CPU machine): accelerate makes a
     # gloo process group only when told to use the CPU; otherwise every process would train alone.
@@ -267,7 +273,7 @@ def _prepare_model(
         te.to(device, dtype=dtype)
     n = config.network
     train_te = bool(n.train_text_encoder)
-    if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/variants.py)
+    if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/network/variants.py)
         variants.inject_unet(m.unet, n)
         for te in m.text_encoders if train_te else []:
             variants.inject_text_encoder(te, n)
@@ -318,7 +324,7 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     tes = m.text_encoders if train_te else []
     init = config.model.init_lora
     if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
-        from guitrainer.engine.lycoris_keys import load_variant_file
+        from guitrainer.engine.network.lycoris_keys import load_variant_file
 
         count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
     else:
@@ -348,7 +354,7 @@ def _build_class_dataset(config: TrainingConfig, feedback: Feedback) -> data.Tra
     """The class (regularization) images, or None without ``dataset.regularization_folders``.
 
     Each folder keeps its repeats; a class image's caption is its own, else ``dataset.class_prompt``
-    (:func:`~guitrainer.core.regularization.class_caption`), never with the trigger word, and never
+    (:func:`~guitrainer.core.dataset.regularization.class_caption`), never with the trigger word, and never
     shuffled or dropped. Buckets and flips follow the training settings.
     """
     dcfg = config.dataset

@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 
 import torch
 
+from guitrainer.base.fileio import WriteError
+from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Control, Reporter, RunSummary, StepMetrics
-from guitrainer.core.fileio import WriteError
-from guitrainer.core.numerics import NonFinite, nan_advice
-from guitrainer.core.paths import expand
-from guitrainer.engine import data, lora, resume, validation
+from guitrainer.core.precision.numerics import NonFinite, nan_advice
+from guitrainer.engine import data, resume, validation
 from guitrainer.engine.amp_step import AmpStep, Pair, StepResult
 from guitrainer.engine.cache import RunCaches
 from guitrainer.engine.distributed import weights_fingerprint
@@ -49,7 +49,8 @@ from guitrainer.engine.errors import (
     is_oom,
 )
 from guitrainer.engine.feedback import Feedback
-from guitrainer.engine.models import ModelLoadError
+from guitrainer.engine.models.loading import ModelLoadError
+from guitrainer.engine.network import lora
 from guitrainer.engine.numerics import StepWatch, monitor_for
 from guitrainer.engine.resume import Progress
 from guitrainer.engine.saving import Saver

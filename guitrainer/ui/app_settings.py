@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication, QSettings
 
-from guitrainer.core import paths
+from guitrainer.base import paths
 
 
 def default_settings() -> QSettings:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import shiboken6
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from guitrainer.core import hardware
-from guitrainer.core.hardware import DeviceInfo
+from guitrainer.core.device import hardware
+from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guitrainer.config import TrainingConfig
-from guitrainer.presets import DEMO_PRESET, PresetStore
+from guitrainer.config.presets import DEMO_PRESET, PresetStore
 
 
 def config_with(**settings: object) -> TrainingConfig:

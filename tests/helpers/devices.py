@@ -2,7 +2,7 @@
 
 Each GPU is described only by what its driver reports (name, compute capability, memory, SM count, gfx
 architecture); its traits (bf16, tensor cores, fast fp16) come from the same rules the probe uses
-(:func:`guitrainer.core.hardware.make_gpu_info`), so a test on a fake device tests those rules.
+(:func:`guitrainer.core.device.hardware.make_gpu_info`), so a test on a fake device tests those rules.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from guitrainer.core.hardware import (
+from guitrainer.base.units import GiB
+from guitrainer.core.device.hardware import (
     BitsAndBytesInfo,
     CpuInfo,
     DeviceInfo,
@@ -18,7 +19,6 @@ from guitrainer.core.hardware import (
     make_gpu_info,
     mps_capabilities,
 )
-from guitrainer.core.units import GiB
 
 
 def _gpu(name: str, cap: tuple[int, int], gb: float, sms: int = 0, *, vendor: str = "nvidia", gfx: str = "",

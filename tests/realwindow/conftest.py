@@ -152,8 +152,8 @@ def main_window(qapp, xin: XInput, tmp_path: Path):  # noqa: ANN001, ANN201
     """The main window (own settings file and presets folder), maximized on the 1920 x 1080 screen and focused."""
     from PySide6.QtCore import QSettings
 
-    from guitrainer.presets import PresetStore
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.config.presets import PresetStore
+    from guitrainer.ui.window.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     w = MainWindow(store=PresetStore(user_dir=tmp_path / "presets"), settings=settings)

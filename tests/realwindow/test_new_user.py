@@ -31,7 +31,7 @@ from xinput import (
     wait_for,
 )
 
-from guitrainer.presets import DEFAULT_PRESET
+from guitrainer.config.presets import DEFAULT_PRESET
 
 HERE = Path(__file__).resolve().parent
 
@@ -161,8 +161,8 @@ def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, x
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))  # output goes to ~/guitrainer/output: here
-    from guitrainer.presets import PresetStore
-    from guitrainer.ui.main_window import MainWindow
+    from guitrainer.config.presets import PresetStore
+    from guitrainer.ui.window.main_window import MainWindow
 
     window = MainWindow(store=PresetStore(user_dir=home / "presets"),
                         settings=QSettings(str(home / "settings.ini"), QSettings.Format.IniFormat))  # fmt: skip

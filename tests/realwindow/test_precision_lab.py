@@ -5,9 +5,9 @@ from __future__ import annotations
 from PySide6.QtWidgets import QPushButton
 from xinput import open_page, pump, wait_for
 
-from guitrainer.core.precision_lab import Candidate
-from guitrainer.presets import DEFAULT_PRESET, PresetStore
-from guitrainer.ui.precision_lab import PrecisionLabDialog
+from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.core.precision.lab import Candidate
+from guitrainer.ui.model.precision_lab import PrecisionLabDialog
 
 
 def test_measure_on_this_machine_then_use_this(main_window, xin):

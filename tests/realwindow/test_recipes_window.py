@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QComboBox, QLabel
 from xinput import choose_in_combo, open_page, train_and_wait, wait_for
 
-from guitrainer.ui.charts import TrainingCharts
+from guitrainer.ui.training.charts import TrainingCharts
 
 
 def test_prodigy_by_mouse_and_a_validation_curve_after_a_run(main_window, xin, tmp_path):

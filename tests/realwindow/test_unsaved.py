@@ -15,7 +15,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QComboBox, QMessageBox, QSpinBox
 from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args, open_page, pump, wait_for
 
-from guitrainer.core import paths
+from guitrainer.base import paths
 
 OTHER_PRESET_FILE = "20_sd15_style.toml"
 

@@ -7,7 +7,7 @@ import re
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QToolTip, QWidget
 from xinput import choose_in_combo, open_page, wait_for
 
-from guitrainer.ui.vram_meter import VramMeter
+from guitrainer.ui.model.vram_meter import VramMeter
 
 UNITS = {"B": 1, "KB": 2**10, "KIB": 2**10, "MB": 2**20, "MIB": 2**20, "GB": 2**30, "GIB": 2**30}
 SIZE = re.compile(r"(\d+(?:[.,]\d+)?)\s*(GiB|MiB|KiB|GB|MB|KB|B)\b", re.IGNORECASE)

@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from xinput import XInput, close_discarding, wait_for
 
-from guitrainer.presets import PresetStore
-from guitrainer.ui.main_window import MainWindow
+from guitrainer.config.presets import PresetStore
+from guitrainer.ui.window.main_window import MainWindow
 
 
 def _open(tmp_path: Path, xin: XInput) -> MainWindow:

@@ -1,0 +1,1 @@
+"""Verify: prove a written LoRA file loads elsewhere and merges to what was trained."""

@@ -1,0 +1,234 @@
+"""Verify LoCon, LoHa, LoKr and DoRA files, which diffusers cannot read as the clients do.
+
+The file is merged into the base weights by the clients' rules (:mod:`guitrainer.engine.network.client_merge`): every
+key must be read, the merge must change the outputs and stay finite, and the merged model's outputs must match
+a reference. Given the trained model, that is the reference. Without one (the Output page's Verify) it is the
+network rebuilt from the file (:func:`rebuild_from_file`: peft's LoHa / LoKr layers, our DoRA layer, computing in
+the forward pass as in training): that checks the factors are combined as training combined them (Kronecker
+order, conv reshape, the DoRA axis), with the file's own scales; each module's alpha is then checked against the
+network alpha the file's metadata states (``ss_network_alpha``, ``conv_alpha``), so an edited alpha shows too.
+For DoRA, diffusers' reading is reported as well (it maps ``dora_scale`` onto peft's per-output magnitude, so it
+does not give the clients' result).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from guitrainer.engine.network import lora, lycoris_keys, variants
+from guitrainer.engine.network.client_merge import (
+    CLIENTS,
+    file_kind,
+    grouped,
+    merge_file,
+    unsupported,
+    weight_layers,
+)
+from guitrainer.engine.verify.lora import (
+    _ATOL,
+    _ROUNDING,
+    VerifyResult,
+    _base,
+    _EvalMode,
+    _file_dtype,
+    _inputs,
+    _max_diff,
+    _pipeline,
+    _te_out,
+    _unet_out,
+)
+
+log = logging.getLogger(__name__)
+
+def _module_rank(parts: dict[str, torch.Tensor]) -> int:
+    """The peft rank that gives a module's factors their file shapes."""
+    if "lora_down.weight" in parts:
+        return int(parts["lora_down.weight"].shape[0])
+    if "hada_w1_b" in parts:
+        return int(parts["hada_w1_b"].shape[0])
+    if "lokr_w2_b" in parts:
+        return int(parts["lokr_w2_b"].shape[0])
+    w2 = parts["lokr_w2"]
+    return max(int(w2.shape[0]), int(w2.shape[1]))  # peft keeps w2 whole from half its larger side on
+
+
+def _lokr_factor(layers: dict[nn.Module, dict[str, torch.Tensor]]) -> int:
+    """The LoKr factor whose split of each layer's dims gives the file's ``lokr_w1`` shapes (-1 if none fits)."""
+    from peft.tuners.lokr.layer import factorization
+
+    shapes = {tuple(p["lokr_w1"].shape) for p in layers.values() if "lokr_w1" in p}
+    candidates = [-1, *sorted({d for shape in shapes for d in shape})]
+
+    def fits(f: int) -> bool:
+        for layer, parts in layers.items():
+            out_dim, in_dim = layer.weight.shape[0], layer.weight.shape[1]
+            if "lokr_w1" in parts and tuple(parts["lokr_w1"].shape[:2]) != (
+                factorization(out_dim, f)[0], factorization(in_dim, f)[0]
+            ):
+                return False
+        return True
+
+    return next((f for f in candidates if fits(f)), -1)
+
+
+def rebuild_from_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list[nn.Module]) -> int:
+    """Inject the file's network into plain models (its type, each module's rank) and load it; returns the modules.
+
+    Raises :class:`~guitrainer.engine.network.lora.LoraFormatError` when the file's factors fit no such network.
+    """
+    kind = file_kind(sd)
+    kind = "lora" if kind == "locon" else kind
+    targets = lora.kohya_targets(unet, text_encoders, weight_layers)
+    found: dict[nn.Module, dict[str, torch.Tensor]] = {}
+    for module, parts in grouped(sd).items():
+        name = lora.resolve_module(module, targets, len(text_encoders))
+        if name is not None:
+            why = unsupported(parts, targets[name].weight)
+            if why:
+                raise lora.LoraFormatError(f"{module} holds {why}")
+            found[targets[name]] = parts
+    factor = _lokr_factor(found) if kind == "lokr" else -1
+    split_w1 = any("lokr_w1_a" in parts for parts in found.values())
+    for model in (unet, *text_encoders):
+        ranks = {path: _module_rank(found[m]) for path, m in weight_layers(model).items() if m in found}
+        variants.inject_exact(model, kind, ranks, factor, split_w1)
+    return lycoris_keys.load_variant_file(sd, unet, text_encoders)
+
+
+def alpha_mismatches(sd: dict[str, torch.Tensor], meta: dict[str, str], unet: nn.Module,
+                     text_encoders: list[nn.Module]) -> tuple[list[str], str]:
+    """Modules whose ``alpha`` differs from the network alpha the file's metadata states (``ss_network_alpha``,
+    ``conv_alpha`` for kxk convolutions), and that alpha in words. Nothing to compare: ([], "").
+
+    LoKr files are left out (their alpha is re-expressed per module, :mod:`guitrainer.engine.network.lycoris_keys`), as
+    are files with per-block alphas (``block_alphas``).
+    """
+    try:
+        linear = float(meta["ss_network_alpha"])
+        args = json.loads(meta.get("ss_network_args") or "{}")
+    except (KeyError, ValueError, TypeError):
+        return [], ""
+    conv = float(args["conv_alpha"]) if "conv_alpha" in args else linear
+    if file_kind(sd) == "lokr" or any(k in args for k in ("block_alphas", "conv_block_alphas")):
+        return [], ""
+    targets = lora.kohya_targets(unet, text_encoders, weight_layers)
+    odd = []
+    for module, parts in grouped(sd).items():
+        name = lora.resolve_module(module, targets, len(text_encoders))
+        if "alpha" not in parts or name is None:
+            continue
+        want = conv if variants.is_conv_kernel(targets[name]) else linear
+        if abs(float(parts["alpha"]) - want) > 1e-2 * max(1.0, abs(want)):
+            odd.append(f"{module} ({float(parts['alpha']):g})")
+    said = f"ss_network_alpha = {linear:g}" + (f", conv_alpha = {conv:g}" if "conv_alpha" in args else "")
+    return odd, said
+
+
+def _reference_outputs(sd: dict[str, torch.Tensor], m: Any, x: Any) -> tuple[Any, str]:
+    """The rebuilt network's outputs on ``x`` ((unet, text encoders), "") or (None, why not); ``m`` is left plain."""
+    try:
+        rebuild_from_file(sd, m.unet, list(m.text_encoders))
+        return (_unet_out(m.unet, x), _te_out(m.text_encoders, x)), ""
+    except (lora.LoraFormatError, ValueError, RuntimeError) as e:
+        return None, str(e).split(";")[0][:200]
+    finally:
+        for model in (m.unet, *m.text_encoders):
+            variants.remove_adapters(model)
+
+
+def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, seed: int = 0) -> VerifyResult:
+    """Verify a LoCon/LoHa/LoKr/DoRA file by the clients' merge rules (see the module text).
+
+    Holds one copy of the base model: the reference is computed first, then the file is merged into it.
+    """
+    sd, meta = lora.read_lora(lora.lora_weights_file(path))
+    kind, precision = file_kind(sd), _file_dtype(sd)
+    m = _base(base)
+    for mod in (m.unet, *m.text_encoders):
+        torch.nn.Module.to(mod, "cpu", torch.float32)
+        mod.eval()
+    x = _inputs(m.unet, m.text_encoders, seed)
+    base_unet, base_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
+    notes = [f"{kind}: {CLIENTS[kind]}."]
+    if reference is not None:
+        ref_name = "trained model"
+        with _EvalMode([reference.unet, *reference.text_encoders]):
+            ours = (_unet_out(reference.unet, x), _te_out(list(reference.text_encoders), x))
+    else:
+        ours, why = _reference_outputs(sd, m, x)
+        ref_name = "our loader" if ours is not None else "none"
+        if ours is None:
+            notes.append(f"Not compared with the network as trained: guitrainer cannot rebuild it from this file ({why}).")
+    dora_theirs = _diffusers_outputs(path, m, x) if kind == "dora" else None
+    try:
+        _count, unread, skipped = merge_file(sd, m.unet, m.text_encoders)
+    except (RuntimeError, KeyError, ValueError) as e:
+        message = f"Could not merge this file by the clients' rules: {type(e).__name__}: {str(e)[:200]}."
+        return VerifyResult(float("inf"), None, len(sd), tuple(sorted(sd)), False, message, save_precision=precision)
+    merged_unet, merged_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
+    effect = float((merged_unet - base_unet).abs().max())
+    finite = bool(torch.isfinite(merged_unet).all())
+    te_effect = _max_diff(merged_te, base_te)
+    ok = not unread and not skipped and finite and effect > 0
+    diff_unet, diff_te, tol = 0.0, None, 0.0
+    if ours is not None:
+        diff_unet = float((merged_unet - ours[0]).abs().max())
+        diff_te = _max_diff(merged_te, ours[1]) if any(k.startswith("lora_te") for k in sd) else None
+        rel = _ROUNDING.get(precision, 0.0) if ref_name == "trained model" else 0.0  # else both read the same numbers
+        tol = _ATOL * max(1.0, float(ours[0].abs().max())) + rel * effect
+        close = diff_unet <= tol and (diff_te is None or diff_te <= tol + rel * te_effect)
+        ok = ok and close
+        against = "the trained model" if ref_name == "trained model" else "the network as trained, rebuilt from the file"
+        notes.append(f"The clients' merge {'matches' if close else 'differs from'} {against} (up to {diff_unet:.1g}).")
+    if ref_name != "trained model":
+        odd, said = alpha_mismatches(sd, meta, m.unet, list(m.text_encoders))
+        if odd:
+            ok = False
+            notes.append(f"{len(odd)} modules have another alpha than the file's metadata states ({said}), e.g. "
+                         f"{odd[0]}: the clients apply them at another strength than the network was trained with.")
+    if isinstance(dora_theirs, str):
+        notes.append(dora_theirs)
+    elif dora_theirs is not None:
+        notes.append(_dora_agreement(dora_theirs, merged_unet, effect))
+    message = " ".join([_head(unread, skipped, finite, effect) + ".", *notes])
+    log.info("verify %s: %s", path, message)
+    return VerifyResult(diff_unet, diff_te, len(sd), tuple(unread), ok, message, effect, te_effect, tol, ref_name,
+                        precision)
+
+
+def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: float) -> str:
+    head = "every key is read by the ComfyUI / A1111 rules" if not unread else f"{len(unread)} keys match no layer (e.g. {unread[0]})"
+    if skipped:
+        module, why = next(iter(skipped.items()))
+        head += f"; {len(skipped)} modules were not checked: guitrainer does not merge {why} (e.g. {module})"
+    if not finite:
+        head += "; the merged model gives non-finite outputs"
+    if effect == 0:
+        head += "; the file does not change the UNet output"
+    return head
+
+
+def _diffusers_outputs(path: str | Path, m: Any, x: Any) -> torch.Tensor | str:
+    """diffusers' UNet output with the file loaded into ``m`` (then unloaded again), or why it refuses."""
+    pipe = _pipeline(m)
+    try:
+        pipe.load_lora_weights(str(lora.lora_weights_file(path)))
+    except Exception as e:  # noqa: BLE001 - a refusal is the answer
+        return f"diffusers refuses it ({str(e).strip().splitlines()[0][:120]})."
+    try:
+        return _unet_out(m.unet, x)
+    finally:
+        pipe.unload_lora_weights()
+
+
+def _dora_agreement(theirs: torch.Tensor, merged_unet: torch.Tensor, effect: float) -> str:
+    """What diffusers makes of a DoRA file, against the clients' merge."""
+    gap = float((theirs - merged_unet).abs().max())
+    agree = gap <= _ATOL * max(1.0, float(merged_unet.abs().max())) + 1e-3 * effect
+    return "diffusers gives the same outputs." if agree else f"diffusers' outputs differ from the clients' by up to {gap:.2g}."

@@ -1,0 +1,1 @@
+"""The Dataset page: the thumbnail grid, captions and tags, auto-captioning, class images."""

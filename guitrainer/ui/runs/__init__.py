@@ -1,0 +1,1 @@
+"""The Runs page: every run kept, its curves, a settings diff."""

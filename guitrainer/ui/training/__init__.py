@@ -1,0 +1,1 @@
+"""The Training page: run controls, live charts, the Numerics tab, samples and the log."""

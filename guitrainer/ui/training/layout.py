@@ -1,0 +1,69 @@
+"""The Training page's run area: the settings column beside the charts over the Log / Samples / Numerics tabs.
+
+The heights here come from fixed minimums and stretch, never from what the contents would like: a Numerics
+tab added when a run starts, a longer log or the GradScaler chart appearing must not move the charts.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QScrollArea, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
+
+from guitrainer.ui.binding import ConfigBinding, build_form
+from guitrainer.ui.dataset.regularization_panel import prior_loss_box
+
+#: the charts' area never gets less: the smoothing bar, the loss chart and a small chart with its note, whole
+CHARTS_MIN_HEIGHT = 290
+#: the tabs under the charts (Log, Samples, Numerics): their contents never ask for more (the splitter can)
+TABS_MIN_HEIGHT = 96
+SETTINGS_SECTIONS = (
+    ("network", "LoRA network"), ("optimizer", "Optimizer"), ("schedule", "Schedule"),
+    ("loss", "Loss weighting and timesteps"), ("noise", "Noise"), ("validation", "Validation loss"),
+)  # fmt: skip
+
+
+def settings_column(binding: ConfigBinding) -> tuple[QWidget, QScrollArea]:
+    """The run's settings, one group per section, in a column that scrolls by itself (the page does not)."""
+    panel = QWidget()
+    sl = QVBoxLayout(panel)
+    sl.setContentsMargins(0, 0, 6, 0)
+    for section, title in SETTINGS_SECTIONS:
+        sl.addWidget(build_form(binding, section, title=title))
+    sl.addWidget(prior_loss_box(binding))
+    sl.addWidget(build_form(binding, "sampling", title="Samples"))
+    sl.addStretch(1)
+    scroll = QScrollArea()
+    scroll.setObjectName("training_settings")
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setWidget(panel)
+    scroll.setMinimumWidth(300)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    return panel, scroll
+
+
+def run_split(settings: QWidget, charts_host: QWidget, tabs: QTabWidget) -> QSplitter:
+    """Settings on the left; on the right the charts over the tabs, with fixed minimums (see the module)."""
+    charts_host.setMinimumHeight(CHARTS_MIN_HEIGHT)
+    tabs.setMinimumHeight(TABS_MIN_HEIGHT)  # set explicitly: the splitter then ignores the tabs' size hints
+    right = QSplitter(Qt.Orientation.Vertical)
+    right.setObjectName("charts_split")
+    right.addWidget(charts_host)
+    right.addWidget(tabs)
+    right.setStretchFactor(0, 3)
+    right.setStretchFactor(1, 1)
+    right.setSizes([480, 170])
+    right.setChildrenCollapsible(False)
+
+    split = QSplitter(Qt.Orientation.Horizontal)
+    split.setObjectName("training_split")
+    split.addWidget(settings)
+    split.addWidget(right)
+    split.setStretchFactor(0, 0)
+    split.setStretchFactor(1, 1)
+    split.setSizes([340, 900])
+    split.setChildrenCollapsible(False)
+    split.setMinimumHeight(CHARTS_MIN_HEIGHT + TABS_MIN_HEIGHT + right.handleWidth())  # the page scrolls only below
+    # Ignore the splitter's (huge) size hint: it fills the page, and scrolls only below its minimum
+    split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
+    return split

@@ -1,0 +1,291 @@
+"""The Training page's "Numerics" tab: headroom per block over time, LoRA gradient underflow, skipped steps.
+
+Fed with :class:`~guitrainer.core.events.StepMetrics`; only sampled steps (the first, then every 50th)
+carry headroom and underflow, and skipped steps carry the first non-finite module. Quiet by default: the
+tab asks for attention (:attr:`NumericsChart.alarm`, the ``alarm_changed`` signal) only when a block's
+headroom falls under 4x its dtype's limit or the underflow share rises over 5 %
+(:func:`guitrainer.core.precision.numerics.alarm`). Points go into :class:`~guitrainer.ui.training.charts.MetricBuffer`\\ s
+and the curves are redrawn by a timer at most 10 times a second, as the training charts are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
+
+from guitrainer.core.events import StepMetrics
+from guitrainer.core.precision.numerics import (
+    DEFAULT_EVERY,
+    HEADROOM_WARN,
+    KIND_TITLES,
+    UNDERFLOW_WARN,
+    alarm,
+    block_title,
+    format_limit,
+)
+from guitrainer.ui.training.charts import REDRAW_INTERVAL_MS, SKIP_COLOR, MetricBuffer
+
+#: the tab's text colour while the chart asks for attention
+ALARM_COLOR = "#e8590c"
+TAB_TITLE = "Numerics"
+LIMIT_COLOR = "#e03131"
+UNDERFLOW_COLOR = "#7048e8"
+#: one hue per kind of block; blocks of a kind differ in lightness (deeper blocks darker)
+KIND_COLORS = {"attn": "#1c7ed6", "ff": "#f08c00", "res": "#868e96", "io": "#2b8a3e"}
+SHADES = (100, 140, 70, 175, 50)
+QUIET_TEXT = "Sampled on the first step and every {every}th: largest activation per block, LoRA gradient underflow."
+
+
+class NumericsChart(QWidget):
+    """Headroom (log scale, the dtype's limit as a line at 1x) and underflow share, per sampled step."""
+
+    alarm_changed = Signal(bool)
+    redrawn = Signal()
+
+    def __init__(self, parent: QWidget | None = None, *, precision: str = "fp16", every: int = DEFAULT_EVERY):
+        super().__init__(parent)
+        self.precision = precision
+        self.every = every
+        self.blocks: dict[str, MetricBuffer] = {}  # block -> (step, headroom)
+        self.underflow = MetricBuffer(("step", "underflow"), capacity=64)
+        self.skipped: list[int] = []
+        self.last_message = ""
+        self._alarm = False
+        self._curves: dict[str, pg.PlotDataItem] = {}
+        self._dirty = False
+        self.redraw_count = 0
+        self._timer = QTimer(self)
+        self._timer.setInterval(REDRAW_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_timer)
+        self._build()
+        self.set_precision(precision)
+
+    # ------------------------------------------------------------------ layout
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(4, 4, 4, 4)
+        outer.setSpacing(4)
+        self.readout = QLabel(QUIET_TEXT.format(every=self.every))
+        self.readout.setObjectName("numerics_readout")
+        self.readout.setWordWrap(True)
+        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.readout.setStyleSheet("color: palette(placeholder-text);")
+        outer.addWidget(self.readout)
+        self.skip_label = QLabel("")
+        self.skip_label.setObjectName("numerics_skip")
+        self.skip_label.setWordWrap(True)
+        self.skip_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.skip_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.skip_label.hide()
+        outer.addWidget(self.skip_label)
+
+        self.headroom_widget, self.headroom_plot = self._plot("headroom", "Headroom per block: limit ÷ largest |activation| (log)")
+        self.headroom_plot.setLogMode(x=False, y=True)
+        self.limit_line = pg.InfiniteLine(
+            pos=0.0, angle=0, pen=pg.mkPen(LIMIT_COLOR, width=2), movable=False, label="",
+            labelOpts={"position": 0.02, "color": LIMIT_COLOR, "anchors": [(0, 1), (0, 1)]},
+        )
+        warn_pen = pg.mkPen(ALARM_COLOR, width=1, style=Qt.PenStyle.DashLine)
+        self.warn_line = pg.InfiniteLine(pos=math.log10(HEADROOM_WARN), angle=0, pen=warn_pen, movable=False)
+        self.warn_line.setToolTip(f"{HEADROOM_WARN:g}x: the tab turns orange below this line")
+        for line in (self.limit_line, self.warn_line):
+            self.headroom_plot.addItem(line, ignoreBounds=True)
+        self.skip_markers = self.headroom_plot.plot(
+            pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen(SKIP_COLOR, width=2), symbolBrush=SKIP_COLOR
+        )
+        self.legend = QLabel(self._legend_html())
+        self.legend.setObjectName("numerics_legend")
+        outer.addWidget(self.legend)
+        outer.addWidget(self.headroom_widget, 3)
+
+        self.underflow_widget, self.underflow_plot = self._plot(
+            "underflow", "LoRA gradients zero or subnormal in fp16 after loss scaling (%)"
+        )
+        self.underflow_curve = self.underflow_plot.plot(
+            pen=pg.mkPen(UNDERFLOW_COLOR, width=2), symbol="o", symbolSize=5, symbolBrush=UNDERFLOW_COLOR, connect="finite"
+        )
+        threshold = pg.InfiniteLine(pos=UNDERFLOW_WARN * 100, angle=0, pen=warn_pen, movable=False)
+        threshold.setToolTip(f"{UNDERFLOW_WARN:.0%}: the tab turns orange above this line")
+        self.underflow_plot.addItem(threshold)
+        outer.addWidget(self.underflow_widget, 1)
+
+    @staticmethod
+    def _legend_html() -> str:
+        """One line under the title: the kinds' colours, the skip mark, the two lines."""
+        items = [f'<span style="color:{c}">━</span> {KIND_TITLES[k]}' for k, c in KIND_COLORS.items()]
+        items.append(f'<span style="color:{SKIP_COLOR}">✕</span> skipped step')
+        items.append(f'<span style="color:{LIMIT_COLOR}">━</span> limit (1×)')
+        items.append(f'<span style="color:{ALARM_COLOR}">╌</span> {HEADROOM_WARN:g}×: the tab turns orange below')
+        return " &nbsp; ".join(items)
+
+    def _fg(self) -> QColor:
+        return self.palette().color(QPalette.ColorRole.WindowText)
+
+    def _plot(self, key: str, title: str) -> tuple[pg.PlotWidget, pg.PlotItem]:
+        fg = self._fg()
+        w = pg.PlotWidget(background=self.palette().color(QPalette.ColorRole.Base))
+        w.setObjectName(f"plot_{key}")
+        w.setMinimumHeight(110)
+        p = w.getPlotItem()
+        p.setTitle(title, color=fg.name(), size="9pt")
+        p.setMenuEnabled(True)
+        for name in ("left", "bottom"):
+            ax = p.getAxis(name)
+            ax.setPen(pg.mkPen(fg.lighter(160) if fg.lightness() < 128 else fg.darker(160)))
+            ax.setTextPen(pg.mkPen(fg))
+        p.getAxis("left").setWidth(58)
+        return w, p
+
+    def set_precision(self, precision: str) -> None:
+        """Name the limit line after the run's compute dtype (fp16: 65,504)."""
+        self.precision = precision
+        self.limit_line.setToolTip(f"{precision} limit ({format_limit(precision)}): values beyond it become inf")
+        self.limit_line.label.setFormat(f"{precision} limit {format_limit(precision)}")
+        self.underflow_widget.setVisible(precision == "fp16")
+
+    def start_run(self, precision: Any, *, clear: bool = True) -> None:
+        """A run starts with ``precision`` (its :class:`PrecisionConfig`): forget the last run's points unless
+        ``clear`` is False (a resume that continues them), name the limit, note the sampling interval."""
+        if clear:
+            self.clear()
+        self.every = int(precision.numerics_every)
+        self.set_precision(str(precision.training))
+
+    # ------------------------------------------------------------------ data in
+    def add(self, m: StepMetrics) -> None:
+        """Take one step's numerics (steps without any are passed over: cheap)."""
+        if not m.headroom and m.grad_underflow is None and not m.skipped and not m.numerics_message:
+            return
+        step = float(m.step)
+        for block, value in m.headroom:
+            buf = self.blocks.get(block)
+            if buf is None:
+                buf = self.blocks[block] = MetricBuffer(("step", "headroom"), capacity=64)
+            buf.append({"step": step, "headroom": value if math.isfinite(value) and value > 0 else math.nan})
+        if m.grad_underflow is not None:
+            self.underflow.append({"step": step, "underflow": 100.0 * m.grad_underflow})
+        if m.skipped:
+            self.skipped.append(m.step)
+        if m.numerics_message:
+            self.last_message = m.numerics_message
+        if m.headroom or m.grad_underflow is not None:
+            low = min((h for _, h in m.headroom), default=None)
+            self._set_alarm(alarm(low, m.grad_underflow))
+        self._dirty = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def clear(self) -> None:
+        """Forget every point (a new run)."""
+        for curve in self._curves.values():
+            self.headroom_plot.removeItem(curve)
+        self._curves.clear()
+        self.blocks.clear()
+        self.underflow.clear()
+        self.skipped.clear()
+        self.last_message = ""
+        self._set_alarm(False)
+        self._dirty = True
+        self.redraw()
+
+    @property
+    def alarm(self) -> bool:
+        return self._alarm
+
+    def _set_alarm(self, value: bool) -> None:
+        if value != self._alarm:
+            self._alarm = value
+            self.alarm_changed.emit(value)
+
+    def latest(self) -> dict[str, float]:
+        """The last sampled headroom of every block."""
+        out: dict[str, float] = {}
+        for block, buf in self.blocks.items():
+            if len(buf):
+                out[block] = float(buf.column("headroom")[-1])
+        return out
+
+    # ------------------------------------------------------------------ drawing
+    def _on_timer(self) -> None:
+        if not self._dirty:
+            self._timer.stop()
+            return
+        self.redraw()
+
+    def _color(self, block: str) -> QColor:
+        """The kind's hue; blocks of one kind in turn lighter and darker shades, in forward order."""
+        kind = block.rsplit(".", 1)[-1]
+        base = QColor(KIND_COLORS.get(kind, KIND_COLORS["io"]))
+        same = [b for b in self.blocks if b.rsplit(".", 1)[-1] == kind]
+        shade = SHADES[(same.index(block) if block in same else 0) % len(SHADES)]
+        return base.lighter(shade) if shade >= 100 else base.darker(10000 // shade)
+
+    def redraw(self) -> None:
+        """Push the buffers into the curves (the timer calls this when data changed)."""
+        self._dirty = False
+        for block, buf in self.blocks.items():
+            curve = self._curves.get(block)
+            if curve is None:
+                curve = self.headroom_plot.plot(
+                    pen=pg.mkPen(self._color(block), width=1.5), symbol="o", symbolSize=4,
+                    symbolBrush=self._color(block), symbolPen=None, connect="finite",
+                )
+                curve.setToolTip(block_title(block))
+                self._curves[block] = curve
+            curve.setData(buf.column("step"), buf.column("headroom"))
+        if self.skipped:
+            self.skip_markers.setData(np.asarray(self.skipped, float), np.ones(len(self.skipped)))
+        else:
+            self.skip_markers.setData([], [])
+        self.underflow_curve.setData(self.underflow.column("step"), self.underflow.column("underflow"))
+        self._update_text()
+        self.redraw_count += 1
+        self.redrawn.emit()
+
+    def _update_text(self) -> None:
+        latest = {b: h for b, h in self.latest().items() if math.isfinite(h)}
+        if not latest and not self.skipped:
+            self.readout.setText(QUIET_TEXT.format(every=self.every))
+        else:
+            parts = []
+            if latest:
+                low = sorted(latest, key=latest.get)[:3]  # type: ignore[arg-type]
+                parts.append("lowest headroom " + ", ".join(f"{block_title(b)} {latest[b]:,.0f}×" for b in low))
+            if len(self.underflow):
+                parts.append(f"gradient underflow {self.underflow.column('underflow')[-1]:.2f} %")
+            if self.skipped:
+                parts.append(f"{len(self.skipped)} skipped step{'s' if len(self.skipped) != 1 else ''}")
+            self.readout.setText(" · ".join(parts))
+        color = ALARM_COLOR if self._alarm else "palette(placeholder-text)"
+        self.readout.setStyleSheet(f"color: {color};")
+        self.skip_label.setVisible(bool(self.last_message))
+        self.skip_label.setText(self.last_message)
+        self.skip_label.setStyleSheet(f"color: {SKIP_COLOR};")
+
+
+def add_numerics_tab(tabs: QTabWidget, precision: str = "fp16", every: int = DEFAULT_EVERY) -> NumericsChart:
+    """Add a "Numerics" tab holding a new :class:`NumericsChart` to ``tabs``; its title turns to the warning
+    colour (and gains a "!") while the chart's alarm is on, and goes back when it clears."""
+    chart = NumericsChart(precision=precision, every=every)
+    chart.setObjectName("numerics_chart")
+    index = tabs.addTab(chart, TAB_TITLE)
+    tabs.setTabToolTip(index, "How close each block runs to its precision's limit, and where an inf/NaN began.")
+    bar = tabs.tabBar()
+    normal = bar.tabTextColor(index)
+
+    def on_alarm(on: bool) -> None:
+        i = tabs.indexOf(chart)
+        if i < 0:
+            return
+        bar.setTabTextColor(i, QColor(ALARM_COLOR) if on else normal)
+        tabs.setTabText(i, f"{TAB_TITLE} !" if on else TAB_TITLE)
+
+    chart.alarm_changed.connect(on_alarm)
+    return chart
+
