@@ -45,7 +45,7 @@ COPY_METADATA = [
 HIDDEN_IMPORTS = [
     "guitrainer.engine.trainer", "guitrainer.engine.models.loading", "guitrainer.engine.network.lora", "guitrainer.engine.data",
     "guitrainer.engine.optim", "guitrainer.engine.memory.measure", "guitrainer.engine.captioners", "guitrainer.selftest",
-    "guitrainer.core.device.hardware", "guitrainer.core.precision.advisor", "guitrainer.core.memory.vram", "guitrainer.core.device.environment",
+    "guitrainer.core.device.hardware", "guitrainer.core.precision.advisor", "guitrainer.core.memory.estimate", "guitrainer.core.device.environment",
 ]
 COLLECT_SUBMODULES = ["guitrainer", "diffusers.models", "diffusers.schedulers", "diffusers.pipelines.stable_diffusion"]
 EXCLUDES = ["tkinter", "matplotlib", "IPython", "jupyter", "pytest", "tensorboard"]

@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from guitrainer.base.units import MiB, format_bytes  # noqa: E402
 from guitrainer.config import TrainingConfig  # noqa: E402
-from guitrainer.core.memory import vram  # noqa: E402
+from guitrainer.core.memory import estimate  # noqa: E402
 
 #: (family, px, gradient checkpointing) of the tracked points
 POINTS = [("sd15", 512, True), ("sd15", 768, True), ("sdxl", 512, True), ("sdxl", 1024, True),
@@ -39,7 +39,7 @@ def table() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for family in ("sd15", "sdxl"):
         for px in (512, 1024):
-            auto, fp8 = (vram.estimate(config(family, px, b, True, "bf16", cached=True)) for b in ("auto", "fp8"))
+            auto, fp8 = (estimate.estimate(config(family, px, b, True, "bf16", cached=True)) for b in ("auto", "fp8"))
             weights = [e.get("unet") + e.get("text_encoders") for e in (auto, fp8)]
             saving = fp8.total - auto.total
             print(f"| {family} | {px} px | {format_bytes(weights[0])} | {format_bytes(weights[1])} | "
@@ -56,7 +56,7 @@ def tracked() -> None:
         for base in ("auto", "fp8"):
             t = time.perf_counter()
             c = config(family, px, base, ckpt)
-            m, e = measure_training_step(c, method="fake"), vram.estimate(c)
+            m, e = measure_training_step(c, method="fake"), estimate.estimate(c)
             frozen = e.get("unet") + e.get("text_encoders") + e.get("vae")
             print(f"| {family} | {px} | {'on' if ckpt else 'off'} | {base} | {m.frozen_weights / MiB:.0f} / "
                   f"{frozen / MiB:.0f} MiB | {m.peak / MiB:.0f} / {e.allocated / MiB:.0f} MiB "

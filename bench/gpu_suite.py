@@ -251,7 +251,7 @@ def bnb_8bit(base: str, family: str, resolution: int, steps: int, tmp: Path) -> 
 def vram_points(smoke: bool, deadline: float) -> dict[str, Any]:
     from vram_calibrate import config_for, grid
 
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     if smoke:
@@ -271,7 +271,7 @@ def vram_points(smoke: bool, deadline: float) -> dict[str, Any]:
             rows.append(dict(pt, error=f"{type(e).__name__}: {str(e)[:200]}"))
             free()
             continue
-        b = vram.estimate(cfg)
+        b = estimate.estimate(cfg)
         err = (b.allocated - m.peak) / m.peak
         rows.append(dict(pt, measured_peak=m.peak, estimate_allocated=b.allocated, rel_error=round(err, 4),
                          measured_reserved=m.reserved, seconds=round(m.seconds, 1)))

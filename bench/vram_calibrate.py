@@ -2,7 +2,7 @@
 
 Measures every grid point with :func:`guitrainer.engine.memory.measure.measure_training_step` (tracked fake tensors,
 no GPU; ``--method cuda`` on a GPU), fits ``ACTIVATION_FIT`` / ``VAE_ENCODE_FIT`` by least squares on the
-relative error, optionally writes them into ``guitrainer/core/memory/vram.py`` (``--write``), then writes the grid,
+relative error, optionally writes them into ``guitrainer/core/memory/estimate.py`` (``--write``), then writes the grid,
 measurements and estimates to ``bench/vram_grid.csv`` and prints the worst and median relative error.
 
     python bench/vram_calibrate.py --write          # measure (~5 min on 2 CPU cores), fit, write
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guitrainer.config import TrainingConfig  # noqa: E402
-from guitrainer.core.memory import vram  # noqa: E402
+from guitrainer.core.memory import estimate, specs  # noqa: E402
 
 log = logging.getLogger("vram_calibrate")
 CSV_PATH = ROOT / "bench" / "vram_grid.csv"
@@ -113,7 +113,7 @@ def measure(points: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
 
 def _non_activation(cfg: TrainingConfig) -> int:
     """What the estimate puts next to the activations in the measured peak."""
-    b = vram.estimate(cfg)
+    b = estimate.estimate(cfg)
     return b.allocated - b.get("activations")
 
 
@@ -121,15 +121,15 @@ def fit(rows: list[dict[str, Any]]) -> tuple[dict[tuple[str, str, bool], tuple[f
     """Least squares on relative error: activations per sample = px * (a + k * rank * T)."""
     import numpy as np
 
-    saved_act, saved_vae = dict(vram.ACTIVATION_FIT), dict(vram.VAE_ENCODE_FIT)
-    vram.ACTIVATION_FIT.clear()
-    vram.VAE_ENCODE_FIT.clear()
+    saved_act, saved_vae = dict(estimate.ACTIVATION_FIT), dict(estimate.VAE_ENCODE_FIT)
+    estimate.ACTIVATION_FIT.clear()
+    estimate.VAE_ENCODE_FIT.clear()
     try:
         groups: dict[tuple[str, str, bool], list[tuple[list[float], float]]] = {}
         vae_rows: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
             cfg = config_for(r)
-            spec = vram.MODEL_SPECS[r["family"]]
+            spec = specs.MODEL_SPECS[r["family"]]
             y = float(r["measured_peak"]) - _non_activation(cfg)
             if _bool(r["train_text_encoder"]):
                 continue
@@ -160,19 +160,19 @@ def fit(rows: list[dict[str, Any]]) -> tuple[dict[tuple[str, str, bool], tuple[f
             vae_fit[fam] = round(max(y / x for x, y in pts), 4)
         return act, vae_fit
     finally:
-        vram.ACTIVATION_FIT.update(saved_act)
-        vram.VAE_ENCODE_FIT.update(saved_vae)
+        estimate.ACTIVATION_FIT.update(saved_act)
+        estimate.VAE_ENCODE_FIT.update(saved_vae)
 
 
 def write_constants(act: dict, vae_fit: dict) -> None:
-    path = ROOT / "guitrainer" / "core" / "vram.py"
+    path = ROOT / "guitrainer" / "core" / "memory" / "estimate.py"
     text = path.read_text(encoding="utf-8")
     lines = ["# >>> fitted by bench/vram_calibrate.py --write", "ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {"]
     lines += [f"    {k!r}: {v!r}," for k, v in sorted(act.items())]
     lines += ["}", f"VAE_ENCODE_FIT: dict[str, float] = {dict(sorted(vae_fit.items()))!r}", "# <<< fitted"]
     new, n = re.subn(r"# >>> fitted.*?# <<< fitted", "\n".join(lines), text, flags=re.S)
     if n != 1:
-        raise SystemExit("fitted-constants markers not found in core/memory/vram.py")
+        raise SystemExit("fitted-constants markers not found in core/memory/estimate.py")
     path.write_text(new, encoding="utf-8")
     print(f"wrote fitted constants into {path.relative_to(ROOT)}")
 
@@ -180,7 +180,7 @@ def write_constants(act: dict, vae_fit: dict) -> None:
 def compare(rows: list[dict[str, Any]]) -> list[float]:
     errs = []
     for r in rows:
-        b = vram.estimate(config_for(r))
+        b = estimate.estimate(config_for(r))
         r["estimate_allocated"] = b.allocated
         r["estimate_total"] = b.total
         r["rel_error"] = round((b.allocated - float(r["measured_peak"])) / float(r["measured_peak"]), 4)
@@ -191,7 +191,7 @@ def compare(rows: list[dict[str, Any]]) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reuse", action="store_true", help="reuse measurements from the CSV instead of measuring")
-    ap.add_argument("--write", action="store_true", help="write the fitted constants into guitrainer/core/memory/vram.py")
+    ap.add_argument("--write", action="store_true", help="write the fitted constants into guitrainer/core/memory/estimate.py")
     ap.add_argument("--method", default="fake", choices=("fake", "cuda", "auto"))
     ap.add_argument("--csv", type=Path, default=CSV_PATH)
     args = ap.parse_args(argv)
@@ -208,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     print("VAE_ENCODE_FIT =", vae_fit)
     if args.write:
         write_constants(act, vae_fit)
-        importlib.reload(vram)
+        importlib.reload(estimate)
     else:
-        vram.ACTIVATION_FIT.clear()
-        vram.ACTIVATION_FIT.update(act)
-        vram.VAE_ENCODE_FIT.clear()
-        vram.VAE_ENCODE_FIT.update(vae_fit)
+        estimate.ACTIVATION_FIT.clear()
+        estimate.ACTIVATION_FIT.update(act)
+        estimate.VAE_ENCODE_FIT.clear()
+        estimate.VAE_ENCODE_FIT.update(vae_fit)
     errs = compare(rows)
     with open(args.csv, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from vram_calibrate import KEYS, config_for, grid
 
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     name = torch.cuda.get_device_name()
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i + 1}/{len(points)}] {pt}: out of memory on {name}")
             torch.cuda.empty_cache()
             continue
-        b = vram.estimate(cfg)
+        b = estimate.estimate(cfg)
         err = (b.allocated - m.peak) / m.peak
         err_reserved = (b.total - b.get("cuda_context") - m.reserved) / m.reserved if m.reserved else float("nan")
         rows.append(dict(pt, device=name, device_total=total_memory, measured_peak=m.peak, measured_reserved=m.reserved,

@@ -41,7 +41,7 @@ POINTS = [
 
 
 def main() -> int:
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     errors = []
@@ -51,7 +51,7 @@ def main() -> int:
         cfg = config_for(pt)
         t0 = time.perf_counter()
         m = measure_training_step(cfg, method="fake")
-        est = vram.estimate(cfg).allocated
+        est = estimate.estimate(cfg).allocated
         err = (est - m.peak) / m.peak
         errors.append(abs(err))
         print(

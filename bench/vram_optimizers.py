@@ -33,7 +33,7 @@ def points(family: str) -> list[dict]:
 
 
 def main(family: str = "sd15") -> int:
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     worst = 0.0
@@ -45,7 +45,7 @@ def main(family: str = "sd15") -> int:
             cfg.optimizer.lr = 1.0  # their default: lr multiplies the step size they find
         t0 = time.perf_counter()
         m = measure_training_step(cfg, method="fake")
-        est = vram.estimate(cfg)
+        est = estimate.estimate(cfg)
         state = next(p.bytes for p in est.parts if p.key == "optimizer")
         err = (est.allocated - m.peak) / m.peak
         worst = max(worst, abs(err))

@@ -2,7 +2,7 @@
 ``engine.memory.measure_training_step`` as bench/vram_heldout.py).
 
 The first four rows (LoCon / DoRA, SD 1.5, rank 16, fp16, 512 px, batch 1, with and without checkpointing)
-are where ``core/memory/variants.py``'s two DoRA constants were solved; the others are held out (the LoHa / LoKr
+are where ``core/memory/network.py``'s two DoRA constants were solved; the others are held out (the LoHa / LoKr
 term has no fitted constant: it is the adapted weights once more, times the checkpointing share).
 
     python bench/vram_variants.py          # ~6 min on 2 loaded CPU cores
@@ -37,7 +37,7 @@ POINTS = [
 
 
 def main() -> int:
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     print("| type | px | batch | precision | ckpt | rank / conv rank | train TE | trainable | measured | estimate | error |")
@@ -51,7 +51,7 @@ def main() -> int:
         cfg.set("network.conv_alpha", float(conv_rank))
         t0 = time.perf_counter()
         m = measure_training_step(cfg, method="fake")
-        est = vram.estimate(cfg).allocated
+        est = estimate.estimate(cfg).allocated
         print(f"| {kind} | {res} | {batch} | {prec} | {ckpt} | {rank} / {conv_rank} | {te} | "
               f"{m.lora_parameter_count / 1e6:.2f} M | {m.peak / 2**20:.0f} MiB | {est / 2**20:.0f} MiB | "
               f"{(est - m.peak) / m.peak:+.1%} |  <!-- {time.perf_counter() - t0:.0f} s -->", flush=True)

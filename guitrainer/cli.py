@@ -210,10 +210,10 @@ def _print_inputs(cfg: TrainingConfig, *, captions: bool = True, comment: bool =
 def _print_advice(cfg: TrainingConfig) -> int:
     """Device advice for --check; error-level advice makes the exit status 1."""
     from guitrainer.core.device import hardware
-    from guitrainer.core.precision import advisor as precision
+    from guitrainer.core.precision import advisor
 
     device = hardware.probe()
-    advice = precision.advise(device, cfg)
+    advice = advisor.advise(device, cfg)
     print(f"# device: {device.summary()}")
     worst = 0
     for a in advice:

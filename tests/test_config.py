@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from guitrainer import config
-from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig, UnknownKeyWarning
+from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig, UnknownKeyWarning, config_from_dict
 
 
 def test_defaults_are_valid_and_round_trip():
     cfg = TrainingConfig()
     assert cfg.errors() == []
-    again = TrainingConfig.from_dict(config.parse_toml_text(cfg.to_toml(), "x"))
+    again = config_from_dict(config.parse_toml_text(cfg.to_toml(), "x"))
     assert again == cfg
 
 
@@ -97,7 +97,7 @@ def test_cross_field_validation():
 
 def test_unknown_keys_warn_and_are_dropped():
     with pytest.warns(UnknownKeyWarning) as rec:
-        cfg = TrainingConfig.from_dict({"network": {"rank": 8, "rnak": 4}, "bogus": {"x": 1}})
+        cfg = config_from_dict({"network": {"rank": 8, "rnak": 4}, "bogus": {"x": 1}})
     messages = " ".join(str(w.message) for w in rec)
     assert "network.rnak" in messages and "[bogus]" in messages
     assert cfg.network.rank == 8
@@ -141,7 +141,7 @@ def test_migration_hook_runs(monkeypatch):
         return d
 
     monkeypatch.setitem(config.MIGRATIONS, 0, v0_to_v1)
-    cfg = TrainingConfig.from_dict({"schema_version": 0, "lora": {"dim": 48}})
+    cfg = config_from_dict({"schema_version": 0, "lora": {"dim": 48}})
     assert cfg.network.rank == 48
     assert cfg.schema_version == config.SCHEMA_VERSION
 
@@ -149,7 +149,7 @@ def test_migration_hook_runs(monkeypatch):
 def test_newer_schema_warns():
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        TrainingConfig.from_dict({"schema_version": 99})
+        config_from_dict({"schema_version": 99})
     assert any("newer" in str(w.message) for w in rec)
 
 
@@ -207,17 +207,17 @@ def test_folder_table_without_repeats_takes_them_from_the_name(section):
     cfg.set(path, [{"path": "/x/3_dog"}, {"path": "/x/7_cat", "repeats": 2}, {"path": "/x/plain"}, {"path": "/x/0_z"}])
     assert [(f.path, f.repeats) for f in cfg.get(path)] == [("/x/3_dog", 3), ("/x/7_cat", 2), ("/x/plain", 1), ("/x/0_z", 1)]
     # the same from a file, where tables are what the app writes
-    cfg = TrainingConfig.from_dict({"dataset": {section: [{"path": "/y/12_style"}, "/y/4_pose"]}})
+    cfg = config_from_dict({"dataset": {section: [{"path": "/y/12_style"}, "/y/4_pose"]}})
     assert [f.repeats for f in cfg.get(path)] == [12, 4]
 
 
 def test_folder_table_typo_warns_and_bad_repeats_name_the_item():
     with pytest.warns(UnknownKeyWarning, match="'repeat'"):
-        cfg = TrainingConfig.from_dict({"dataset": {"folders": [{"path": "/x/3_dog", "repeat": 9}]}})
+        cfg = config_from_dict({"dataset": {"folders": [{"path": "/x/3_dog", "repeat": 9}]}})
     assert cfg.dataset.folders[0].repeats == 3
     for bad in ("many", 2.5, True, [3]):
         with pytest.raises(ConfigError) as ei:
-            TrainingConfig.from_dict({"dataset": {"folders": ["/ok", {"path": "/x", "repeats": bad}]}})
+            config_from_dict({"dataset": {"folders": ["/ok", {"path": "/x", "repeats": bad}]}})
         assert ei.value.field == "dataset.folders[1]" and "`repeats`" in ei.value.message
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import config_with
 
-from guitrainer.config import ConfigError, TrainingConfig, load_toml, parse_toml_text
+from guitrainer.config import ConfigError, TrainingConfig, config_from_dict, load_toml, parse_toml_text
 from guitrainer.config.checks import NAME_MAX
 from guitrainer.config.files import apply_overlay
 from guitrainer.config.presets import DEMO_PRESET, PresetStore
@@ -95,7 +95,7 @@ def test_deep_nesting_is_a_message_not_a_recursion_error():
     for _ in range(20_000):
         value = [value]
     with pytest.raises(ConfigError) as ei:
-        TrainingConfig.from_dict({"sampling": {"prompts": value}})
+        config_from_dict({"sampling": {"prompts": value}})
     assert ei.value.field == "sampling.prompts[0]" and "nested" in ei.value.message
 
 

@@ -73,7 +73,7 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
     weights are about half (Linear / Conv weights 1 byte instead of 2; norms, biases of skipped layers and
     embeddings stay 2), and the peak drops by about that much. Without checkpointing the up-cast copies of the
     weights are kept for the backward, so fp8 storage pays off with checkpointing on."""
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
     from guitrainer.engine.memory.measure import measure_training_step
 
     measured = {}
@@ -82,9 +82,9 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
         c.model.family, c.precision.training, c.precision.base_weights = "sd15", "fp16", base
         c.precision.gradient_checkpointing = True
         measured[base] = measure_training_step(c, method="fake")
-        estimate = vram.estimate(c)
-        assert estimate.allocated == pytest.approx(measured[base].peak, rel=0.10), base  # the estimator agrees
-        assert (estimate.get("unet") + estimate.get("text_encoders")) == pytest.approx(
+        breakdown = estimate.estimate(c)
+        assert breakdown.allocated == pytest.approx(measured[base].peak, rel=0.10), base  # the estimator agrees
+        assert (breakdown.get("unet") + breakdown.get("text_encoders")) == pytest.approx(
             measured[base].frozen_weights, rel=0.10)
     auto, fp8 = measured["auto"], measured["fp8"]
     ratio = fp8.frozen_weights / auto.frozen_weights

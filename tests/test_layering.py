@@ -38,16 +38,36 @@ def test_import_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-def test_import_contracts_fail_when_the_engine_imports_qt(tmp_path):
-    """The contracts can fail: a copy of the package whose engine imports PySide6 breaks one of them."""
+def _copy_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of the package where ``module`` (a path under guitrainer/) gains ``line``."""
     shutil.copytree(ROOT / "guitrainer", tmp_path / "guitrainer", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    optim = tmp_path / "guitrainer" / "engine" / "optim.py"
-    optim.write_text(optim.read_text(encoding="utf-8") + "\nimport PySide6  # noqa\n", encoding="utf-8")
-    out = _lint_imports(tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    target = tmp_path / "guitrainer" / module
+    target.write_text(target.read_text(encoding="utf-8") + f"\n{line}  # noqa\n", encoding="utf-8")
+    return _lint_imports(tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+
+
+def test_import_contracts_fail_when_the_engine_imports_qt(tmp_path):
+    """The contracts can fail: a copy of the package whose engine imports PySide6 breaks the Qt ban."""
+    out = _copy_with(tmp_path, "engine/optim.py", "import PySide6")
     assert out.returncode != 0
-    assert "engine never imports Qt or the UI BROKEN" in out.stdout
+    assert "Qt only in the UI: engine, core, config and base never import PySide6 or \npyqtgraph BROKEN" in out.stdout
     assert "guitrainer.engine.optim -> PySide6" in out.stdout
+
+
+def test_the_layers_contract_fails_when_core_imports_the_ui(tmp_path):
+    """An arrow pointing up (core -> ui) breaks the layers contract, naming the import."""
+    out = _copy_with(tmp_path, "core/dataset/tags.py", "from guitrainer.ui import workers")
+    assert out.returncode != 0
+    assert "layers: entry points over ui over engine over core over config over base BROKEN" in out.stdout
+    assert "guitrainer.core.dataset.tags -> guitrainer.ui.workers" in out.stdout
+
+
+def test_the_layers_contract_fails_when_config_imports_core(tmp_path):
+    """Config sits below core: the old arrow (config -> core) is now an error."""
+    out = _copy_with(tmp_path, "config/checks.py", "from guitrainer.core.dataset import tags")
+    assert out.returncode != 0
+    assert "guitrainer.config.checks -> guitrainer.core.dataset.tags" in out.stdout
 
 
 def test_core_config_and_presets_load_neither_torch_nor_qt():
@@ -59,12 +79,13 @@ def test_core_config_and_presets_load_neither_torch_nor_qt():
         "for m in [*pkgutil.walk_packages(c.__path__, 'guitrainer.core.'), *pkgutil.walk_packages(b.__path__, 'guitrainer.base.')]:\n"
         "    importlib.import_module(m.name)\n"
         "import guitrainer.config, guitrainer.config.presets\n"
-        "from guitrainer.core.model import checkpoint; from guitrainer.core.precision import advisor as precision\n"
-        "from guitrainer.core.memory import vram\n"
+        "from guitrainer.core.model import checkpoint\n"
+        "from guitrainer.core.precision import advisor\n"
+        "from guitrainer.core.memory import estimate, hints\n"
         "from helpers import fake_device\n"
         "from guitrainer.config import TrainingConfig\n"
         "d = fake_device('t4'); cfg = TrainingConfig()\n"
-        "precision.advise(d, cfg); vram.estimate(cfg, device=d); vram.hints(cfg, device=d)\n"
+        "advisor.advise(d, cfg); estimate.estimate(cfg, device=d); hints.hints(cfg, device=d)\n"
         "checkpoint.detect_model('demo')\n"
         "print('torch' in sys.modules, 'PySide6' in sys.modules, 'bitsandbytes' in sys.modules)"
     )
@@ -83,7 +104,7 @@ def test_every_engine_module_is_public_or_forbidden_to_the_ui():
 
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     contract = next(
-        c for c in tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"] if c["source_modules"] == ["guitrainer.ui", "guitrainer.app"]
+        c for c in tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"] if c.get("source_modules") == ["guitrainer.ui", "guitrainer.app"]
     )
     forbidden = {m.removeprefix("guitrainer.engine.") for m in contract["forbidden_modules"]}
     public = set(re.findall(r"engine\.([\w.]+) \(", pyproject))

@@ -17,7 +17,8 @@ import torch
 from helpers import config_with
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import network, specs
+from guitrainer.core.model import lora_format
 
 torch.set_num_threads(1)
 
@@ -98,13 +99,13 @@ def test_estimator_8bit_state_equals_real_bitsandbytes_state(family: str, rank: 
     shapes = _engine_lora_shapes(family, c)
     sizes = [math.prod(s) for s in shapes]
     # both kinds of tensor are present: under min_8bit_size (fp32 state) and at / over it (8-bit state)
-    assert min(sizes) < vram.BNB_MIN_8BIT_SIZE <= max(sizes)
+    assert min(sizes) < network.BNB_MIN_8BIT_SIZE <= max(sizes)
     per_tensor, shared, dtypes = _real_bnb_step(name, shapes)
     for shape, n, measured, dtype in zip(shapes, sizes, per_tensor, dtypes, strict=True):
-        assert dtype == (torch.float32 if n < vram.BNB_MIN_8BIT_SIZE else torch.uint8), shape
-        assert vram.optimizer_state_bytes(name, [shape]) == measured, shape
+        assert dtype == (torch.float32 if n < network.BNB_MIN_8BIT_SIZE else torch.uint8), shape
+        assert network.optimizer_state_bytes(name, [shape]) == measured, shape
     real_total = sum(per_tensor) + shared
-    estimate = vram.optimizer_state_bytes(name, shapes)
+    estimate = network.optimizer_state_bytes(name, shapes)
     # the estimator leaves out only the shared 256-entry fp32 quantisation map(s): 1 KiB per state
     states = 1 if name == "Lion8bit" else 2
     assert real_total - estimate == shared == states * 1024
@@ -156,15 +157,15 @@ def test_lora_targets_are_the_engines() -> None:
     from guitrainer.core.model import lora_format
     from guitrainer.engine.network import lora
 
-    assert vram.UNET_LORA_TARGETS is lora_format.UNET_LORA_TARGETS
-    assert vram.TEXT_ENCODER_LORA_TARGETS is lora_format.TEXT_ENCODER_LORA_TARGETS
-    for targets, suffixes in vram.UNET_LORA_TARGETS.items():
+    assert lora_format.UNET_LORA_TARGETS is lora_format.UNET_LORA_TARGETS
+    assert lora_format.TEXT_ENCODER_LORA_TARGETS is lora_format.TEXT_ENCODER_LORA_TARGETS
+    for targets, suffixes in lora_format.UNET_LORA_TARGETS.items():
         unet, *tes = _engine_model(targets, 4)
         names = list(lora.lora_layers(unet))
         assert names and all(n.endswith(suffixes) for n in names), targets
         assert {s for s in suffixes if any(n.endswith(s) for n in names)} == set(suffixes), targets
         te_names = [n for te in tes for n in lora.lora_layers(te)]
-        te_suffixes = vram.TEXT_ENCODER_LORA_TARGETS[targets]
+        te_suffixes = lora_format.TEXT_ENCODER_LORA_TARGETS[targets]
         assert te_names and all(n.endswith(te_suffixes) for n in te_names), targets
 
 
@@ -173,8 +174,8 @@ def test_measurement_lora_equals_engine_built_model() -> None:
     from guitrainer.engine.memory import measure as memory
     from guitrainer.engine.network import lora
 
-    spec = vram.MODEL_SPECS["demo"]
-    for targets in vram.UNET_LORA_TARGETS:
+    spec = specs.MODEL_SPECS["demo"]
+    for targets in lora_format.UNET_LORA_TARGETS:
         c = cfg(model__family="demo", network__rank=8, network__target_modules=targets, network__train_text_encoder=True)
         engine = [p for module in _engine_model(targets, 8) for p in lora.lora_parameters(module)]
         modules, _ = memory._build(c)
@@ -192,7 +193,7 @@ def test_estimator_lora_counts_equal_engine_injection_sd15() -> None:
             network__train_text_encoder=True)
     modules, _ = memory._build(c)
     n = sum(p.numel() for p in memory.lora_parameters(modules))
-    assert n == 4 * vram.MODEL_SPECS["sd15"].lora_params_per_rank("attention_ff_proj", text_encoder=True)
+    assert n == 4 * specs.MODEL_SPECS["sd15"].lora_params_per_rank("attention_ff_proj", text_encoder=True)
 
 
 @pytest.mark.parametrize("family", ["demo", "sd15"])

@@ -323,7 +323,7 @@ def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_est
     and the estimate follows: picked with the keyboard in the combo box, as a person would."""
     from PySide6.QtWidgets import QComboBox, QToolButton
 
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
 
     binding = ConfigBinding()
     binding.set("model.family", "sd15")
@@ -335,9 +335,9 @@ def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_est
     assert isinstance(combo, QComboBox) and combo.isVisible()
     assert "half" in combo.toolTip() and "quality" in combo.toolTip()  # the saving and the caveat
     assert isinstance(bound_editors(page)["precision.lora_weights"], QComboBox)
-    before = {p.key: p.bytes for p in vram.estimate(binding.config).parts}
+    before = {p.key: p.bytes for p in estimate.estimate(binding.config).parts}
     combo.setFocus()
     qtbot.keyClick(combo, Qt.Key.Key_Down)  # "auto" -> "fp8"
     assert binding.get("precision.base_weights") == "fp8"
-    after = {p.key: p.bytes for p in vram.estimate(binding.config).parts}
+    after = {p.key: p.bytes for p in estimate.estimate(binding.config).parts}
     assert 0.45 < after["unet"] / before["unet"] < 0.55  # fp16 base (2 bytes) -> fp8 (1 byte); training is fp16

@@ -9,12 +9,13 @@ import pytest
 from helpers import FAKE_DEVICES, config_with, fake_device
 from helpers.devices import MAC_DEVICES
 
-from guitrainer.config import OPTIMIZERS, TrainingConfig
+from guitrainer.config import OPTIMIZERS, TrainingConfig, precision_choices
 from guitrainer.config.presets import DEMO_PRESET
 from guitrainer.core.device import hardware
 from guitrainer.core.device.hardware import BitsAndBytesInfo, DeviceInfo, arch_supported
-from guitrainer.core.precision import advisor as precision
-from guitrainer.core.precision.advisor import Advice, advise, save_overflow_advice
+from guitrainer.core.precision import advice, rules
+from guitrainer.core.precision.advice import Advice
+from guitrainer.core.precision.advisor import advise, save_overflow_advice
 
 # (level, suggested value) of the worst advice about `precision.training`; None = no advice.
 # Each row is reasoned from a cited fact, not read off the code's output:
@@ -150,7 +151,7 @@ def test_torch_build_without_the_cards_architecture():
     assert "--index-url https://download.pytorch.org/whl/cu128" in errors[0].suggestion_text
     assert errors[0].suggestion == {}  # no setting fixes it: the Start button stays blocked
     assert not [a for a in advise(fake_device("rtx5090"), _config("bf16")) if a.level == "error"]
-    assert "cu126" in precision.torch_install_hint((6, 1))  # Pascal: the cu128 wheels dropped it
+    assert "cu126" in rules.torch_install_hint((6, 1))  # Pascal: the cu128 wheels dropped it
 
 
 @pytest.mark.parametrize(
@@ -228,11 +229,11 @@ def test_cpu_advice_depends_on_the_model():
 
 
 def test_advice_sorted_and_worst():
-    advice = advise(fake_device("mps_old"), _config("bf16", "AdamW8bit"))
-    levels = [a.level for a in advice]
-    assert levels == sorted(levels, key=precision.LEVELS.index)
-    assert precision.worst(advice) == "error"
-    assert precision.worst([]) is None
+    found = advise(fake_device("mps_old"), _config("bf16", "AdamW8bit"))
+    levels = [a.level for a in found]
+    assert levels == sorted(levels, key=advice.LEVELS.index)
+    assert advice.worst(found) == "error"
+    assert advice.worst([]) is None
     assert advise(None, _config()) == []
     with pytest.raises(ValueError, match="level"):
         Advice("fatal", "x")
@@ -245,7 +246,7 @@ def test_recommended_training():
               "gtx1660": "fp32", "t1000": "fp32", "t4": "fp16", "rtx3060": "bf16", "h100": "bf16", "mps": "fp16",
               "m3": "bf16", "mps_old": "fp32", "rx6800": "fp16", "rx7900": "bf16", "arc_a770": "bf16"}
     for name, value in expect.items():
-        assert precision.recommended_training(fake_device(name)) == value, name
+        assert rules.recommended_training(fake_device(name)) == value, name
 
 
 def test_save_overflow_advice():
@@ -261,9 +262,9 @@ def test_save_overflow_advice():
 def test_choice_constants_match_config():
     from guitrainer.config import PRECISIONS
 
-    assert tuple(c.value for c in precision.TRAINING_CHOICES) == PRECISIONS
-    assert {c.value for c in precision.SAVE_CHOICES} == set(PRECISIONS)
-    assert all(c.explanation and "\n" not in c.explanation for c in precision.TRAINING_CHOICES + precision.SAVE_CHOICES)
+    assert tuple(c.value for c in precision_choices.TRAINING_CHOICES) == PRECISIONS
+    assert {c.value for c in precision_choices.SAVE_CHOICES} == set(PRECISIONS)
+    assert all(c.explanation and "\n" not in c.explanation for c in precision_choices.TRAINING_CHOICES + precision_choices.SAVE_CHOICES)
 
 
 # --------------------------------------------------------------------------- the real probe
@@ -348,7 +349,7 @@ def test_probe_finds_intel_xpu_devices(monkeypatch):
     info = hardware.collect()
     assert info.kind == "xpu" and info.gpu.vendor == "intel" and info.gpu.bf16_native
     assert info.gpu.total_memory == 16 << 30 and "Intel XPU" in info.summary()
-    assert precision.recommended_training(info) == "bf16"
+    assert rules.recommended_training(info) == "bf16"
 
 
 def test_probe_reads_amx_from_cpu_flags(monkeypatch, tmp_path):
@@ -490,18 +491,19 @@ def test_install_hint_gives_the_build_that_supports_the_card_and_says_older():
 )
 def test_eight_bit_status_follows_the_bitsandbytes_version(device, version, backend, level):
     d = fake_device(device, bitsandbytes=BitsAndBytesInfo(True, version, backend))
-    assert precision.eight_bit_status(d)[0] == level
+    assert rules.eight_bit_status(d)[0] == level
 
 
 def test_sdxl_vae_note_states_the_estimators_cost_and_the_fp16_fixed_vae():
-    from guitrainer.core.memory import vram
+    from guitrainer.base import units
+    from guitrainer.core.memory import estimate
 
     cfg = _config("fp16", model__family="sdxl", dataset__resolution=1024, precision__cache_latents=False,
                   precision__gradient_checkpointing=True)
     (a,) = [a for a in advise(fake_device("t4"), cfg) if a.code == "sdxl_vae_fp32"]
-    cost = vram.sdxl_vae_fp32_cost(cfg)
+    cost = estimate.sdxl_vae_fp32_cost(cfg)
     assert cost > 1 << 30  # weights 83.7 M x 2 more bytes, plus the VAE encoder's activations at 1024 px
-    assert vram.format_bytes(cost) in a.message and "sdxl-vae-fp16-fix" in a.message
+    assert units.format_bytes(cost) in a.message and "sdxl-vae-fp16-fix" in a.message
 
 
 def test_fp8_base_weights_advice():

@@ -10,7 +10,7 @@ import pytest
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.hardware import CpuInfo, DeviceInfo, GpuInfo, MpsInfo
-from guitrainer.core.precision import advisor as precision
+from guitrainer.core.precision import advisor
 from guitrainer.core.precision.lab import (
     Candidate,
     CandidateResult,
@@ -152,7 +152,7 @@ def test_plan_lists_what_the_device_cannot_run_with_the_rules_reason():
     for training in ("bf16", "fp16"):
         trial = cfg.copy()
         trial.precision.training = training
-        errors = [a.message for a in precision.advise(mac, trial) if a.level == "error" and a.topic == "precision.training"]
+        errors = [a.message for a in advisor.advise(mac, trial) if a.level == "error" and a.topic == "precision.training"]
         assert errors and planned[Candidate(training)] == errors[0]  # the rule's own words
     assert "macOS 14" in planned[Candidate("bf16")] and "PyTorch" in planned[Candidate("fp16")]
     assert "fp8" in planned[Candidate("fp16", "fp8")]
@@ -189,8 +189,8 @@ def test_rapl_counter_wraps_and_says_where_it_comes_from(tmp_path):
 
 
 def test_recommended_here_follows_a_measurement_else_the_rules(tmp_path):
-    from guitrainer.core.precision.advisor import recommended_training
     from guitrainer.core.precision.measurements import recommended_here
+    from guitrainer.core.precision.rules import recommended_training
 
     store = MeasurementStore(tmp_path / "lab.json")
     cfg = sd15_config()

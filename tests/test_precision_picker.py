@@ -125,11 +125,12 @@ def test_screenshot_with_a_warning(qtbot, binding, artifacts_dir):
 
 def test_a_choice_with_a_caveat_says_it_beside_the_choice(qtbot, binding):
     """Issue 15: "see the note" pointed at a note only shown once fp16 was chosen; now the caveat itself shows."""
-    from guitrainer.core.precision import advisor as precision
+    from guitrainer.config import precision_choices
+    from guitrainer.core.precision import advisor
 
     w = _picker(qtbot, binding, fake_device("gtx1660"))  # Turing without tensor cores: fp16 has a caveat
     binding.set("precision.training", "fp32")
-    warned = [c.value for c in precision.TRAINING_CHOICES if precision.training_choice_level(w.device(), c.value) == "warning"]
+    warned = [c.value for c in precision_choices.TRAINING_CHOICES if advisor.training_choice_level(w.device(), c.value) == "warning"]
     assert warned == ["fp16"]
     for value in warned:
         note = w.training_group.notes[value]

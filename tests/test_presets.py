@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, parse_toml_text
+from guitrainer.config import ConfigError, TrainingConfig, apply_overlay, config_from_dict, parse_toml_text
 from guitrainer.config.presets import DEFAULT_PRESET, DEMO_PRESET, PresetStore, read_preset
 
 SHIPPED = [
@@ -34,7 +34,7 @@ def test_shipped_presets_present_and_valid(store):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_preset_round_trips(store, name):
     cfg = store.get(name).config()
-    again = TrainingConfig.from_dict(parse_toml_text(cfg.to_toml(), name))
+    again = config_from_dict(parse_toml_text(cfg.to_toml(), name))
     assert again == cfg
     assert store.get(name).warnings == []
 
@@ -161,7 +161,7 @@ def test_unexpected_errors_while_reading_become_config_errors(tmp_path, monkeypa
     def boom(*args, **kwargs):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(presets_module, "apply_overlay", boom)
+    monkeypatch.setattr(presets_module, "config_from_dict", boom)
     user = tmp_path / "user"
     user.mkdir()
     (user / "any.toml").write_text("[network]\nrank = 8\n", encoding="utf-8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from guitrainer import config as C
-from guitrainer.config import ConfigError, TrainingConfig
+from guitrainer.config import ConfigError, TrainingConfig, config_from_dict
 
 
 def test_recipe_sections_default_to_off_and_are_not_written_into_presets():
@@ -21,7 +21,7 @@ def test_recipe_fields_are_advanced_and_round_trip_through_toml(tmp_path):
     for section in ("loss", "noise", "validation"):
         for path in (p for p in C.field_paths() if p.startswith(section + ".")):
             assert C.field_info(path).metadata["advanced"], path
-    cfg = C.TrainingConfig.from_dict(
+    cfg = C.config_from_dict(
         {
             "loss": {"min_snr_gamma": 5, "loss_type": "huber", "huber_schedule": "exponential", "min_timestep": 100},
             "noise": {"noise_offset": 0.05, "multires_noise_iterations": 6, "multires_noise_discount": 0.8},
@@ -51,7 +51,7 @@ def test_recipe_fields_are_advanced_and_round_trip_through_toml(tmp_path):
 )
 def test_bad_recipe_settings_name_their_field(data, field, needle):
     with pytest.raises(ConfigError) as ei:
-        TrainingConfig.from_dict(data)
+        config_from_dict(data)
     assert ei.value.field == field and needle in str(ei.value)
 
 
@@ -63,10 +63,10 @@ def test_new_optimizers_are_choices():
 
 
 def test_lr_free_optimizer_without_a_learning_rate_gets_one():
-    cfg = TrainingConfig.from_dict({"optimizer": {"name": "Prodigy"}})
+    cfg = config_from_dict({"optimizer": {"name": "Prodigy"}})
     assert (cfg.optimizer.lr, cfg.optimizer.text_encoder_lr) == (1.0, 1.0)
     # a learning rate given beside it is kept, whatever the order of the keys
-    kept = TrainingConfig.from_dict({"optimizer": {"lr": 0.5, "name": "DAdaptAdam"}})
+    kept = config_from_dict({"optimizer": {"lr": 0.5, "name": "DAdaptAdam"}})
     assert kept.optimizer.lr == 0.5 and kept.optimizer.text_encoder_lr == 1.0
     # one set by the config below the overlay (a preset) is kept too
     base = TrainingConfig()
@@ -74,17 +74,17 @@ def test_lr_free_optimizer_without_a_learning_rate_gets_one():
     over = C.apply_overlay(base, {"optimizer": {"name": "Prodigy"}})
     assert over.optimizer.lr == 3e-4
     # other optimizers keep AdamW's default
-    assert TrainingConfig.from_dict({"optimizer": {"name": "CAME"}}).optimizer.lr == 1e-4
+    assert config_from_dict({"optimizer": {"name": "CAME"}}).optimizer.lr == 1e-4
 
 
 def test_a_shipped_preset_uses_prodigy_and_min_snr_with_the_reason_written():
     from guitrainer.base.paths import shipped_presets_dir
     from guitrainer.config.presets import PresetStore
-    from guitrainer.core.memory import vram
+    from guitrainer.core.memory import estimate
 
     cfg = PresetStore().get("SD 1.5 style — 8 GB").config()
     assert (cfg.optimizer.name, cfg.optimizer.lr, cfg.loss.min_snr_gamma) == ("Prodigy", 1.0, 5.0)
-    assert vram.estimate(cfg).total < 8 * 2**30  # still an 8 GB preset with Prodigy's 16 B/param state
+    assert estimate.estimate(cfg).total < 8 * 2**30  # still an 8 GB preset with Prodigy's 16 B/param state
     text = (shipped_presets_dir() / "20_sd15_style.toml").read_text(encoding="utf-8")
     comments = " ".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
     assert "Prodigy" in comments and "min-SNR" in comments

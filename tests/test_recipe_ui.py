@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
 from guitrainer.config import TrainingConfig
-from guitrainer.config.recipes import learning_rates_for_optimizer
+from guitrainer.config.sections import learning_rates_for_optimizer
 from guitrainer.core.device import hardware
 from guitrainer.core.events import StepMetrics
 from guitrainer.ui.binding import ConfigBinding, bound_editors
@@ -64,12 +64,12 @@ def test_picking_an_lr_free_optimizer_sets_lr_one_and_says_why(qtbot, page):
 
 def test_learning_rates_for_optimizer_decisions():
     cfg = TrainingConfig()
-    assert learning_rates_for_optimizer(cfg) == ({}, "")  # AdamW at 1e-4: nothing to change
+    assert learning_rates_for_optimizer(cfg.optimizer) == ({}, "")  # AdamW at 1e-4: nothing to change
     cfg.optimizer.name = "DAdaptAdam"
-    changes, why = learning_rates_for_optimizer(cfg)
+    changes, why = learning_rates_for_optimizer(cfg.optimizer)
     assert changes == {"optimizer.lr": 1.0, "optimizer.text_encoder_lr": 1.0} and "DAdaptAdam" in why
     cfg.optimizer.lr = cfg.optimizer.text_encoder_lr = 0.5  # a chosen multiplier is kept
-    assert learning_rates_for_optimizer(cfg) == ({}, "")
+    assert learning_rates_for_optimizer(cfg.optimizer) == ({}, "")
 
 
 def test_validation_loss_is_charted_beside_the_training_loss(qtbot, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import torch
 from diffusers import DDPMScheduler
 
+from guitrainer.config import config_from_dict
 from guitrainer.engine import recipes as R
 
 
@@ -274,7 +275,7 @@ def test_metadata_uses_sd_scripts_names_and_value_forms():
     assert off["ss_multires_noise_iterations"] == "None" and off["ss_multires_noise_discount"] == "0.3"
     assert (off["ss_loss_type"], off["ss_huber_schedule"], off["ss_huber_c"]) == ("l2", "snr", "0.1")
     assert off["ss_debiased_estimation"] == "False" and off["ss_lr_warmup_steps"] == "0"
-    cfg = TrainingConfig.from_dict(
+    cfg = config_from_dict(
         {
             "loss": {"min_snr_gamma": 5, "loss_type": "huber", "debiased_estimation": True},
             "noise": {"noise_offset": 0.05, "multires_noise_iterations": 6, "zero_terminal_snr": True},

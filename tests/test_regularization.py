@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig
+from guitrainer.config import ConfigError, DatasetFolder, TrainingConfig, config_from_dict
 from guitrainer.core.dataset import regularization as reg
 from guitrainer.core.dataset.regularization import Draw
 
@@ -87,7 +87,7 @@ def test_regularization_folder_that_is_also_a_training_folder_is_refused(tmp_pat
     assert [e.field for e in errs] == ["dataset.regularization_folders"]
     assert "also a training folder" in errs[0].message
     with pytest.raises(ConfigError):
-        TrainingConfig.from_dict({"dataset": {"folders": [str(a)], "regularization_folders": [str(a)]}})
+        config_from_dict({"dataset": {"folders": [str(a)], "regularization_folders": [str(a)]}})
 
 
 # --------------------------------------------------------------------------- generation (demo model)

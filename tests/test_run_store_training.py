@@ -17,7 +17,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QPushButton
 
 from guitrainer.cli import main
-from guitrainer.config import TrainingConfig
+from guitrainer.config import config_from_dict
 from guitrainer.config.presets import PresetStore
 from guitrainer.core.device import hardware
 from guitrainer.core.runs.store import RunStore
@@ -49,7 +49,7 @@ def test_cli_demo_run_is_recorded_with_its_full_series(tmp_path, runs_db):
         assert s["images"] == [2.0 * i for i in range(1, 9)]
         detail = store.run(row.id)
         assert detail.device == "cpu" and detail.save_precision == "fp16"
-        cfg = TrainingConfig.from_dict(detail.config)
+        cfg = config_from_dict(detail.config)
         assert cfg.network.rank == 2 and cfg.output.folder == str(out)
         kinds = {a["kind"] for a in detail.artifacts}
         assert {"lora", "state"} <= kinds and Path(row.lora_path).is_file()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from guitrainer.config import SamplingConfig, TrainingConfig
-from guitrainer.core.sample_prompts import SamplePromptError, parse
+from guitrainer.config.sample_prompts import SamplePromptError, parse
 
 
 def test_options_override_the_settings_and_the_rest_is_kept():

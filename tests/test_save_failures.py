@@ -173,7 +173,7 @@ def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
 
         real = run_state.swap_in
         run_state.swap_in = lambda tmp, target, between=None: real(tmp, target, between=lambda: os._exit(9))
-        cfg = TrainingConfig.from_dict(json.loads(open(sys.argv[1], encoding="utf-8").read()))
+        cfg = config_from_dict(json.loads(open(sys.argv[1], encoding="utf-8").read()))
         Trainer(cfg).run()
         """
     )

@@ -11,9 +11,10 @@ import pytest
 from helpers import config_with, fake_device
 from safetensors.numpy import save_file
 
+from guitrainer.base import units
 from guitrainer.core.checks.inputs import check_inputs
 from guitrainer.core.checks.start import check_start
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import estimate, specs
 from guitrainer.core.model import vae_choice
 from guitrainer.core.precision.advisor import advise
 from guitrainer.core.runs import state as run_state
@@ -161,32 +162,32 @@ def test_the_config_refuses_a_pickle_vae_by_its_value():
 
 
 def test_the_estimators_vae_part_drops_for_sdxl_fp16_with_an_fp16_safe_vae(tmp_path):
-    spec = vram.MODEL_SPECS["sdxl"]
-    original = vram.estimate(sdxl_fp16())
+    spec = specs.MODEL_SPECS["sdxl"]
+    original = estimate.estimate(sdxl_fp16())
     fixed_cfg = sdxl_fp16(model__vae=str(vae_folder(tmp_path / "fix", force_upcast=False)))
-    fixed = vram.estimate(fixed_cfg)
+    fixed = estimate.estimate(fixed_cfg)
     # the weights: 4 bytes a parameter in fp32, 2 in fp16 (each rounded up to 512-byte blocks)
     assert original.part("vae").label == "VAE (fp32)" and fixed.part("vae").label == "VAE (fp16)"
     assert abs((original.get("vae") - fixed.get("vae")) - 2 * spec.vae) <= 1024
     # the encoder's activations at 1024 px halve too: the whole run needs more than the weights' saving less
     assert original.total - fixed.total > 2 * spec.vae
-    assert vram.sdxl_vae_fp32_cost(fixed_cfg) == 0 and vram.sdxl_vae_fp32_cost(sdxl_fp16()) == original.total - fixed.total
+    assert estimate.sdxl_vae_fp32_cost(fixed_cfg) == 0 and estimate.sdxl_vae_fp32_cost(sdxl_fp16()) == original.total - fixed.total
 
 
 def test_the_vae_part_stays_where_fp16_safety_does_not_apply(tmp_path):
     fix = str(vae_folder(tmp_path / "fix", force_upcast=False))
     upcast = str(vae_folder(tmp_path / "orig", force_upcast=True))
-    assert vram.estimate(sdxl_fp16(model__vae=upcast)).get("vae") == vram.estimate(sdxl_fp16()).get("vae")
+    assert estimate.estimate(sdxl_fp16(model__vae=upcast)).get("vae") == estimate.estimate(sdxl_fp16()).get("vae")
     # bf16 and SD 1.5 never kept the VAE in fp32: another VAE changes nothing there
     for cfg in (dict(precision__training="bf16"), dict(model__family="sd15")):
-        with_fix = vram.estimate(sdxl_fp16(model__vae=fix, **cfg))
-        assert with_fix.get("vae") == vram.estimate(sdxl_fp16(**cfg)).get("vae")
+        with_fix = estimate.estimate(sdxl_fp16(model__vae=fix, **cfg))
+        assert with_fix.get("vae") == estimate.estimate(sdxl_fp16(**cfg)).get("vae")
 
 
 def test_a_base_folder_whose_own_vae_is_fp16_safe_counts_as_such(tmp_path):
     base = tmp_path / "sdxl_finetune"
     vae_folder(base / "vae", force_upcast=False)
-    assert vram.estimate(sdxl_fp16(model__base=str(base))).part("vae").label == "VAE (fp16)"
+    assert estimate.estimate(sdxl_fp16(model__base=str(base))).part("vae").label == "VAE (fp16)"
 
 
 # --------------------------------------------------------------------------- the advice and its fix
@@ -202,19 +203,19 @@ def test_the_advice_offers_the_fixed_vae_found_in_the_hub_cache_and_its_fix_sets
     (a,) = _vae_advice(cfg)
     # named by its hub id: read from the cache offline, and still right after a new snapshot or a cache clean-up
     assert a.code == "sdxl_vae_fp32" and a.suggestion == {"model.vae": vae_choice.FP16_FIX_REPO}
-    assert vram.format_bytes(vram.sdxl_vae_fp32_cost(cfg)) in a.message
+    assert units.format_bytes(estimate.sdxl_vae_fp32_cost(cfg)) in a.message
     for path, value in a.suggestion.items():  # what "Use suggested" does
         cfg.set(path, value)
     (after,) = _vae_advice(cfg)
     assert after.code == "sdxl_vae_fp16_safe" and not after.suggestion and "no extra memory" in after.message
-    assert vram.sdxl_vae_fp32_cost(cfg) == 0
+    assert estimate.sdxl_vae_fp32_cost(cfg) == 0
 
 
 def test_the_fixed_vaes_hub_id_counts_as_fp16_safe_before_it_is_downloaded(hub_home):
     """Its published config says force_upcast = false: the estimate and the advice agree with what the engine
     will do once it has downloaded it, and say it is downloaded at the start."""
     cfg = sdxl_fp16(model__vae=vae_choice.FP16_FIX_REPO)
-    assert vae_choice.vae_fp16_safe(cfg) and vram.sdxl_vae_fp32_cost(cfg) == 0
+    assert vae_choice.vae_fp16_safe(cfg) and estimate.sdxl_vae_fp32_cost(cfg) == 0
     (a,) = _vae_advice(cfg)
     assert a.code == "sdxl_vae_fp16_safe" and "downloaded when training starts" in a.message
     assert "Downloaded when training starts" in vae_choice.vae_summary(cfg)[1]

@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QLabel, QLineEdit
 from safetensors.numpy import save_file
 
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import estimate
 from guitrainer.ui.binding import ConfigBinding, bound_editors
 from guitrainer.ui.model.page import ModelPage
 
@@ -102,7 +102,7 @@ def test_use_suggested_on_the_sdxl_vae_advice_fills_in_the_fixed_vae(qtbot, tmp_
     page = _page(qtbot, tmp_path, binding)
     page.show()
     page.precision_picker.set_device(fake_device("t4"))
-    before = vram.estimate(binding.config)
+    before = estimate.estimate(binding.config)
     (row,) = [r for r in page.precision_picker.advice_rows() if r.advice.code == "sdxl_vae_fp32"]
     assert row.button is not None and row.button.text() == "Use suggested"
     qtbot.mouseClick(row.button, Qt.MouseButton.LeftButton)
@@ -111,7 +111,7 @@ def test_use_suggested_on_the_sdxl_vae_advice_fills_in_the_fixed_vae(qtbot, tmp_
     assert bound_editors(page)["model.vae"].text() == fix and "fp16-safe" in page.vae_picker.status.text()
     codes = [r.advice.code for r in page.precision_picker.advice_rows()]
     assert "sdxl_vae_fp16_safe" in codes and "sdxl_vae_fp32" not in codes
-    after = vram.estimate(binding.config)
+    after = estimate.estimate(binding.config)
     assert after.part("vae").label == "VAE (fp16)" and after.total < before.total
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from guitrainer.base import units
 from guitrainer.config import TrainingConfig
-from guitrainer.core.memory import vram
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.model.vram_meter import VramMeter
 
@@ -37,8 +37,8 @@ def test_updates_on_config_change(qtbot) -> None:
 
 def test_hint_button_changes_config(qtbot) -> None:
     binding, meter = make(qtbot, model__family="sdxl", schedule__batch_size=2)
-    meter.set_device(8 * vram.GiB, "Test GPU 8 GB")
-    qtbot.waitUntil(lambda: meter.breakdown.device_total == 8 * vram.GiB, timeout=1000)
+    meter.set_device(8 * units.GiB, "Test GPU 8 GB")
+    qtbot.waitUntil(lambda: meter.breakdown.device_total == 8 * units.GiB, timeout=1000)
     buttons = meter.hint_buttons()
     assert buttons, "a config that does not fit should offer hints"
     gc = next(b for b in buttons if b.text().startswith("Gradient checkpointing"))
@@ -52,9 +52,9 @@ def test_hint_button_changes_config(qtbot) -> None:
 
 def test_colour_levels(qtbot, artifacts_dir) -> None:
     binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", schedule__batch_size=2)
-    meter.set_device(12 * vram.GiB, "RTX 3060 12 GB")
+    meter.set_device(12 * units.GiB, "RTX 3060 12 GB")
     qtbot.waitUntil(lambda: meter.breakdown.device_total is not None, timeout=1000)
-    assert meter.breakdown.total > 12 * vram.GiB
+    assert meter.breakdown.total > 12 * units.GiB
     assert meter.level == "over" and meter.level_color.name() == "#d03030"
     meter.grab().save(str(artifacts_dir / "vram_meter.png"))
     binding.set("precision.training", "fp16")
@@ -124,14 +124,14 @@ def test_every_part_has_a_tooltip_on_hover_and_a_legend_entry(qtbot) -> None:
     assert len(segments) >= 5
     legend = meter.legend.text()
     for rect, part in segments:
-        assert part.label in legend and vram.format_bytes(part.bytes) in legend  # visible without hovering
+        assert part.label in legend and units.format_bytes(part.bytes) in legend  # visible without hovering
         if rect.width() < 2:
             continue
         pos = rect.center().toPoint()
         event = QHelpEvent(QEvent.Type.ToolTip, pos, meter.bar.mapToGlobal(pos))
         QApplication.sendEvent(meter.bar, event)
         qtbot.waitUntil(lambda: QToolTip.isVisible(), timeout=1000)
-        assert part.label in QToolTip.text() and vram.format_bytes(part.bytes) in QToolTip.text()
+        assert part.label in QToolTip.text() and units.format_bytes(part.bytes) in QToolTip.text()
     outside = QPoint(meter.bar.width() - 2, 5)  # the empty end of the bar: no tooltip
     QApplication.sendEvent(meter.bar, QHelpEvent(QEvent.Type.ToolTip, outside, meter.bar.mapToGlobal(outside)))
     assert "your GPU" in legend
@@ -147,7 +147,7 @@ def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
     qtbot.waitUntil(lambda: not any(p.key == "cuda_context" for p in meter.bar.parts), timeout=1000)
     assert "CUDA context" not in meter.legend.text()
     meter.set_target("SD 1.5 character — 6 GB")
-    qtbot.waitUntil(lambda: meter.bar.target == 6 * vram.GiB, timeout=1000)
+    qtbot.waitUntil(lambda: meter.bar.target == 6 * units.GiB, timeout=1000)
     assert "6.0 GB card the preset is made for" in meter.legend.text()
     meter.set_target("Demo — tiny built-in model (CPU, seconds)")
     qtbot.waitUntil(lambda: meter.bar.target is None, timeout=1000)
@@ -156,7 +156,7 @@ def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
 def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbot) -> None:
     from helpers import fake_device
 
-    from guitrainer.core.precision import advisor as precision
+    from guitrainer.core.precision import advisor
     from guitrainer.ui.model.vram_meter import advised_against
 
     binding, meter = make(qtbot, model__family="sdxl", precision__training="fp32", optimizer__name="AdamW")
@@ -168,10 +168,10 @@ def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbo
         changes = dict(item.split(" = ", 1) for item in btn.toolTip().removeprefix("Apply: ").split(", "))
         assert not any(v in ("fp16", "AdamW8bit") and advised_against(gpu, cfg, {k: v}) for k, v in changes.items())
     # the filter itself: a change that brings a new warning is advised against, one that does not is not
-    warned = {a.code for a in precision.advise(gpu, cfg) if a.level != "info"}
+    warned = {a.code for a in advisor.advise(gpu, cfg) if a.level != "info"}
     fp16 = cfg.copy()
     fp16.set("precision.training", "fp16")
-    new = {a.code for a in precision.advise(gpu, fp16) if a.level != "info"} - warned
+    new = {a.code for a in advisor.advise(gpu, fp16) if a.level != "info"} - warned
     assert advised_against(gpu, cfg, {"precision.training": "fp16"}) == bool(new)
     assert not advised_against(gpu, cfg, {"schedule.batch_size": 1})
 

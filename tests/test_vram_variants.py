@@ -7,16 +7,15 @@ import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
-from guitrainer.core.memory import variants as vram_variants
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import estimate, network, specs
 from guitrainer.engine.memory import model_spec, variant_spec
 from guitrainer.engine.network import variants
 
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_shipped_tables_are_the_models(family):
-    assert vram_variants.CONV_TABLES[family] == variant_spec.conv_table(family)
-    assert vram_variants.TEXT_ENCODER_MLP_TABLES[family] == variant_spec.text_encoder_mlp_tables(family)
+    assert specs.CONV_TABLES[family] == variant_spec.conv_table(family)
+    assert specs.TEXT_ENCODER_MLP_TABLES[family] == variant_spec.text_encoder_mlp_tables(family)
 
 
 def _injected_count(family: str, network) -> int:
@@ -44,9 +43,9 @@ def test_counted_parameters_are_the_injected_ones_on_sd15(kind, rank, conv_rank,
     for key, value in (("type", kind), ("rank", rank), ("conv_rank", conv_rank), ("lokr_factor", factor),
                        ("train_text_encoder", te), ("target_modules", "attention_ff_proj")):
         cfg.set(f"network.{key}", value)
-    counted = sum(r * k * c for r, k, c in vram_variants.tensor_shapes(vram.MODEL_SPECS["sd15"], cfg.network))
+    counted = sum(r * k * c for r, k, c in network.variant_tensor_shapes(specs.MODEL_SPECS["sd15"], cfg.network))
     assert counted == _injected_count("sd15", cfg.network)
-    est = vram.estimate(cfg)
+    est = estimate.estimate(cfg)
     assert est.get("lora_weights") >= 4 * counted  # fp32 master weights, in 512-byte blocks
 
 
@@ -56,8 +55,8 @@ def test_variants_cost_more_than_plain_lora_and_dora_more_than_locon():
         cfg.set("model.family", "sd15")
         cfg.set("network.type", kind)
         cfg.set("precision.gradient_checkpointing", ckpt)
-        return vram.estimate(cfg).allocated
+        return estimate.estimate(cfg).allocated
 
     for ckpt in (False, True):
         assert allocated("lora", ckpt) < allocated("locon", ckpt) < allocated("dora", ckpt)
-    assert vram_variants.factorization(320, -1) == (16, 20) and vram_variants.factorization(768, 8) == (8, 96)
+    assert network.factorization(320, -1) == (16, 20) and network.factorization(768, 8) == (8, 96)

@@ -1,4 +1,4 @@
-"""Where things live: shipped resources and presets, user data, caches."""
+"""Where things live (shipped resources and presets, user data, caches), and one spelling per path."""
 
 from __future__ import annotations
 
@@ -66,5 +66,28 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
-def expand(path: str) -> Path:
-    return Path(os.path.expandvars(path)).expanduser()
+def expand(path: str | os.PathLike[str]) -> Path:
+    """``$VARS`` and ``~`` expanded; a ``~user`` that names no user stays as written (never raises)."""
+    return Path(os.path.expanduser(os.path.expandvars(os.fspath(path))))
+
+
+def path_key(path: str | os.PathLike[str]) -> str:
+    """One spelling per file or folder, for asking "the same place?": expanded (:func:`expand`), made absolute
+    and resolved through symbolic links. A path that cannot be resolved (a link loop, a NUL byte, a name too
+    long) keeps its absolute spelling; never raises."""
+    try:
+        p = expand(path)
+    except (TypeError, ValueError):
+        return os.fspath(path) if isinstance(path, (str, os.PathLike)) else str(path)
+    try:
+        return str(p.resolve())
+    except (OSError, RuntimeError, ValueError):
+        try:
+            return os.path.abspath(p)
+        except (OSError, ValueError):
+            return str(p)
+
+
+def same_path(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two spellings name the same file or folder (see :func:`path_key`)."""
+    return path_key(a) == path_key(b)

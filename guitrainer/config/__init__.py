@@ -33,6 +33,7 @@ from guitrainer.config.files import (
     Migration,
     apply_overlay,
     atomic_write_text,
+    config_from_dict,
     diff,
     find_line,
     find_line_top,
@@ -42,8 +43,9 @@ from guitrainer.config.files import (
     save_toml,
     schema_version_of,
 )
-from guitrainer.config.recipes import LR_FREE_OPTIMIZERS, LossConfig, NoiseConfig, ValidationConfig
+from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
 from guitrainer.config.sections import (
+    LR_FREE_OPTIMIZERS,
     OPTIMIZERS,
     PRECISIONS,
     SECTIONS,
@@ -88,6 +90,7 @@ __all__ = [
     "TrainingConfig",
     "UnknownKeyWarning",
     "apply_overlay",
+    "config_from_dict",
     "atomic_write_text",
     "diff",
     "field_choices",

@@ -11,9 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guitrainer.base.constants import IMAGE_EXTENSIONS, PICKLE_SUFFIXES
 from guitrainer.config.fields import ConfigError, short_repr
-from guitrainer.core.dataset.scan import IMAGE_EXTENSIONS
-from guitrainer.core.model.checkpoint import PICKLE_SUFFIXES
 
 if TYPE_CHECKING:
     from guitrainer.config.training import TrainingConfig

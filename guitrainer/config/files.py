@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError, UnknownKeyWarning, short_repr
-from guitrainer.config.recipes import apply_lr_free_default
-from guitrainer.config.sections import SECTIONS
+from guitrainer.config.sections import SECTIONS, apply_lr_free_default
 from guitrainer.config.training import TrainingConfig
 
 log = logging.getLogger("guitrainer.config")
@@ -145,7 +144,25 @@ def apply_overlay(base: TrainingConfig, overlay: dict[str, Any], *, source: str 
             except ConfigError as e:
                 # e.field may be finer than path: `dataset.folders[1]`, `optimizer.betas[0]`
                 raise ConfigError(e.field, e.message, source=source, line=find_line(text, path) if text else None) from None
-    apply_lr_free_default(cfg, data)
+    apply_lr_free_default(cfg.optimizer, data)
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
+    """A :class:`TrainingConfig` from a (possibly sparse) dict on top of the defaults, validated.
+
+    Unknown keys warn and are dropped; the first problem raises :class:`ConfigError` naming its field and,
+    when ``text`` (the file's text) is given, its line in ``source``.
+    """
+    return validated(apply_overlay(TrainingConfig(), data, source=source, text=text), source=source, text=text)
+
+
+def validated(cfg: TrainingConfig, *, source: str = "", text: str = "") -> TrainingConfig:
+    """``cfg`` when it has no problem; else its first problem as a :class:`ConfigError` with the line in ``text``."""
+    errs = cfg.errors()
+    if errs:
+        e = errs[0]
+        raise ConfigError(e.field, e.message, source=source, line=find_line(text, e.field) if text else None)
     return cfg
 
 
@@ -215,7 +232,7 @@ def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingC
         raise ConfigError("(file)", f"cannot be read: {e.strerror or e}", source=str(path)) from None
     data = parse_toml_text(text, str(path))
     cfg = apply_overlay(base or TrainingConfig(), data, source=str(path), text=text)
-    return cfg.validate_with_source(str(path), text)
+    return validated(cfg, source=str(path), text=text)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -18,15 +18,9 @@ import tomli_w
 
 from guitrainer.base import paths
 from guitrainer.base.fileio import atomic_write_bytes
-from guitrainer.config import (
-    ConfigError,
-    TrainingConfig,
-    apply_overlay,
-    diff,
-    find_line,
-    parse_toml_text,
-    short_repr,
-)
+from guitrainer.config.fields import ConfigError, short_repr
+from guitrainer.config.files import apply_overlay, config_from_dict, diff, find_line, parse_toml_text
+from guitrainer.config.training import TrainingConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +90,7 @@ def _read_preset(path: Path, shipped: bool) -> Preset:
     overlay = {k: v for k, v in data.items() if k != "preset"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        apply_overlay(TrainingConfig(), overlay, source=str(path), text=text).validate_with_source(str(path), text)
+        config_from_dict(overlay, source=str(path), text=text)
     return Preset(
         name=name,
         description=header.get("description", ""),

@@ -9,17 +9,13 @@ LoRA's metadata names them as sd-scripts does. Also the rule that an LR-free opt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from guitrainer.base.paths import path_key
 from guitrainer.config.fields import ConfigError, setting
 
 if TYPE_CHECKING:
     from guitrainer.config.training import TrainingConfig
-
-#: optimizers that find their own step size: ``lr`` multiplies it and is 1.0 unless set
-LR_FREE_OPTIMIZERS: tuple[str, ...] = ("Prodigy", "DAdaptAdam")
-
 
 @dataclass
 class LossConfig:
@@ -185,51 +181,6 @@ def recipe_errors(cfg: TrainingConfig) -> list[ConfigError]:
         out.append(ConfigError("noise.adaptive_noise_scale", "needs a noise offset (`noise.noise_offset` above 0)"))
     if val.split and val.folder.strip():
         out.append(ConfigError("validation.split", "use a share of the images or a validation folder, not both"))
-    if val.folder.strip() and _norm(val.folder) in {_norm(f.path) for f in cfg.dataset.folders if f.path}:
+    if val.folder.strip() and path_key(val.folder) in {path_key(f.path) for f in cfg.dataset.folders if f.path}:
         out.append(ConfigError("validation.folder", f"{val.folder!r} is a training folder; the validation images must be others"))
     return out
-
-
-def apply_lr_free_default(cfg: TrainingConfig, overlay: dict[str, Any]) -> None:
-    """An LR-free optimizer (Prodigy, DAdaptAdam) chosen by ``overlay`` without a learning rate gets lr = 1.0.
-
-    Their ``lr`` multiplies the step size they find, so AdamW's 1e-4 would all but stop training. Only a
-    learning rate still at the default is changed: one the overlay (or the config below it) set is kept.
-    """
-    opt = overlay.get("optimizer") if isinstance(overlay, dict) else None
-    if not isinstance(opt, dict) or opt.get("name") not in LR_FREE_OPTIMIZERS:
-        return
-    from guitrainer.config.sections import OptimizerConfig  # sections builds on this module
-
-    defaults = OptimizerConfig()
-    if "lr" not in opt and cfg.optimizer.lr == defaults.lr:
-        cfg.optimizer.lr = 1.0
-    if "text_encoder_lr" not in opt and cfg.optimizer.text_encoder_lr == defaults.text_encoder_lr:
-        cfg.optimizer.text_encoder_lr = 1.0
-
-
-def _norm(p: str) -> str:
-    try:
-        return str(Path(p).expanduser().resolve())
-    except (OSError, ValueError, RuntimeError):  # a NUL byte in the text, no home folder, a symlink loop
-        return p
-
-
-def learning_rates_for_optimizer(cfg: TrainingConfig) -> tuple[dict[str, float], str]:
-    """What the settings form changes when the optimizer changes: ``({path: value}, why)``; ``({}, "")`` for nothing.
-
-    An LR-free optimizer (Prodigy, DAdaptAdam) with an AdamW-sized learning rate (under 0.1) gets 1.0, its
-    default; leaving one with a learning rate of 0.1 or more gets AdamW's defaults back.
-    """
-    from guitrainer.config.sections import OptimizerConfig  # sections builds on this module
-
-    opt, defaults = cfg.optimizer, OptimizerConfig()
-    if opt.name in LR_FREE_OPTIMIZERS:
-        if opt.lr < 0.1 or opt.text_encoder_lr < 0.1:
-            why = f"{opt.name} finds its own step size: the learning rate is a multiplier of it, set to 1.0"
-            return {"optimizer.lr": 1.0, "optimizer.text_encoder_lr": 1.0}, why
-        return {}, ""
-    if opt.lr >= 0.1:
-        why = f"{opt.name} needs a real learning rate: set back to {defaults.lr:g} (text encoder {defaults.text_encoder_lr:g})"
-        return {"optimizer.lr": defaults.lr, "optimizer.text_encoder_lr": defaults.text_encoder_lr}, why
-    return {}, ""

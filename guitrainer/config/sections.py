@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
+from guitrainer.config.precision_choices import CHOICE_LABELS
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
-from guitrainer.core.precision.advice import CHOICE_LABELS
 
 Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
@@ -233,6 +233,45 @@ class OptimizerConfig:
     betas: list[float] = setting(
         label="Betas", help="Adam's beta1 and beta2.", default_factory=lambda: [0.9, 0.999], advanced=True
     )
+
+
+#: optimizers that find their own step size: ``lr`` multiplies it and is 1.0 unless set
+LR_FREE_OPTIMIZERS: tuple[str, ...] = ("Prodigy", "DAdaptAdam")
+
+
+def apply_lr_free_default(opt: OptimizerConfig, overlay: dict[str, Any]) -> None:
+    """An LR-free optimizer (Prodigy, DAdaptAdam) chosen by ``overlay`` without a learning rate gets lr = 1.0.
+
+    Their ``lr`` multiplies the step size they find, so AdamW's 1e-4 would all but stop training. Only a
+    learning rate still at the default is changed: one the overlay (or the config below it) set is kept.
+    ``opt`` is the optimizer section the overlay was applied to.
+    """
+    given = overlay.get("optimizer") if isinstance(overlay, dict) else None
+    if not isinstance(given, dict) or given.get("name") not in LR_FREE_OPTIMIZERS:
+        return
+    defaults = OptimizerConfig()
+    if "lr" not in given and opt.lr == defaults.lr:
+        opt.lr = 1.0
+    if "text_encoder_lr" not in given and opt.text_encoder_lr == defaults.text_encoder_lr:
+        opt.text_encoder_lr = 1.0
+
+
+def learning_rates_for_optimizer(opt: OptimizerConfig) -> tuple[dict[str, float], str]:
+    """What the settings form changes when the optimizer changes: ``({path: value}, why)``; ``({}, "")`` for nothing.
+
+    An LR-free optimizer (Prodigy, DAdaptAdam) with an AdamW-sized learning rate (under 0.1) gets 1.0, its
+    default; leaving one with a learning rate of 0.1 or more gets AdamW's defaults back.
+    """
+    defaults = OptimizerConfig()
+    if opt.name in LR_FREE_OPTIMIZERS:
+        if opt.lr < 0.1 or opt.text_encoder_lr < 0.1:
+            why = f"{opt.name} finds its own step size: the learning rate is a multiplier of it, set to 1.0"
+            return {"optimizer.lr": 1.0, "optimizer.text_encoder_lr": 1.0}, why
+        return {}, ""
+    if opt.lr >= 0.1:
+        why = f"{opt.name} needs a real learning rate: set back to {defaults.lr:g} (text encoder {defaults.text_encoder_lr:g})"
+        return {"optimizer.lr": defaults.lr, "optimizer.text_encoder_lr": defaults.text_encoder_lr}, why
+    return {}, ""
 
 
 @dataclass

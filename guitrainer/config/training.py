@@ -5,15 +5,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from guitrainer.base.paths import path_key
 from guitrainer.config.checks import check_all
 from guitrainer.config.coerce import _check_field, _coerce, _split, field_info
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig, recipe_errors
+from guitrainer.config.sample_prompts import SamplePromptError, parse
 from guitrainer.config.sections import (
     SECTIONS,
     DatasetConfig,
@@ -29,7 +30,8 @@ from guitrainer.config.sections import (
 
 @dataclass
 class TrainingConfig:
-    """Everything a training run needs. Build with :meth:`from_dict` / :func:`load_toml`."""
+    """Everything a training run needs. Build from a dict or a file with :func:`~guitrainer.config.files.config_from_dict`
+    / :func:`~guitrainer.config.files.load_toml`."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -80,9 +82,9 @@ class TrainingConfig:
             out.append(ConfigError("dataset.min_bucket_resolution", "must not exceed `dataset.max_bucket_resolution`"))
         if d.keep_tokens and not d.shuffle_captions:
             pass  # harmless: keep_tokens only matters with shuffling
-        train_paths = {_norm(f.path) for f in d.folders if f.path}
+        train_paths = {path_key(f.path) for f in d.folders if f.path}
         for reg in d.regularization_folders:
-            if reg.path and _norm(reg.path) in train_paths:
+            if reg.path and path_key(reg.path) in train_paths:
                 out.append(
                     ConfigError("dataset.regularization_folders", f"{reg.path!r} is also a training folder; use it in one list only")
                 )
@@ -92,8 +94,6 @@ class TrainingConfig:
             )
         out.extend(check_all(self))
         out.extend(recipe_errors(self))
-        from guitrainer.core.sample_prompts import SamplePromptError, parse
-
         for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):
             try:
                 parse(str(line), self.sampling, i)
@@ -113,29 +113,6 @@ class TrainingConfig:
         version = d.pop("schema_version")
         return {"schema_version": version, **d}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "", text: str = "") -> TrainingConfig:
-        """Build from a (possibly sparse) dict on top of the defaults; unknown keys warn and are dropped."""
-        from guitrainer.config.files import apply_overlay  # files builds on this module
-
-        return apply_overlay(cls(), data, source=source, text=text).validate_with_source(source, text)
-
-    def validate_with_source(self, source: str, text: str) -> TrainingConfig:
-        from guitrainer.config.files import find_line
-
-        errs = self.errors()
-        if errs:
-            e = errs[0]
-            raise ConfigError(e.field, e.message, source=source, line=find_line(text, e.field) if text else None)
-        return self
-
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())
-
-
-def _norm(p: str) -> str:
-    try:
-        return str(Path(p).expanduser().resolve())
-    except (OSError, ValueError, RuntimeError):  # a NUL byte in the text, no home folder, a symlink loop
-        return p
 

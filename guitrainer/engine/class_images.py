@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guitrainer.base.constants import IMAGE_EXTENSIONS
 from guitrainer.base.fileio import atomic_path
 from guitrainer.base.paths import expand
-from guitrainer.core.dataset.scan import IMAGE_EXTENSIONS, write_caption
+from guitrainer.core.dataset.scan import write_caption
 
 log = logging.getLogger(__name__)
 

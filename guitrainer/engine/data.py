@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from guitrainer.base.constants import IMAGE_EXTENSIONS
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset import scan as core_ds
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, make_buckets
@@ -33,7 +34,7 @@ from guitrainer.core.dataset.buckets import Bucket, assign_bucket, make_buckets
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-IMAGE_EXTENSIONS = tuple(sorted(core_ds.IMAGE_EXTENSIONS))
+IMAGE_SUFFIXES = tuple(sorted(IMAGE_EXTENSIONS))
 PIXEL_CACHE_BYTES = 256 * 1024 * 1024
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
@@ -231,7 +232,7 @@ def collect_items(
     if not items:
         where = ", ".join(str(f.path) for f in dataset_cfg.folders) or "(no folders set)"
         raise DatasetError(
-            f"no usable {what} in {where}; add {'/'.join(IMAGE_EXTENSIONS)} files to the dataset folders"
+            f"no usable {what} in {where}; add {'/'.join(IMAGE_SUFFIXES)} files to the dataset folders"
         )
     return items
 

@@ -22,9 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from guitrainer.base.constants import FP16_MAX
 from guitrainer.base.fileio import atomic_write_with, numbered_path
 from guitrainer.base.paths import expand
-from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME, FP16_MAX
+from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
 from guitrainer.core.precision.numerics import SaveReport, TensorFinding
 from guitrainer.core.runs import state as run_state
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from guitrainer.core.precision.advisor import Advice
+    from guitrainer.core.precision.advice import Advice
 
 log = logging.getLogger(__name__)
 

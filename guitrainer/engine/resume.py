@@ -19,6 +19,7 @@ import torch
 
 from guitrainer.base.fileio import atomic_write_bytes, atomic_write_with
 from guitrainer.config import TrainingConfig
+from guitrainer.config.files import config_from_dict
 from guitrainer.core.runs import state as run_state
 from guitrainer.engine.errors import RunComplete, TrainingFailed
 
@@ -125,7 +126,7 @@ def read_checked_info(folder: Path, config: TrainingConfig) -> dict[str, Any]:
     except run_state.StateError as e:
         raise TrainingFailed(str(e), ("pick the <name>_state folder of a run", *DAMAGED_ADVICE[:1])) from None
     try:
-        saved = TrainingConfig.from_dict(info["config"]) if "config" in info else None
+        saved = config_from_dict(info["config"]) if "config" in info else None
     except Exception:  # noqa: BLE001 - any damage to the stored config
         raise TrainingFailed(f"{folder}: the settings stored in the state are damaged", DAMAGED_ADVICE) from None
     if saved is not None:

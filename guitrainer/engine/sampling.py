@@ -4,7 +4,7 @@ A diffusers ``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline`` is built
 LoRA-injected) components with a DDIM scheduler made from the training scheduler's config. Each
 prompt ``i`` uses its own CPU generator seeded ``sampling.seed + i`` (or its ``--d``), so samples are
 comparable over time. Prompts take kohya's per-prompt options (``--w``, ``--h``, ``--d``, ``--l``, ``--s``,
-``--n``; :mod:`guitrainer.core.sample_prompts`). Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
+``--n``; :mod:`guitrainer.config.sample_prompts`). Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
 afterwards: a run with samples trains exactly like one without, and stop/resume stays bit-exact.
 """
 
@@ -115,7 +115,7 @@ def generate_samples(
 
     Leaves every RNG and module mode as it found them.
     """
-    from guitrainer.core.sample_prompts import parse
+    from guitrainer.config.sample_prompts import parse
 
     lines = [p.strip() for p in sampling_cfg.prompts if p.strip()]
     if not lines:

@@ -10,16 +10,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from guitrainer.base.paths import expand
+from guitrainer.config import TrainingConfig
 from guitrainer.core.dataset.captions import encoding_label, read_caption
 from guitrainer.core.dataset.scan import scan_folders
 from guitrainer.core.model.init_lora import init_lora_problem
 from guitrainer.core.model.vae_choice import vae_problem
-
-if TYPE_CHECKING:  # annotations only: core never imports the config at run time
-    from guitrainer.config import TrainingConfig
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: how many file names a message quotes before "and N more"

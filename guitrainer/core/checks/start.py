@@ -16,20 +16,17 @@ import platform
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from guitrainer.base.paths import expand
+from guitrainer.config import DatasetConfig, DatasetFolder, TrainingConfig
 from guitrainer.core.dataset.folder_check import look_at_folders
 from guitrainer.core.device import hardware
-from guitrainer.core.memory import vram
+from guitrainer.core.device.info import DeviceInfo
+from guitrainer.core.memory import estimate
 from guitrainer.core.model.init_lora import init_lora_problem
 from guitrainer.core.model.vae_choice import vae_problem, vae_warning
-from guitrainer.core.precision import advisor as precision
+from guitrainer.core.precision import advisor
 from guitrainer.core.runs import state as run_state
-
-if TYPE_CHECKING:
-    from guitrainer.config import TrainingConfig
-    from guitrainer.core.device.hardware import DeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +51,7 @@ class StartCheck:
         return not self.errors
 
 
-def _check_folders(out: StartCheck, folders: Sequence[Any], dataset: Any, what: str, label: str) -> None:
+def _check_folders(out: StartCheck, folders: Sequence[DatasetFolder], dataset: DatasetConfig, what: str, label: str) -> None:
     """Errors for ``folders`` that training could not load (missing, or no usable image at all), notes for
     single folders that add nothing. ``what`` names the images, ``label`` one folder ("image folder")."""
     missing = [f.path for f in folders if not expand(str(f.path)).is_dir()]
@@ -62,7 +59,7 @@ def _check_folders(out: StartCheck, folders: Sequence[Any], dataset: Any, what: 
         out.errors.append(f"The {label} “{p}” does not exist.")
     if missing:
         return
-    looks = look_at_folders(folders, dataset.caption_extension, getattr(dataset, "exclude", ()))
+    looks = look_at_folders(folders, dataset.caption_extension, dataset.exclude)
     empty = [lk for lk in looks if not lk.images]
     if len(empty) == len(looks):
         if len(looks) == 1:
@@ -133,7 +130,7 @@ def _check_output(out: StartCheck, config: TrainingConfig) -> None:
 def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, guessed: bool) -> None:
     """Precision advice (errors block, warnings are notes) and the memory estimate against the GPU."""
     try:
-        for a in precision.advise(device, config):
+        for a in advisor.advise(device, config):
             if guessed and a.code in GUESS_UNSURE:
                 continue
             line = a.message + (f" Suggestion: {a.suggestion_text}." if a.suggestion_text else "")
@@ -148,7 +145,7 @@ def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, g
     available = getattr(device, "total_memory", None)
     if available and getattr(device, "kind", "cuda") != "cpu":
         try:
-            total = int(vram.estimate(config, None, device).total)
+            total = int(estimate.estimate(config, None, device).total)
         except Exception:  # noqa: BLE001 - an estimate must not block a run by crashing
             log.exception("VRAM estimate failed")
         else:

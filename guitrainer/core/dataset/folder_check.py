@@ -79,7 +79,7 @@ def _normalizer() -> Callable[[str | Path], str]:
 
 def _subfolder_with_images(root: Path, limit: int = SUBFOLDER_LOOK_LIMIT) -> Path | None:
     """The shallowest non-hidden subfolder of ``root`` that directly holds an image (breadth first, bounded)."""
-    from guitrainer.core.dataset.scan import IMAGE_EXTENSIONS
+    from guitrainer.base.constants import IMAGE_EXTENSIONS
 
     queue, visited = [root], 0
     while queue and visited < limit:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guitrainer.base.constants import IMAGE_EXTENSIONS
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
 from guitrainer.core.dataset.captions import (  # re-exported: the caption helpers lived here before
     CaptionChange,
@@ -110,7 +111,6 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS: frozenset[str] = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp"})
 LARGE_SIDE = 4096
 LARGE_PIXELS = 40_000_000
 # Sidecars that live beside training images and are not worth a "rejected" line.

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from guitrainer.base.constants import PICKLE_SUFFIXES
 from guitrainer.base.paths import expand
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,6 @@ Level = Literal["info", "warning", "error"]
 
 FAMILY_LABELS: dict[str, str] = {"sd15": "SD 1.5", "sdxl": "SDXL", "demo": "Demo (tiny)"}
 SINGLE_FILE_SUFFIXES = (".safetensors",)
-PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SUPPORTED = "This app trains LoRAs for SD 1.5 and SDXL base models."

@@ -1,7 +1,7 @@
 """The LoRA's shape on paper: which layers each target choice trains, and the file-format constants.
 
 One table for the engine (``engine/network/lora.py`` injects exactly these layers) and the VRAM estimator
-(``core/memory/vram.py`` counts them). Pure data: no torch here.
+(``core/memory/estimate.py`` counts them). Pure data: no torch here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ TEXT_ENCODER_LORA_TARGETS: dict[str, tuple[str, ...]] = {target: TEXT_ENCODER_TA
 
 #: the weights file of the diffusers format (``<folder>/<name>/pytorch_lora_weights.safetensors``)
 DIFFUSERS_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
-#: fp16's largest finite value
-FP16_MAX = 65504.0
 
 #: the network types (``network.type``); every one but plain LoRA also trains :data:`CONV_UNET_TARGETS`
 NETWORK_TYPES: tuple[str, ...] = ("lora", "locon", "loha", "lokr", "dora")

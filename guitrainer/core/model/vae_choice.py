@@ -15,13 +15,11 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from guitrainer.base.paths import expand
+from guitrainer.config import TrainingConfig
 from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
-
-if TYPE_CHECKING:  # annotations only: core never imports the config at run time
-    from guitrainer.config import TrainingConfig
 
 #: the fp16-fixed SDXL VAE: SDXL's decoder rescaled so its activations fit fp16
 FP16_FIX_REPO = "madebyollin/sdxl-vae-fp16-fix"
@@ -279,7 +277,7 @@ def vae_fp16_safe(config: TrainingConfig) -> bool:
     A bare .safetensors file without a config.json beside it is built from the base model's VAE config (as
     the engine does), so the base's says.
     """
-    value = str(getattr(config.model, "vae", "") or "").strip()
+    value = str(config.model.vae or "").strip()
     facts = describe_vae(value) if value else VaeFacts("base")
     if facts.kind == "base" or (facts.kind == "file" and facts.force_upcast is None and not facts.problem):
         return base_vae_facts(config.model.base).fp16_safe
@@ -288,7 +286,7 @@ def vae_fp16_safe(config: TrainingConfig) -> bool:
 
 def vae_summary(config: TrainingConfig) -> tuple[str, str]:
     """What the Model page says under the VAE setting: ``(level, text)``, level "error" or "" (a fact)."""
-    value = str(getattr(config.model, "vae", "") or "").strip()
+    value = str(config.model.vae or "").strip()
     problem = vae_problem(config)
     if problem:
         return "error", problem.rstrip(".") + "."
@@ -322,7 +320,7 @@ def find_fp16_safe_vae(config: TrainingConfig) -> str | None:
     id: loaded from the cache offline, and it survives a new snapshot) and the folders beside the base model
     (e.g. ``models/sdxl-vae-fp16-fix`` next to ``models/sdxl.safetensors``). Cached until those folders change.
     """
-    configured = str(getattr(config.model, "vae", "") or "").strip()
+    configured = str(config.model.vae or "").strip()
     if configured and describe_vae(configured).fp16_safe:
         return configured
     base = str(config.model.base).strip()
@@ -366,7 +364,7 @@ def hub_pending(value: str) -> bool:
 def vae_warning(config: TrainingConfig) -> str:
     """Why the chosen VAE may not suit the base model although it can be used ("" when nothing to say): a latent
     scale other than the base VAE's (an SD 1.5 VAE on SDXL has SDXL's shapes, not its latents)."""
-    value = str(getattr(config.model, "vae", "") or "").strip()
+    value = str(config.model.vae or "").strip()
     facts = describe_vae(value) if value else None
     if facts is None or facts.problem or facts.scaling_factor is None:
         return ""

@@ -1,69 +1,24 @@
-"""Precision choices and the rules that check them against the machine (DESIGN.md §4).
+"""The precision advice: every rule applied to a config on a device, most severe first (DESIGN.md §5).
 
 ``advise(device, config)`` turns device facts (:class:`guitrainer.core.device.hardware.DeviceInfo`) and the
 current :class:`~guitrainer.config.TrainingConfig` into a list of :class:`Advice`: a level, a sentence an
 artist understands, and a suggested change (config path -> value) that the UI applies with one click.
 
-Pure Python: no torch, no Qt. :mod:`guitrainer.core.precision.advice` holds the Advice type and the choices;
-:mod:`guitrainer.core.precision.rules` the rules, one function per fact with its source;
-:mod:`guitrainer.core.device.gpu_traits` the per-GPU facts. Their public names are re-exported here.
+Pure Python: no torch, no Qt. :mod:`guitrainer.core.precision.advice` holds the Advice type;
+:mod:`guitrainer.config.precision_choices` the choices and their names; :mod:`guitrainer.core.precision.rules`
+the rules, one function per fact with its source; :mod:`guitrainer.core.device.gpu_traits` the per-GPU facts.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
+from guitrainer.base.constants import FP16_MAX
+from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
-from guitrainer.core.precision.advice import (
-    BASE_WEIGHT_CHOICES,
-    CHOICE_LABELS,
-    FP16_MAX,
-    LEVELS,
-    LORA_WEIGHT_CHOICES,
-    SAVE_CHOICES,
-    TRAINING_CHOICES,
-    Advice,
-    Level,
-    PrecisionChoice,
-    choice_label,
-    describe_suggestion,
-    worst,
-)
-from guitrainer.core.precision.rules import (
-    RULES,
-    eight_bit_status,
-    recommended_training,
-    torch_install_hint,
-    training_precision_advice,
-)
-
-if TYPE_CHECKING:  # annotations only: core never imports the config at run time (config imports core)
-    from guitrainer.config import TrainingConfig
-
-__all__ = [
-    "BASE_WEIGHT_CHOICES",
-    "CHOICE_LABELS",
-    "FP16_MAX",
-    "LEVELS",
-    "LORA_WEIGHT_CHOICES",
-    "RULES",
-    "SAVE_CHOICES",
-    "TRAINING_CHOICES",
-    "Advice",
-    "Level",
-    "PrecisionChoice",
-    "advise",
-    "choice_label",
-    "describe_suggestion",
-    "eight_bit_status",
-    "recommended_training",
-    "save_overflow_advice",
-    "torch_install_hint",
-    "training_choice_level",
-    "worst",
-]
+from guitrainer.core.precision.advice import LEVELS, Advice, Level, worst
+from guitrainer.core.precision.rules import RULES, training_precision_advice
 
 log = logging.getLogger(__name__)
 

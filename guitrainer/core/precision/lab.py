@@ -14,11 +14,10 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from guitrainer.config import TrainingConfig
-    from guitrainer.core.device.hardware import DeviceInfo
+from guitrainer.config import TrainingConfig
+from guitrainer.core.device.info import DeviceInfo
 
 Status = Literal["ran", "not_run", "does_not_fit", "too_slow", "failed", "cancelled"]
 
@@ -247,7 +246,7 @@ def unavailable_reason(
     device: DeviceInfo, config: TrainingConfig, candidate: Candidate, *, engine_supports_fp8: bool = False
 ) -> str:
     """Why ``candidate`` cannot run on ``device`` ("" when it can): the precision rules' error-level advice."""
-    from guitrainer.core.precision import advisor as precision
+    from guitrainer.core.precision import advisor
 
     if candidate.base_weights == "fp8":
         reason = fp8_unavailable_reason(device, config, engine_supports_fp8)
@@ -257,7 +256,7 @@ def unavailable_reason(
     trial.precision.training = candidate.training  # type: ignore[assignment]
     if candidate.base_weights != "auto" and hasattr(trial.precision, "base_weights"):
         trial.precision.base_weights = candidate.base_weights  # type: ignore[attr-defined]
-    errors = [a for a in precision.advise(device, trial) if a.level == "error" and a.topic.startswith("precision")]
+    errors = [a for a in advisor.advise(device, trial) if a.level == "error" and a.topic.startswith("precision")]
     return errors[0].message if errors else ""
 
 
@@ -292,7 +291,7 @@ def plan(
 
 
 def _fmt_bytes(n: int | None) -> str:
-    from guitrainer.core.memory.vram import format_bytes
+    from guitrainer.base.units import format_bytes
 
     return format_bytes(n) if n is not None else "—"
 

@@ -15,15 +15,13 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from guitrainer.base.fileio import atomic_write_bytes
 from guitrainer.base.paths import user_data_dir
+from guitrainer.config import TrainingConfig
+from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.precision.lab import Candidate, LabReport, device_key, recommendation_text
-
-if TYPE_CHECKING:
-    from guitrainer.config import TrainingConfig
-    from guitrainer.core.device.hardware import DeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +32,7 @@ _lock = threading.Lock()
 
 def config_family(config: TrainingConfig) -> str:
     """The model family a config trains ("demo", "sd15", "sdxl"), as the estimator resolves it."""
-    from guitrainer.core.memory.vram import resolve_family
+    from guitrainer.core.memory.specs import resolve_family
 
     return resolve_family(str(config.model.family), str(config.model.base))
 
@@ -163,6 +161,6 @@ def recommended_here(
     measured = measured_recommendation(device, config, store)
     if measured is not None:
         return Recommendation(measured.training, "recommended here (measured)", measured.text, measured)
-    from guitrainer.core.precision.advisor import recommended_training
+    from guitrainer.core.precision.rules import recommended_training
 
     return Recommendation(recommended_training(device), "recommended here", "from this device's facts (not measured)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from guitrainer.core.model.lora_format import FP16_MAX  # one constant for the whole app
+from guitrainer.base.constants import FP16_MAX
 
 #: fp16's smallest normal number: smaller magnitudes are subnormal (fewer bits) or zero
 FP16_TINY = 2.0**-14

@@ -8,12 +8,13 @@ person can act on. :func:`guitrainer.core.precision.advisor.advise` runs :data:`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from guitrainer.base.units import format_bytes
+from guitrainer.config import TrainingConfig
+from guitrainer.config.precision_choices import choice_label
 from guitrainer.core.device.gpu_choice import gpu_missing_message
 from guitrainer.core.device.info import DeviceInfo, GpuInfo, version_tuple
-from guitrainer.core.memory.vram import sdxl_vae_fp32_cost
+from guitrainer.core.memory.estimate import sdxl_vae_fp32_cost
 from guitrainer.core.model.vae_choice import (
     FP16_FIX_DOWNLOAD,
     FP16_FIX_REPO,
@@ -21,10 +22,7 @@ from guitrainer.core.model.vae_choice import (
     hub_pending,
     vae_fp16_safe,
 )
-from guitrainer.core.precision.advice import Advice, Level, choice_label
-
-if TYPE_CHECKING:  # annotations only: core never imports the config at run time
-    from guitrainer.config import TrainingConfig
+from guitrainer.core.precision.advice import Advice, Level
 
 TOPIC = "precision.training"
 #: the fp16-fixed SDXL VAE: the same decoder, rescaled so its activations fit fp16
@@ -424,7 +422,7 @@ TORCH_FLOAT8 = (2, 1)
 
 def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     """fp8 storage of the frozen weights: where it cannot run, and its quality caveat where it can."""
-    if getattr(cfg.precision, "base_weights", "auto") != "fp8":
+    if cfg.precision.base_weights != "fp8":
         return
     topic = "precision.base_weights"
     if device.kind == "mps":
@@ -454,7 +452,7 @@ def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
 
 def rule_lora_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     """bf16 LoRA weights (kohya's --full_bf16): only for very large ranks, and only with bf16 hardware."""
-    if getattr(cfg.precision, "lora_weights", "fp32") != "bf16":
+    if cfg.precision.lora_weights != "bf16":
         return
     topic = "precision.lora_weights"
     if device.bf16_native is False:

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.base.paths import expand
+from guitrainer.config import TrainingConfig
+from guitrainer.config.files import config_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ def state_folder(output_folder: str | Path, run_name: str) -> Path:
     return expand(str(output_folder)) / f"{run_name}{STATE_SUFFIX}"
 
 
-def base_state_folder(config: Any) -> Path:
+def base_state_folder(config: TrainingConfig) -> Path:
     """The state folder of a config's first run (``<output.name>_state``), before any numbering."""
     return state_folder(config.output.folder, config.output.name)
 
@@ -79,7 +81,7 @@ def is_state_folder(folder: str | Path) -> bool:
     return (expand(str(folder)) / STATE_FILE).is_file()
 
 
-def run_states(config: Any) -> list[Path]:
+def run_states(config: TrainingConfig) -> list[Path]:
     """Every complete state of this config's runs (``<name>_state``, ``<name>_N_state``), oldest first."""
     folder = expand(config.output.folder)
     name = str(config.output.name)
@@ -91,7 +93,7 @@ def run_states(config: Any) -> list[Path]:
     return sorted(found, key=_written_at)
 
 
-def find_state(config: Any) -> str | None:
+def find_state(config: TrainingConfig) -> str | None:
     """The most recently written state of this config's runs, if one exists."""
     found = run_states(config)
     return str(found[-1]) if found else None
@@ -136,7 +138,7 @@ RESUME_MUST_MATCH = ("network.rank", "network.target_modules", "network.train_te
 RESUME_SHOULD_MATCH = ("model.vae",)
 
 
-def setting_label(config: Any, path: str) -> str:
+def setting_label(config: TrainingConfig, path: str) -> str:
     """The label the app shows for a setting ("Rank (dim)"), from the config's field metadata; else the path."""
     section, _, name = path.partition(".")
     part = getattr(config, section, None)
@@ -147,25 +149,26 @@ def setting_label(config: Any, path: str) -> str:
     return path
 
 
-def resume_mismatches(info: dict[str, Any], config: Any) -> list[tuple[str, Any, Any]]:
+def resume_mismatches(info: dict[str, Any], config: TrainingConfig) -> list[tuple[str, Any, Any]]:
     """``(path, saved, now)`` for each :data:`RESUME_MUST_MATCH` setting that differs between the state's stored
-    settings and ``config`` (a TrainingConfig: its own class rebuilds the stored one, so core imports no config).
+    settings and ``config``.
 
-    Raises whatever ``from_dict`` raises on damaged stored settings; a state without them matches.
+    Raises whatever :func:`~guitrainer.config.files.config_from_dict` raises on damaged stored settings; a state
+    without them matches.
     """
     if "config" not in info:
         return []
-    saved = type(config).from_dict(info["config"])
+    saved = config_from_dict(info["config"])
     return [(key, saved.get(key), config.get(key)) for key in RESUME_MUST_MATCH if saved.get(key) != config.get(key)]
 
 
-def resume_differences(info: dict[str, Any], config: Any) -> list[tuple[str, Any, Any]]:
+def resume_differences(info: dict[str, Any], config: TrainingConfig) -> list[tuple[str, Any, Any]]:
     """``(path, saved, now)`` for each :data:`RESUME_SHOULD_MATCH` setting that changed since the state was saved
     (worth a warning, not a refusal). A state without stored settings, or one saved before a setting existed
     (it then had the setting's default), differs in nothing it did not have."""
     if "config" not in info:
         return []
-    saved = type(config).from_dict(info["config"])
+    saved = config_from_dict(info["config"])
     return [(key, saved.get(key), config.get(key)) for key in RESUME_SHOULD_MATCH
             if _comparable(saved.get(key)) != _comparable(config.get(key))]
 

@@ -36,7 +36,7 @@ import torch
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.events import Control, RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import estimate
 from guitrainer.core.precision.lab import (
     Candidate,
     CandidateResult,
@@ -249,8 +249,8 @@ class _Lab:
     def run_candidate(self, factory: TrainerFactory, candidate: Candidate, index: int) -> CandidateResult:
         cfg = self.candidate_config(candidate, index)
         total = self.warmup + self.steps
-        estimate = vram.estimate(cfg)
-        est_bytes = estimate.allocated  # comparable with max_memory_allocated: no CUDA context, no slack
+        breakdown = estimate.estimate(cfg)
+        est_bytes = breakdown.allocated  # comparable with max_memory_allocated: no CUDA context, no slack
         reporter = _LabReporter(self, index, candidate, total)
         base = {"candidate": candidate, "estimate_bytes": est_bytes, "warmup_steps": self.warmup}
         self.progress(LabProgress(index, self.count, candidate, 0, total, f"{candidate.label}: setting up"))

@@ -31,7 +31,7 @@ state is **measured** by :func:`bnb_state_bytes`, a real optimizer step on real 
 distinct LoRA shape (state is allocated per tensor, so the total is exact), built by the engine's
 :func:`~guitrainer.engine.optim.build_optimizer`. The fake step itself runs a stateless SGD for the update.
 Only where bitsandbytes cannot be used is the state taken from the estimator's formula
-(:func:`guitrainer.core.memory.vram.optimizer_state_bytes`); the result then says so in ``analytic_optimizer_state``.
+(:func:`guitrainer.core.memory.estimate.optimizer_state_bytes`); the result then says so in ``analytic_optimizer_state``.
 
 :func:`profile_cpu_step` measures a real CPU step with ``torch.profiler`` (allocator events, no tracker): the
 independent check of :class:`StorageTracker`.
@@ -51,7 +51,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import network, specs
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 from guitrainer.engine import amp_step
 from guitrainer.engine.memory.model_spec import build_on_meta, component_configs
@@ -96,7 +96,7 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 def _family(config: Any) -> str:
     fam = str(config.model.family)
-    return vram.resolve_family(fam, str(config.model.base))
+    return specs.resolve_family(fam, str(config.model.base))
 
 
 def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Module], network: Any) -> None:
@@ -372,7 +372,7 @@ def _8bit_state(config: Any, params: list[torch.nn.Parameter], block: int) -> tu
             f"{name} state ({measured / 2**20:.1f} MiB) measured from a real {real} step on CPU tensors of the "
             f"LoRA's {len(set(shapes))} distinct shapes ({why}: it cannot run on fake tensors)"
         ), False
-    analytic = vram.optimizer_state_bytes(name, shapes)
+    analytic = network.optimizer_state_bytes(name, shapes)
     return analytic, f"{name} state ({analytic / 2**20:.1f} MiB) from the estimator's formula: bitsandbytes unavailable", True
 
 

@@ -1,7 +1,7 @@
-"""Model architectures on ``meta`` (no memory) and the estimator's :class:`~guitrainer.core.memory.vram.ModelSpec` from them.
+"""Model architectures on ``meta`` (no memory) and the estimator's :class:`~guitrainer.core.memory.specs.ModelSpec` from them.
 
 Components are built from the bundled configs (``resources/models/<family>``; the demo model from the app's own
-builder). :func:`compute_model_spec` recomputes the tables ``core/memory/vram.py`` ships (``tests/test_vram.py`` checks them).
+builder). :func:`compute_model_spec` recomputes the tables ``core/memory/estimate.py`` ships (``tests/test_vram.py`` checks them).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from guitrainer.core.memory import vram
+from guitrainer.core.memory import specs
 from guitrainer.core.model.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "resources" / "models"
@@ -90,8 +90,8 @@ def _layer_dims(m: torch.nn.Module) -> tuple[int, int]:
     return m.in_features, m.out_features
 
 
-def compute_model_spec(family: str) -> vram.ModelSpec:
-    """Recompute a :class:`~guitrainer.core.memory.vram.ModelSpec` from the configs (meta build, ~1 s for SDXL).
+def compute_model_spec(family: str) -> specs.ModelSpec:
+    """Recompute a :class:`~guitrainer.core.memory.specs.ModelSpec` from the configs (meta build, ~1 s for SDXL).
 
     The LoRA layer table groups identical targeted layers as ``(in, out, count, tokens_per_latent_px)``, where
     the last is how many tokens the layer sees per latent pixel (from a meta-device forward; 0 for layers that
@@ -137,7 +137,7 @@ def compute_model_spec(family: str) -> vram.ModelSpec:
 
     unet_lora = {t: table(unet, s, seen) for t, s in UNET_LORA_TARGETS.items()}
     te_lora = {t: tuple(table(te, s, None) for te in tes) for t, s in TEXT_ENCODER_LORA_TARGETS.items()}
-    return vram.ModelSpec(
+    return specs.ModelSpec(
         family=family,
         unet=_count(unet),
         text_encoders=tuple(_count(te) for te in tes),

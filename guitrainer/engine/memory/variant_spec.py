@@ -1,6 +1,6 @@
 """The layer tables the VRAM estimator needs for network variants, recomputed from the models on ``meta``.
 
-``core/memory/variants.py`` ships the tables (no torch at run time); ``tests/test_vram_variants.py`` checks
+``core/memory/network.py`` ships the tables (no torch at run time); ``tests/test_vram_variants.py`` checks
 they equal what this computes from the bundled configs.
 """
 

@@ -29,13 +29,9 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.base import paths
+from guitrainer.base.constants import PICKLE_SUFFIXES
 from guitrainer.config import field_info
-from guitrainer.core.model.checkpoint import (
-    PICKLE_SUFFIXES,
-    SINGLE_FILE_SUFFIXES,
-    ModelDetection,
-    detect_model,
-)
+from guitrainer.core.model.checkpoint import SINGLE_FILE_SUFFIXES, ModelDetection, detect_model
 from guitrainer.ui import start_dirs
 from guitrainer.ui.app_settings import default_settings
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding, make_editor

@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.units import format_bytes
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Control
-from guitrainer.core.memory.vram import format_bytes
 from guitrainer.core.precision.lab import (
     COLUMNS,
     HEADERS,

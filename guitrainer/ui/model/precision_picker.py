@@ -31,10 +31,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.config import field_info
+from guitrainer.config import field_info, precision_choices
+from guitrainer.config.precision_choices import PrecisionChoice
 from guitrainer.core.device.hardware import DeviceInfo
-from guitrainer.core.precision import advisor as precision
-from guitrainer.core.precision.advisor import Advice, PrecisionChoice
+from guitrainer.core.precision import advisor
+from guitrainer.core.precision.advice import Advice
 from guitrainer.core.precision.measurements import MeasurementStore, recommended_here
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding
 from guitrainer.ui.widgets.icons import level_icon
@@ -229,8 +230,8 @@ class PrecisionPicker(QWidget):
         left = QVBoxLayout()
         left.setSpacing(10)
         top.addLayout(left, 3)
-        self.training_group = _ChoiceGroup(binding, "precision.training", "Training precision", precision.TRAINING_CHOICES, self)
-        self.save_group = _ChoiceGroup(binding, "precision.save", "Save precision", precision.SAVE_CHOICES, self)
+        self.training_group = _ChoiceGroup(binding, "precision.training", "Training precision", precision_choices.TRAINING_CHOICES, self)
+        self.save_group = _ChoiceGroup(binding, "precision.save", "Save precision", precision_choices.SAVE_CHOICES, self)
         left.addWidget(self.training_group)
         left.addWidget(self.save_group)
         left.addStretch(1)
@@ -331,7 +332,7 @@ class PrecisionPicker(QWidget):
 
     def refresh(self) -> None:
         """Recompute the advice (cheap: pure Python rules)."""
-        self._advice = precision.advise(self._device, self.binding.config)
+        self._advice = advisor.advise(self._device, self.binding.config)
         key = tuple((a.level, a.message, tuple(sorted(a.suggestion.items())), a.suggestion_text) for a in self._advice)
         if key != self._advice_key:
             self._advice_key = key
@@ -428,8 +429,8 @@ class PrecisionPicker(QWidget):
         measured = rec is not None and rec.measured is not None
         self.measured_label.setText(f"Precision lab: {rec.reason}" if measured else "")  # type: ignore[union-attr]
         self.measured_label.setVisible(measured)
-        for choice in precision.TRAINING_CHOICES:
-            level = precision.training_choice_level(self._device, choice.value)
+        for choice in precision_choices.TRAINING_CHOICES:
+            level = advisor.training_choice_level(self._device, choice.value)
             tip = ""
             if self._device is None:
                 self.training_group.set_note(choice.value, "")
@@ -450,7 +451,7 @@ class PrecisionPicker(QWidget):
         """The precision rules' warning for training in ``value`` on this device (the first one)."""
         cfg = self.binding.config.copy()
         cfg.set("precision.training", value)
-        for a in precision.advise(self._device, cfg):
+        for a in advisor.advise(self._device, cfg):
             if a.level == "warning" and a.topic in ("precision.training", "device"):
                 return a.message
         return ""

@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.core.memory import vram
-from guitrainer.core.precision import advisor as precision
+from guitrainer.base import units
+from guitrainer.core.memory import estimate, hints
+from guitrainer.core.precision import advisor
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -58,7 +59,7 @@ _CARD_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*GB\b")
 def preset_card_bytes(name: str) -> int | None:
     """The card size a preset is made for, from its name ("SD 1.5 character — 6 GB" -> 6 GiB)."""
     m = _CARD_SIZE.search(name or "")
-    return int(float(m.group(1)) * vram.GiB) if m else None
+    return int(float(m.group(1)) * units.GiB) if m else None
 
 
 def is_cpu(device: Any) -> bool:
@@ -66,7 +67,7 @@ def is_cpu(device: Any) -> bool:
     return getattr(device, "kind", "") == "cpu"
 
 
-def shown_parts(b: vram.VramBreakdown, device: Any) -> list[vram.VramPart]:
+def shown_parts(b: estimate.VramBreakdown, device: Any) -> list[estimate.VramPart]:
     """The parts worth showing: no CUDA context on a CPU, no empty parts."""
     return [p for p in b.parts if p.bytes > 0 and not (p.key == "cuda_context" and is_cpu(device))]
 
@@ -76,11 +77,11 @@ def advised_against(device: Any, config: Any, changes: dict[str, Any]) -> bool:
     if device is None or not hasattr(device, "for_gpu_index"):
         return False
     try:
-        before = {a.code for a in precision.advise(device, config) if a.level in ("warning", "error")}
+        before = {a.code for a in advisor.advise(device, config) if a.level in ("warning", "error")}
         changed = config.copy()
         for path, value in changes.items():
             changed.set(path, value)
-        after = {a.code for a in precision.advise(device, changed) if a.level in ("warning", "error")}
+        after = {a.code for a in advisor.advise(device, changed) if a.level in ("warning", "error")}
     except Exception:  # noqa: BLE001 - a hint filter must not break the meter
         log.exception("precision advice for a hint failed")
         return False
@@ -92,8 +93,8 @@ class _Bar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.breakdown: vram.VramBreakdown | None = None
-        self.parts: list[vram.VramPart] = []
+        self.breakdown: estimate.VramBreakdown | None = None
+        self.parts: list[estimate.VramPart] = []
         self.level = "unknown"
         self.measured: int | None = None
         self.target: int | None = None  # the card size the preset is made for
@@ -111,7 +112,7 @@ class _Bar(QWidget):
         total = sum(p.bytes for p in self.parts)
         return float(max(total, b.device_total or 0, self.measured or 0, self.target or 0, 1))
 
-    def segments(self) -> list[tuple[QRectF, vram.VramPart]]:
+    def segments(self) -> list[tuple[QRectF, estimate.VramPart]]:
         """Rectangles of the non-empty parts, left to right."""
         b = self.breakdown
         if b is None:
@@ -151,14 +152,14 @@ class _Bar(QWidget):
         p.drawRect(frame.adjusted(0.5, 0.5, -0.5, -0.5))
         p.end()
 
-    def part_at(self, pos: QPointF) -> vram.VramPart | None:
+    def part_at(self, pos: QPointF) -> estimate.VramPart | None:
         for rect, part in self.segments():
             if rect.contains(pos):
                 return part
         return None
 
-    def tooltip_for(self, part: vram.VramPart) -> str:
-        return f"<b>{html.escape(part.label)}</b>: {vram.format_bytes(part.bytes)}<br>{html.escape(part.tooltip)}"
+    def tooltip_for(self, part: estimate.VramPart) -> str:
+        return f"<b>{html.escape(part.label)}</b>: {units.format_bytes(part.bytes)}<br>{html.escape(part.tooltip)}"
 
     def event(self, e: QEvent) -> bool:
         if e.type() == QEvent.Type.ToolTip:
@@ -198,7 +199,7 @@ class VramMeter(QWidget):
         self.binding = binding
         self._device: Any = None
         self._device_name = ""
-        self._breakdown: vram.VramBreakdown | None = None
+        self._breakdown: estimate.VramBreakdown | None = None
         self._thread: QThread | None = None
         self._worker: _MeasureWorker | None = None
         self._hint_buttons: list[QPushButton] = []
@@ -259,7 +260,7 @@ class VramMeter(QWidget):
 
     # ------------------------------------------------------------------ public
     @property
-    def breakdown(self) -> vram.VramBreakdown | None:
+    def breakdown(self) -> estimate.VramBreakdown | None:
         """The estimate currently shown."""
         return self._breakdown
 
@@ -299,8 +300,8 @@ class VramMeter(QWidget):
         """Re-estimate now (normally coalesced via a 0-ms timer)."""
         cfg = self.binding.config
         try:
-            b = vram.estimate(cfg, device=self._device)
-            hint_list = vram.hints(cfg, device=self._device)
+            b = estimate.estimate(cfg, device=self._device)
+            hint_list = hints.hints(cfg, device=self._device)
         except Exception:
             log.exception("VRAM estimate failed")
             self.status_label.setText("No estimate for this model.")
@@ -326,38 +327,38 @@ class VramMeter(QWidget):
         color = LEVEL_COLORS[level].name()
         what = "measured" if measured else "estimated"
         if device_total:
-            text = f"<b style='color:{color}'>{total / vram.GiB:.1f}</b> / {device_total / vram.GiB:.1f} GB {what}"
+            text = f"<b style='color:{color}'>{total / units.GiB:.1f}</b> / {device_total / units.GiB:.1f} GB {what}"
         else:
-            text = f"<b>{total / vram.GiB:.1f} GB</b> {what}"
+            text = f"<b>{total / units.GiB:.1f} GB</b> {what}"
         self.total_label.setText(text)
         try:
-            ram = vram.format_bytes(vram.peak_system_ram_loading(self.binding.config))
+            ram = units.format_bytes(estimate.peak_system_ram_loading(self.binding.config))
         except Exception:  # noqa: BLE001 - a tooltip line is not worth an error
             log.exception("system RAM estimate failed")
             ram = ""
-        lines = [f"{p.label}: {vram.format_bytes(p.bytes)}" for p in self.bar.parts]
+        lines = [f"{p.label}: {units.format_bytes(p.bytes)}" for p in self.bar.parts]
         if ram:
             lines.append(f"\nSystem RAM while loading the base model: about {ram}")
         self.total_label.setToolTip("\n".join(lines))
 
-    def _show_legend(self, parts: list[vram.VramPart]) -> None:
+    def _show_legend(self, parts: list[estimate.VramPart]) -> None:
         """Every part with its colour and size, always visible (hovering a part shows its explanation)."""
         items = [
             f"<span style='color:{PART_COLORS.get(p.key, '#999999')}'>■</span>&nbsp;{html.escape(p.label)} "
-            f"{vram.format_bytes(p.bytes)}"
+            f"{units.format_bytes(p.bytes)}"
             for p in parts
         ]
         if self._target:
             size, name = self._target
             items.append(
-                f"<span style='color:{TARGET_COLOR}'>┆</span>&nbsp;{vram.format_bytes(size)} card the preset is made for"
+                f"<span style='color:{TARGET_COLOR}'>┆</span>&nbsp;{units.format_bytes(size)} card the preset is made for"
             )
         if self._breakdown is not None and self._breakdown.device_total:
             items.append("<b>│</b>&nbsp;your GPU")
         # an entry never breaks across lines ("Temporary / workspace"): the legend wraps between entries only
         self.legend.setText("&nbsp;&nbsp; ".join(f"<span style='white-space:nowrap'>{i}</span>" for i in items))
 
-    def _status(self, level: str, b: vram.VramBreakdown) -> str:
+    def _status(self, level: str, b: estimate.VramBreakdown) -> str:
         if getattr(self._device, "total_memory", None) is None:
             status = "CPU training uses system RAM" + (f" ({self._device_name})" if self._device_name else "") + "; estimate for a GPU"
         elif level == "over":
@@ -388,7 +389,7 @@ class VramMeter(QWidget):
     def _schedule(self, *_args: Any) -> None:
         self._timer.start()
 
-    def _show_hints(self, hint_list: list[vram.Hint]) -> None:
+    def _show_hints(self, hint_list: list[hints.Hint]) -> None:
         for btn in self._hint_buttons:
             self._hint_row.removeWidget(btn)
             btn.deleteLater()
@@ -426,11 +427,11 @@ class VramMeter(QWidget):
         self._show_total(peak, device_total, level, measured=True)
         how = "on the GPU" if m.method == "cuda" else "with a simulated step on this computer"
         self.status_label.setText(
-            f"Measured {how}: one training step of these settings needs {vram.format_bytes(peak)} "
+            f"Measured {how}: one training step of these settings needs {units.format_bytes(peak)} "
             "(the dashed line). This replaces the estimate until you change a setting."
         )
         self.status_label.setToolTip(
-            f"Estimated before measuring: {vram.format_bytes(est)}.\n" + "\n".join(m.notes)
+            f"Estimated before measuring: {units.format_bytes(est)}.\n" + "\n".join(m.notes)
         )
         self.measurement_finished.emit(m)
 

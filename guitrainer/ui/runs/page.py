@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.config import ConfigError, TrainingConfig, field_info
+from guitrainer.config.files import config_from_dict
 from guitrainer.core.dataset.report import plural
 from guitrainer.core.runs.checks import remove_paths, resumable
 from guitrainer.core.runs.compare import config_diff, format_value
@@ -400,7 +401,7 @@ class RunsPage(Page):
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                cfg = TrainingConfig.from_dict(data)
+                cfg = config_from_dict(data)
         except ConfigError as e:
             self._say(f"This run's settings cannot be loaded: {e}")
             return None

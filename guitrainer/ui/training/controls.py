@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.units import format_bytes
 from guitrainer.core.events import StepMetrics
-from guitrainer.core.memory.vram import format_bytes
 from guitrainer.ui.widgets.elided import ElidedLabel
 
 

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
-from guitrainer.config.recipes import learning_rates_for_optimizer
+from guitrainer.config.sections import learning_rates_for_optimizer
 from guitrainer.core.checks.start import check_start
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
@@ -237,7 +237,7 @@ class TrainingPage(Page):
         if path == "precision.training" and self._charts is not None and not self.is_active:
             self._charts.set_scaler_visible(self.binding.get(path) == "fp16")
         if path == "optimizer.name":  # LR-free optimizers take lr = 1.0; others an AdamW-sized one
-            changes, why = learning_rates_for_optimizer(self.binding.config)
+            changes, why = learning_rates_for_optimizer(self.binding.config.optimizer)
             for key, value in changes.items():
                 self.binding.set(key, value)
             if why:

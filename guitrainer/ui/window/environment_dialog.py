@@ -21,9 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.units import format_bytes
 from guitrainer.core import cache_store
 from guitrainer.core.dataset.report import plural
-from guitrainer.core.memory.vram import format_bytes
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.widgets.icons import level_icon
 from guitrainer.ui.workers import call_in_thread

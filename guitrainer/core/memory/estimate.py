@@ -1,0 +1,336 @@
+"""Live memory estimate of a LoRA training run: a sum of named parts, in microseconds, without torch.
+
+The activation constants were fitted by ``bench/vram_calibrate.py`` against measured training steps
+(``bench/vram_grid.csv``); the parameter tables are in :mod:`~guitrainer.core.memory.specs`, the trainable
+tensors in :mod:`~guitrainer.core.memory.network`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from guitrainer.base.units import GiB, MiB
+from guitrainer.config import TrainingConfig
+from guitrainer.core.device.info import DeviceInfo
+from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
+from guitrainer.core.memory.specs import (
+    CONV_TABLES,
+    FAMILY_LABELS,
+    MODEL_SPECS,
+    ModelSpec,
+    detected_family,
+    resolve_family,
+    spec_for,
+)
+from guitrainer.core.model.vae_choice import vae_fp16_safe
+
+
+class HasTotalMemory(Protocol):
+    """A device known only by its memory size (the VRAM meter before the probe, tests)."""
+
+    @property
+    def total_memory(self) -> int | None: ...
+
+#: what the estimator compares with: a probed DeviceInfo, a bare memory size, or None (unknown)
+Device = DeviceInfo | HasTotalMemory | None
+
+TEXT_TOKENS = 77
+
+# --------------------------------------------------------------------------- fitted constants
+#: activation bytes per sample = px * (a + k * rank * T) + c, where px = latent pixels and T = sum over the
+#: targeted layers of tokens per latent pixel; keyed by (family, "half" | "fp32", gradient checkpointing)
+#: peak bytes of the VAE encoder (no grad) per image pixel per byte of the VAE's dtype, by family
+# >>> fitted by bench/vram_calibrate.py --write
+ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {
+    ('demo', 'fp32', False): (24090.881, 7.95479, 0.0),
+    ('demo', 'fp32', True): (8353.723, 1.71411, 0.0),
+    ('demo', 'half', False): (16786.302, 5.96899, 0.0),
+    ('demo', 'half', True): (5053.986, 2.4265, 0.0),
+    ('sd15', 'fp32', False): (405846.964, 6.67119, 0.0),
+    ('sd15', 'fp32', True): (98941.307, 0.0, 0.0),
+    ('sd15', 'half', False): (282959.884, 4.47462, 0.0),
+    ('sd15', 'half', True): (61577.701, 0.0, 0.0),
+    ('sdxl', 'fp32', False): (632146.878, 52.12715, 0.0),
+    ('sdxl', 'fp32', True): (36545.36, 0.0, 0.0),
+    ('sdxl', 'half', False): (435906.265, 27.08835, 0.0),
+    ('sdxl', 'half', True): (20013.668, 0.15394, 0.0),
+}
+VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 576.7054}
+# <<< fitted
+
+CUDA_CONTEXT_BYTES = 500 * MiB  # CUDA context + cuBLAS workspace: not in max_memory_allocated
+
+ALLOCATOR_SLACK_FRACTION = 0.10  # reserved but unused memory of the caching allocator (of activations)
+
+ALLOCATOR_SLACK_BYTES = 64 * MiB
+
+SYSTEM_RAM_BASELINE = int(1.5 * GiB)  # Python, torch, diffusers and the GUI before any weights
+
+
+@dataclass(frozen=True)
+class VramPart:
+    """One named part of the estimate."""
+
+    key: str  # stable id: "cuda_context", "unet", "text_encoders", "vae", "lora_weights", ...
+    label: str  # what the user sees: "UNet weights (fp16)"
+    bytes: int
+    tooltip: str = ""
+    allocated: bool = True  # counted by torch.cuda.max_memory_allocated (False: context, allocator slack)
+
+@dataclass(frozen=True)
+class VramBreakdown:
+    """The estimate: named parts, their total, and the device it is compared with."""
+
+    parts: tuple[VramPart, ...]
+    family: str
+    device_total: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def allocated(self) -> int:
+        """The part comparable with ``torch.cuda.max_memory_allocated`` (no context, no slack)."""
+        return sum(p.bytes for p in self.parts if p.allocated)
+
+    @property
+    def fraction(self) -> float | None:
+        """Total / device memory, or None for an unknown device."""
+        return self.total / self.device_total if self.device_total else None
+
+    def part(self, key: str) -> VramPart | None:
+        return next((p for p in self.parts if p.key == key), None)
+
+    def get(self, key: str) -> int:
+        p = self.part(key)
+        return p.bytes if p else 0
+
+
+def _bytes(dtype: str) -> int:
+    return {"fp32": 4, "fp8": 1}.get(dtype, 2)
+
+def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
+    """The VAE's precision as the trainer runs it on a GPU: SDXL's own VAE overflows in fp16, so it stays fp32
+    there, unless the configured VAE is fp16-safe by its config (``force_upcast`` false, as the fp16-fixed one)."""
+    return "fp32" if (family == "sdxl" and training == "fp16" and not fp16_safe) else training
+
+def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
+    """Bytes the fp32 SDXL VAE adds to the peak against an fp16 one (the fp16-fixed VAE), for ``config``.
+
+    With cached latents the VAE only encodes before training, so the cost is to the caching pass's peak;
+    it is measured here the same way, with the latents not cached. 0 when the configured VAE is fp16-safe.
+    """
+    if spec is None:
+        spec = spec_for(config)
+    if spec.family != "sdxl" or config.precision.training != "fp16":
+        return 0
+    uncached = config.copy()
+    uncached.precision.cache_latents = False
+    return estimate(uncached, spec).total - estimate(uncached, spec, vae_dtype="fp16").total
+
+def _vae_fp16_safe(family: str, config: TrainingConfig) -> bool:
+    """Whether the configured VAE runs in fp16 (read from its config.json only where it matters: SDXL, fp16)."""
+    return family == "sdxl" and config.precision.training == "fp16" and vae_fp16_safe(config)
+
+def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    p, net = config.precision, config.network
+    px = (config.dataset.resolution // 8) ** 2
+    key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
+    a, k, c = ACTIVATION_FIT.get(key, (0.0, 0.0, 0.0))
+    tokens = sum(cnt * frac for _, _, cnt, frac in spec.unet_lora[net.target_modules])
+    per_sample = px * (a + k * net.rank * tokens) + c
+    return int(config.schedule.batch_size * max(per_sample, 0.0))
+
+def _text_encoder_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    """Saved activations of trained text encoders (not calibrated: ~16 hidden-sized tensors per layer)."""
+    if not config.network.train_text_encoder:
+        return 0
+    b = config.schedule.batch_size
+    per_layer_factor = 1 if config.precision.gradient_checkpointing else 16
+    width = _bytes(config.precision.training)
+    return sum(
+        b * TEXT_TOKENS * (hidden * per_layer_factor + inter * 2) * layers * width
+        for hidden, inter, layers in spec.text_encoder_shapes
+    )
+
+def _vae_encode_bytes(spec: ModelSpec, config: TrainingConfig, vae_width: int) -> int:
+    res = config.dataset.resolution
+    return int(config.schedule.batch_size * res * res * vae_width * VAE_ENCODE_FIT.get(spec.family, 0.0))
+
+
+#: DoRA's measured extra activations (bench/vram_variants.py, SD 1.5 rank 16 fp16 512 px, with and without
+#: checkpointing: +122 / +258 MiB over LoCon) solved for these two constants: half of the adapted layers'
+#: inputs stay saved a second time as scaled inputs, and 1.5 fp32 copies of the largest weight are held
+DORA_INPUT_SHARE = 0.5
+
+DORA_TRANSIENT_WEIGHTS = 1.5
+
+
+def extra_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    """Activations plain LoRA does not have, saved for the backward pass.
+
+    Conv adapters save their ``[batch, rank, H, W]`` middle (LoCon, DoRA); DoRA saves each adapted layer's
+    scaled input (``x * magnitude / norm``): :data:`DORA_INPUT_SHARE` of the inputs' size stays alive at the
+    peak, plus :data:`DORA_TRANSIENT_WEIGHTS` fp32 copies of the largest layer's weight while it takes the norm.
+    With gradient checkpointing only the recomputed block's share stays alive: the same fraction the plain-LoRA
+    fit finds between checkpointing and not. LoHa / LoKr rebuild each adapted weight in the forward pass
+    (in the compute dtype) and keep it for the backward pass: the adapted layers' weights once more, with the
+    same checkpointing share.
+    """
+    net, p = config.network, config.precision
+    if net.type == "lora":
+        return 0
+    px = (config.dataset.resolution // 8) ** 2
+    width = 2 if p.training != "fp32" else 4
+    per_sample = 0.0
+    if net.type in ("locon", "dora"):
+        per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in CONV_TABLES.get(spec.family, ()) if k > 1)
+    transient = 0.0
+    if net.type == "dora":
+        layers = [(i, c, f) for i, _, c, f in spec.unet_lora[net.target_modules]]
+        layers += [(cin // 1, c, f) for cin, _, _, c, f in CONV_TABLES.get(spec.family, ())]
+        per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
+        transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
+    if net.type in ("loha", "lokr"):
+        rebuilt = sum(i * o * c for i, o, c, _ in spec.unet_lora[net.target_modules])
+        rebuilt += sum(cin * o * k * k * c for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()))
+        per_weight = rebuilt * width
+    else:
+        per_weight = 0
+    share = 1.0
+    if p.gradient_checkpointing:
+        group = "fp32" if p.training == "fp32" else "half"
+        plain = ACTIVATION_FIT.get((spec.family, group, False), (1.0, 0.0, 0.0))[0]
+        ckpt = ACTIVATION_FIT.get((spec.family, group, True), (1.0, 0.0, 0.0))[0]
+        share = ckpt / plain if plain else 1.0
+    return int((config.schedule.batch_size * per_sample * width + per_weight) * share + transient)
+
+
+def estimate(
+    config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, *, vae_dtype: str | None = None
+) -> VramBreakdown:
+    """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
+
+    ``precision.base_weights = "fp8"`` stores the frozen UNet and text encoders in 1 byte per parameter (the
+    VAE stays in the training precision); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
+    gradients and AdamW's two states in 2 bytes each.
+
+    Args:
+        config: the training settings.
+        spec: the base model's spec; by default the table entry of ``config.model.family``.
+        device: a probed DeviceInfo, or anything with ``total_memory`` (bytes); None = unknown.
+        vae_dtype: the VAE's precision, when not the one the trainer picks (SDXL's VAE stays fp32 under fp16).
+    """
+    notes: list[str] = []
+    if spec is None:
+        family = resolve_family(str(config.model.family), str(config.model.base))
+        if config.model.family == "auto" and detected_family(str(config.model.base)) is None:
+            notes.append(f"model family not known yet: estimated as {FAMILY_LABELS[family]}")
+        spec = MODEL_SPECS[family]
+    p, net, opt = config.precision, config.network, config.optimizer
+    wdt = p.training
+    base_dt = "fp8" if p.base_weights == "fp8" else wdt
+    w = _bytes(base_dt)
+    vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt, _vae_fp16_safe(spec.family, config))
+    te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
+    parts: list[VramPart] = [
+        VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.unet * w), f"{spec.unet / 1e6:.0f} M frozen parameters"
+                 + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
+    ]
+    if te_offloaded:
+        parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
+    else:
+        n_te = sum(spec.text_encoders)
+        parts.append(
+            VramPart("text_encoders", f"Text encoder(s) ({base_dt})", allocated(n_te * w), f"{n_te / 1e6:.0f} M parameters.")
+        )
+    vae_w = _bytes(vae_dt)
+    if p.cache_latents:
+        parts.append(VramPart("vae", "VAE: offloaded", 0, "Latents are cached; the VAE leaves the GPU."))
+    else:
+        parts.append(
+            VramPart("vae", f"VAE ({vae_dt})", allocated(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
+        )
+    widened = [_fp8_widening(spec, config, wdt)] if base_dt == "fp8" else []
+    parts += widened
+    lora_parts, lora = _lora_parts(spec, config)
+    parts += lora_parts
+    act = _activation_bytes(spec, config) + _text_encoder_activation_bytes(spec, config)
+    act += extra_activation_bytes(spec, config)
+    act_tip = (
+        f"Saved for the backward pass: batch {config.schedule.batch_size}, {config.dataset.resolution} px"
+        + (", gradient checkpointing" if p.gradient_checkpointing else "")
+        + "."
+    )
+    if not p.cache_latents:
+        vae_peak = _vae_encode_bytes(spec, config, vae_w) - sum(w.bytes for w in widened)  # not at the same time
+        if vae_peak > act:
+            act_tip += " The VAE encoding each batch needs more than the UNet here."
+        act = max(act, vae_peak)
+    parts.append(VramPart("activations", "Activations", act, act_tip))
+    workspace = 2 * lora if opt.name == "AdamW" else lora // 2
+    parts.append(VramPart("workspace", "Temporary workspace", workspace, "Optimizer-step and gradient-clipping temporaries."))
+    slack = int(ALLOCATOR_SLACK_FRACTION * act) + ALLOCATOR_SLACK_BYTES
+    parts.append(VramPart("slack", "Allocator slack", slack, "Memory the caching allocator reserves but cannot use.", False))
+    total_memory = getattr(device, "total_memory", None) if device is not None else None
+    return VramBreakdown(tuple(parts), spec.family, int(total_memory) if total_memory else None, tuple(notes))
+
+#: the share of the UNet's weights, widened from fp8 to the compute dtype, alive at the peak: with gradient
+#: checkpointing a recomputed block's, kept for its backward; without it every layer's (fp8 then saves nothing).
+#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without
+FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
+
+def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> VramPart:
+    ckpt = bool(config.precision.gradient_checkpointing)
+    tip = f"fp8 weights widened to {compute} as layers compute; " + (
+        "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
+        "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
+    size = int(FP8_WIDENED_SHARE[ckpt] * spec.unet * _bytes(compute))
+    return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
+
+def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:
+    """The trainable network's weights, gradients and optimizer state; also the weights' bytes alone."""
+    p, net, opt = config.precision, config.network, config.optimizer
+    shapes = trainable_shapes(spec, net)
+    lora_dt = p.lora_weights
+    lw = _bytes(lora_dt)
+    lora = sum(c * allocated(lw * r * k) for r, k, c in shapes)
+    n_lora = sum(c * r * k for r, k, c in shapes)
+    state = sum(tensor_state_bytes(opt.name, (r, k), c, lw) for r, k, c in shapes)
+    return [
+        VramPart("lora_weights", f"LoRA weights ({lora_dt})", lora,
+                 f"{n_lora / 1e6:.2f} M trainable parameters, {lora_dt} master copy."),
+        VramPart("lora_grads", f"LoRA gradients ({lora_dt})", lora, f"One {lora_dt} gradient per trainable parameter."),
+        VramPart("optimizer", f"Optimizer state ({opt.name})", state, _OPT_TIPS.get(opt.name, "")),
+    ], lora
+
+_OPT_TIPS = {
+    "AdamW": "Two fp32 moments: 8 bytes per trainable parameter.",
+    "AdamW8bit": "8-bit moments (~2 B/param); tensors under 4096 elements keep fp32 state (8 B/param).",
+    "PagedAdamW8bit": "8-bit moments in paged memory (~2 B/param); small tensors keep fp32 state.",
+    "Lion8bit": "One 8-bit moment (~1 B/param); small tensors keep fp32 state.",
+    "Adafactor": "Factored second moments: a row and a column vector per matrix.",
+    "Prodigy": "Four fp32 tensors per parameter (two moments, its step-size sum, the starting weights): 16 B/param.",
+    "DAdaptAdam": "Three fp32 tensors per parameter (two moments, its step-size sum): 12 B/param.",
+    "AdamWScheduleFree": "Two fp32 tensors per parameter (the average's partner z, the second moment): 8 B/param.",
+    "CAME": "One fp32 moment (4 B/param) plus row and column statistics per matrix.",
+}
+
+def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
+    """Peak system RAM while loading the base model (bytes).
+
+    Loading materialises every component in fp32 on the CPU before the cast and move to the GPU; the
+    largest component is briefly held twice (its stored fp16 copy while converting). A single-file
+    checkpoint is first read whole (fp16).
+    """
+    if spec is None:
+        spec = spec_for(config)
+    total = spec.unet + sum(spec.text_encoders) + spec.vae
+    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.unet, *spec.text_encoders, spec.vae)
+    if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
+        peak += 2 * total
+    return peak
