@@ -1,16 +1,18 @@
-"""Exception text as the user reads it: one line, never empty."""
+"""Exception text as the user reads it: one line, never empty, never a crash of its own."""
 
 from __future__ import annotations
 
 
-def first_line(error: BaseException) -> str:
-    """The first non-empty line of ``str(error)``; the exception's type name when its message is empty.
+def first_line(error: BaseException | str, limit: int | None = None) -> str:
+    """The first non-empty line of an exception's text (or of a message), at most ``limit`` characters.
 
-    ``str(e).splitlines()[0]`` raises ``IndexError`` on an exception without a message (``OSError()``,
-    ``KeyError()`` of an empty key, a bare ``RuntimeError``): every message built from an exception goes
-    through here instead.
+    An exception without a message (``OSError()``, a bare ``RuntimeError``) gives its type's name, where
+    ``str(e).splitlines()[0]`` would raise ``IndexError`` and hide the real error; an empty message gives "".
     """
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(error).__name__
+    text = str(error)
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    if not line and isinstance(error, BaseException):
+        line = type(error).__name__
+    if limit is not None and len(line) > limit:
+        line = line[: max(limit - 1, 0)].rstrip() + "…"
+    return line

@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from guitrainer.base.errors import first_line
+
 
 class WriteError(OSError):
     """A file could not be written; the message says why in plain words and what to do."""
@@ -62,7 +64,7 @@ def explain(path: str | Path, e: BaseException) -> WriteError:
     elif code == errno.ENAMETOOLONG:
         msg = f"The name is too long for the file system: could not write {path}. Choose a shorter output name."
     else:
-        why = getattr(e, "strerror", None) or (str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+        why = getattr(e, "strerror", None) or first_line(e, 200)
         msg = f"Could not write {path}: {why}."
     err = WriteError(code, msg)
     err.filename = str(path)

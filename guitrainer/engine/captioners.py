@@ -174,6 +174,7 @@ class BlipCaptioner(Captioner):
         source: str | Path,
         *,
         device: str | None = None,
+        gpu_index: int = -1,
         max_new_tokens: int = 40,
         num_beams: int = 3,
         prompt: str = "",
@@ -182,8 +183,10 @@ class BlipCaptioner(Captioner):
         import torch
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
+        from guitrainer.engine.compute_device import compute_device
+
+        self.device = device or str(compute_device(gpu_index))
         folder = resolve_source(source, ("config.json",), patterns=BLIP_PATTERNS, progress=progress)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.float16 if self.device.startswith("cuda") else torch.float32
         try:
             self.processor = BlipProcessor.from_pretrained(folder)
@@ -247,7 +250,8 @@ class WDTagger(Captioner):
         model_file: str = "model.onnx",
         tags_file: str = "selected_tags.csv",
         replace_underscores: bool = True,
-        providers: Sequence[str] | None = None,
+        providers: Sequence[str | tuple[str, dict[str, Any]]] | None = None,
+        gpu_index: int = -1,
         progress: DownloadProgress | None = None,
     ):
         try:
@@ -258,7 +262,9 @@ class WDTagger(Captioner):
         self.tags = read_tags_csv(folder / tags_file)
         if providers is None:
             available = ort.get_available_providers()
-            providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+            # the GPU the Model page chose (precision.gpu_index), as for every other job; else ONNX Runtime's first
+            cuda = ("CUDAExecutionProvider", {"device_id": gpu_index}) if gpu_index >= 0 else "CUDAExecutionProvider"
+            providers = [cuda if p == "CUDAExecutionProvider" else p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         try:
             self.session = ort.InferenceSession(str(folder / model_file), providers=list(providers))
         except Exception as e:  # onnxruntime raises its own exception types

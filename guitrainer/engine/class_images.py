@@ -84,18 +84,19 @@ def _checked_prompt(prompt: str, count: int, size: int, steps: int) -> str:
     return prompt
 
 
-def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int) -> tuple[Any, int]:
+def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int, gpu_index: int = -1) -> tuple[Any, int]:
     """The pipeline that draws class images (fp16 on CUDA) and the image side (``size`` rounded down to the
     model's multiple)."""
     import torch
 
+    from guitrainer.engine.compute_device import compute_device
     from guitrainer.engine.sampling import build_pipeline
 
     if model is None:
         from guitrainer.engine.models.loading import load_base_model
 
         model = load_base_model(model_cfg)
-    dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device) if device is not None else compute_device(gpu_index)
     pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
     multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
     side = max(multiple, int(size) // multiple * multiple)
@@ -137,6 +138,7 @@ def generate_class_images(
     guidance_scale: float = 7.0,
     model: Any = None,
     device: Any = None,
+    gpu_index: int = -1,
 ) -> GenerationResult:
     """Make the missing class images of ``folder`` (see the module docstring).
 
@@ -163,7 +165,7 @@ def generate_class_images(
 
     import torch
 
-    pipe, side = _class_pipeline(model_cfg, model, device, size)
+    pipe, side = _class_pipeline(model_cfg, model, device, size, gpu_index)
     root.mkdir(parents=True, exist_ok=True)
     log.info("class images: making %d of %d in %s (%d there), %d px, %d steps", len(todo), count, root, have, side, steps)
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.events import SampleImage
 
@@ -185,7 +186,7 @@ def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any
             )
     except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
         log.exception("sampling failed")
-        feedback.warn(f"sample images at step {step} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+        feedback.warn(f"sample images at step {step} failed: {first_line(e, 200)}")
         samples = []
     finally:
         for module in moved:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 import torch
 
+from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import WriteError
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
@@ -142,7 +143,7 @@ class Trainer:
                 raise
             trace = details()
             self._free_memory()
-            msg = f"out of memory at step {self.progress.global_step + 1}: {str(e).splitlines()[0][:200]}"
+            msg = f"out of memory at step {self.progress.global_step + 1}: {first_line(e, 200)}"
             return self._summary("failed", msg, OOM_ADVICE, trace)
 
     def _summary(self, status: str, message: str = "", advice: tuple[str, ...] = (), trace: str = "") -> RunSummary:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from guitrainer.base.paths import expand
+from guitrainer.base.units import format_bytes
 from guitrainer.config import DatasetConfig, DatasetFolder, TrainingConfig
 from guitrainer.core.dataset.folder_check import look_at_folders
 from guitrainer.core.device import hardware
@@ -151,8 +152,8 @@ def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, g
         else:
             if total > available:
                 out.confirm.append(
-                    f"The estimated memory need ({total / 2**30:.1f} GiB) is more than your GPU has "
-                    f"({available / 2**30:.1f} GiB). Training will probably run out of memory."
+                    f"The estimated memory need ({format_bytes(total)}) is more than your GPU has "
+                    f"({format_bytes(available)}). Training will probably run out of memory."
                 )
 
 

@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from guitrainer.base.units import format_bytes
+
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
@@ -22,11 +24,10 @@ class KnownCaptioner:
     hub_id: str
     kind: str  # "wd14" | "blip"
     label: str
-    size_mb: int  # approximate download, MB
+    size_mb: int  # approximate download, MB (10**6 bytes, as the hub lists it)
 
     def text(self) -> str:
-        size = f"{self.size_mb / 1000:.1f} GB" if self.size_mb >= 1000 else f"{self.size_mb} MB"
-        return f"{self.label} — {self.hub_id} (about {size} download)"
+        return f"{self.label} — {self.hub_id} (about {format_bytes(self.size_mb * 1_000_000)} download)"
 
 
 KNOWN_CAPTIONERS: tuple[KnownCaptioner, ...] = (

@@ -22,13 +22,13 @@ import enum
 import logging
 import math
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from guitrainer.base.constants import IMAGE_EXTENSIONS
+from guitrainer.config.fields import repeats_from_name
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
 from guitrainer.core.dataset.captions import (  # re-exported: the caption helpers lived here before
     CaptionChange,
@@ -95,7 +95,6 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "read_caption",
     "remove_tag",
     "rename_tag",
-    "repeats_of",
     "resolution_bin",
     "restore_bytes",
     "scan",
@@ -115,7 +114,6 @@ LARGE_SIDE = 4096
 LARGE_PIXELS = 40_000_000
 # Sidecars that live beside training images and are not worth a "rejected" line.
 _QUIET_EXTENSIONS = frozenset({".txt", ".caption", ".json", ".npz", ".toml", ".db", ".ini"})
-_REPEATS_RE = re.compile(r"^(\d+)_(.+)$")
 
 
 class Flag(str, enum.Enum):  # noqa: UP042 - str mix-in: a flag compares equal to its text
@@ -329,14 +327,6 @@ class Collected:
     duplicates: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def repeats_of(name: str) -> int | None:
-    m = _REPEATS_RE.match(name)
-    if not m:
-        return None
-    n = int(m.group(1))
-    return n if n >= 1 else None
-
-
 def file_key(path: str | Path) -> tuple[int, int] | str:
     """Identity of a file on disk: (device, inode) where the platform has them, else the resolved path."""
     try:
@@ -411,15 +401,15 @@ def collect(
                     out.rejected.append((Path(e.path), reason))
         if recursive:
             for sub in subdirs:
-                walk(sub, repeats or repeats_of(sub.name) or reps)
+                walk(sub, repeats or repeats_from_name(sub.name) or reps)
 
     for raw in paths:
         p = Path(raw).expanduser()
         if p.is_dir():
-            walk(p, repeats or repeats_of(p.name) or 1)
+            walk(p, repeats or repeats_from_name(p.name) or 1)
         elif p.is_file():
             if _is_image_name(p.name):
-                add(p, p.parent, repeats or repeats_of(p.parent.name) or 1)
+                add(p, p.parent, repeats or repeats_from_name(p.parent.name) or 1)
             else:
                 out.rejected.append((p, _reject_reason(p, caption_extension) or "not an image"))
         else:

@@ -47,6 +47,7 @@ from guitrainer.core.precision.lab import (
     plan,
 )
 from guitrainer.core.precision.measurements import MeasurementStore, config_family
+from guitrainer.engine.compute_device import compute_device
 from guitrainer.engine.lab.meters import EnergyMeter, MemoryMeter, energy_meter, free_memory
 
 log = logging.getLogger(__name__)
@@ -350,16 +351,6 @@ def _with_drift(results: list[CandidateResult]) -> list[CandidateResult]:
     return out
 
 
-def _torch_device(device: DeviceInfo) -> torch.device:
-    if device.kind == "cuda" and device.gpu is not None:
-        return torch.device("cuda", device.gpu.index)
-    if device.kind == "mps":
-        return torch.device("mps")
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return torch.device("xpu")
-    return torch.device("cpu")
-
-
 def compare_precisions(
     config: TrainingConfig,
     candidates: Iterable[Candidate] | None = None,
@@ -395,7 +386,7 @@ def compare_precisions(
     lab = _Lab(config, steps, warmup, progress, control)
     chosen = plan(device, config, candidates, engine_supports_fp8=engine_supports_fp8())
     lab.count = len(chosen)
-    tdev = _torch_device(device)
+    tdev = compute_device(device.gpu.index if device.gpu is not None else config.precision.gpu_index)
     lab.device_type = tdev.type
     lab.memory = MemoryMeter(tdev.type)
     lab.energy = energy_meter(tdev)

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
+from guitrainer.base.units import format_bytes
 from guitrainer.core.memory import network, specs
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 from guitrainer.engine import amp_step
@@ -215,7 +216,7 @@ def measure_training_step(config: Any, *, method: str = "auto", block: int = CUD
     else:
         raise ValueError(f"method must be 'auto', 'cuda', 'fake' or 'cpu', not {method!r}")
     result.seconds = time.perf_counter() - t0
-    log.info("measured %s step: peak %.2f GiB in %.1f s", method, result.peak / 2**30, result.seconds)
+    log.info("measured %s step: peak %s in %.1f s", method, format_bytes(result.peak), result.seconds)
     return result
 
 
@@ -369,11 +370,11 @@ def _8bit_state(config: Any, params: list[torch.nn.Parameter], block: int) -> tu
     if measured is not None:
         real, why = ("bitsandbytes", "bitsandbytes") if name.endswith("8bit") else (name, f"{name}'s step reads values")
         return measured, (
-            f"{name} state ({measured / 2**20:.1f} MiB) measured from a real {real} step on CPU tensors of the "
+            f"{name} state ({format_bytes(measured)}) measured from a real {real} step on CPU tensors of the "
             f"LoRA's {len(set(shapes))} distinct shapes ({why}: it cannot run on fake tensors)"
         ), False
     analytic = network.optimizer_state_bytes(name, shapes)
-    return analytic, f"{name} state ({analytic / 2**20:.1f} MiB) from the estimator's formula: bitsandbytes unavailable", True
+    return analytic, f"{name} state ({format_bytes(analytic)}) from the estimator's formula: bitsandbytes unavailable", True
 
 
 def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:

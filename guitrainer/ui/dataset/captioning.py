@@ -226,8 +226,9 @@ class CaptioningPanel(QWidget):
     def is_running(self) -> bool:
         return self._thread is not None
 
-    def start(self, paths: list[Path], caption_extension: str) -> bool:
-        """Run over ``paths`` in a worker thread. False (with a message) when it cannot start."""
+    def start(self, paths: list[Path], caption_extension: str, gpu_index: int = -1) -> bool:
+        """Run over ``paths`` in a worker thread, on the GPU ``gpu_index`` names (``precision.gpu_index``; -1 the
+        first). False (with a message) when it cannot start."""
         if self._thread is not None:
             return False
         if not paths:
@@ -237,7 +238,8 @@ class CaptioningPanel(QWidget):
             self.status.setText("Choose the model folder first.")
             return False
         worker = CaptionWorker(
-            self.kind.currentData(), self.source.text().strip(), paths, self.mode.currentData(), caption_extension, self.options()
+            self.kind.currentData(), self.source.text().strip(), paths, self.mode.currentData(), caption_extension,
+            {**self.options(), "gpu_index": gpu_index},
         )
         worker.progressed.connect(self._on_progress)
         worker.downloading.connect(self._on_download)

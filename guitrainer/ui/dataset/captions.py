@@ -132,7 +132,9 @@ class CaptionOps:
             return
         items = self.selected_items() if scope == "selection" else list(self.items)
         self.editor.flush()
-        self.captioning.start([it.image_path for it in items], self.binding.get("dataset.caption_extension"))
+        self.captioning.start(
+            [it.image_path for it in items], self.binding.get("dataset.caption_extension"), self.binding.get("precision.gpu_index")
+        )
 
     def _on_auto_caption(self, image_path: str, _text: str) -> None:
         row = self.model.row_of(image_path)

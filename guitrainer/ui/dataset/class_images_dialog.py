@@ -83,6 +83,7 @@ class ClassImageWorker(BaseWorker):
         steps: int,
         seed: int,
         negative_prompt: str,
+        gpu_index: int,
         stop: threading.Event,
     ):
         super().__init__()
@@ -90,7 +91,7 @@ class ClassImageWorker(BaseWorker):
             base=model_cfg.base, vae=model_cfg.vae, family=model_cfg.family, init_lora=model_cfg.init_lora
         )
         self.args = (prompt, folder, count)
-        self.kwargs = {"size": size, "steps": steps, "seed": seed, "negative_prompt": negative_prompt}
+        self.kwargs = {"size": size, "steps": steps, "seed": seed, "negative_prompt": negative_prompt, "gpu_index": gpu_index}
         self._stop = stop
 
     def work(self) -> object:
@@ -240,6 +241,7 @@ class GenerateClassImagesDialog(QDialog):
             steps=self.steps.value(),
             seed=self.seed.value(),
             negative_prompt=self.negative.text().strip(),
+            gpu_index=self.binding.config.precision.gpu_index,
             stop=self._stop,
         )
         worker.progressed.connect(self._on_progress)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.base import units
+from guitrainer.base.errors import first_line
 from guitrainer.core.memory import estimate, hints
 from guitrainer.core.precision import advisor
 from guitrainer.ui.binding import ConfigBinding
@@ -439,7 +440,7 @@ class VramMeter(QWidget):
     def _on_failed(self, message: str, details: str) -> None:
         """The message on screen in plain words; the details (traceback) go to the Log, not to a tooltip."""
         self._finish_thread()
-        first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+        first = first_line(message) or "unknown error"
         self.status_label.setText(f"Check precisely failed: {first}. The Log on the Training page has the details.")
         self.status_label.setToolTip("")
         self.measurement_failed.emit(message, details)

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.errors import first_line
 from guitrainer.base.units import format_bytes
 from guitrainer.core.events import StepMetrics
 from guitrainer.ui.widgets.elided import ElidedLabel
@@ -188,7 +189,7 @@ class RunControls(QWidget):
         live = s in (TrainState.RUNNING, TrainState.PAUSED)
         self.train_button.setEnabled(s not in ACTIVE and not blocked_by)
         self.train_button.setToolTip(f"Fix this first (Model & Precision page):\n{blocked_by}" if blocked_by else TRAIN_TIP)
-        first = blocked_by.splitlines()[0] if blocked_by else ""
+        first = first_line(blocked_by)
         self.blocked_label.setText(f"Train is off: see Model & Precision — {first}" if first else "")
         self.blocked_label.setToolTip(f"Click to fix this on the Model & Precision page:\n{blocked_by}" if blocked_by else "")
         self.blocked_label.setVisible(bool(blocked_by) and s not in ACTIVE)

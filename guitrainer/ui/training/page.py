@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.errors import first_line
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.config.sections import learning_rates_for_optimizer
@@ -259,7 +260,7 @@ class TrainingPage(Page):
         if self.is_active:
             return
         if self._blocked_by:  # no way past a blocking problem: Train, Resume and Train more alike
-            self._say(f"Fix this first on the Model & Precision page: {self._blocked_by.splitlines()[0]}")
+            self._say(f"Fix this first on the Model & Precision page: {first_line(self._blocked_by)}")
             return
         self._cancel_start = False
         cfg = self.binding.config.copy()

@@ -121,8 +121,7 @@ class EnvironmentDialog(QDialog):
         total = sum(u.bytes for u in self.cache_usage)
         parts = ", ".join(f"{KIND_NAMES.get(u.kind, u.kind)} {format_bytes(u.bytes)}" for u in self.cache_usage if u.files)
         where = cache_store.paths.cache_dir()
-        size = format_bytes(total) if total >= 1 << 20 or total == 0 else f"{max(1, total // 1024)} KB"  # not "0 MB"
-        self.cache_label.setText(f"Disk cache: {size}" + (f" ({parts})" if parts else "") + f" in {where}")
+        self.cache_label.setText(f"Disk cache: {format_bytes(total)}" + (f" ({parts})" if parts else "") + f" in {where}")
         self.clear_cache_button.setEnabled(total > 0)
 
     def clear_cache(self, *, confirm: bool = True) -> None:
