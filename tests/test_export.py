@@ -23,7 +23,7 @@ from guitrainer.core.events import NullReporter
 from guitrainer.engine import export as X
 from guitrainer.engine.models import loading as M
 from guitrainer.engine.network import lora as L
-from guitrainer.engine.verify.lora import verify_lora
+from guitrainer.engine.verify import verify_lora
 
 REPO = Path(__file__).resolve().parent.parent
 RANK, ALPHA = 4, 8.0
