@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from guitrainer.engine.models.loading import ModelLoadError, Progress
+from guitrainer.engine.models.types import ModelLoadError, Progress
 
 #: a hub model that could not be reached: words that fit the window and the command line alike
 HUB_ADVICE = (

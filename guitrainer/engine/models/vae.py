@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from guitrainer.core.model import vae_choice
-from guitrainer.engine.models.loading import LoadedModel, ModelLoadError, Progress, model_identity
+from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
+from guitrainer.engine.models.types import LoadedModel, ModelLoadError, Progress, model_identity
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,6 @@ def _load_folder(folder: Path, shown: str) -> Any:
 
 def _hub_folder(repo_id: str, offline: bool | None, progress: Progress | None) -> Path:
     """A hub VAE's folder: downloaded (online), else its snapshot in the Hugging Face cache."""
-    from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
-
     if offline is None:
         offline = is_offline()
     if not offline:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from guitrainer.engine.models.loading import LoadedModel
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network.client_merge import file_kind
 from guitrainer.engine.network.lora import read_lora_as_kohya
 from guitrainer.engine.verify.harness import VerifyResult

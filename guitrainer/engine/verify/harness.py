@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.engine.models.loading import LoadedModel, load_base_model
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora
 
 #: relative error of one rounding to the file's dtype, times a safety factor (outputs sum many products)

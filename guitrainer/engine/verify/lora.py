@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.engine.models.loading import LoadedModel
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import client_merge, lora
 from guitrainer.engine.verify.harness import (
     ATOL,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from guitrainer.engine.models.loading import LoadedModel
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora, lycoris_keys, variants
 from guitrainer.engine.network.client_merge import (
     CLIENTS,
