@@ -44,7 +44,8 @@ COPY_METADATA = [
 # Imported lazily (inside functions), so PyInstaller's static analysis would miss them.
 HIDDEN_IMPORTS = [
     "guitrainer.engine.trainer", "guitrainer.engine.models.loading", "guitrainer.engine.network.lora", "guitrainer.engine.data",
-    "guitrainer.engine.optim", "guitrainer.engine.memory.measure", "guitrainer.engine.captioners", "guitrainer.selftest",
+    "guitrainer.engine.optim", "guitrainer.engine.memory", "guitrainer.engine.lab", "guitrainer.engine.verify",
+    "guitrainer.engine.captioners", "guitrainer.selftest",
     "guitrainer.core.device.hardware", "guitrainer.core.precision.advisor", "guitrainer.core.memory.estimate", "guitrainer.core.device.environment",
 ]
 COLLECT_SUBMODULES = ["guitrainer", "diffusers.models", "diffusers.schedulers", "diffusers.pipelines.stable_diffusion"]

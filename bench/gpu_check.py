@@ -55,7 +55,7 @@ def build_folder(folder: Path) -> None:
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from guitrainer.engine.models.loading import demo_vocab, ensure_demo_model
+    from guitrainer.engine.models.demo import demo_vocab, ensure_demo_model
 
     vocab = demo_vocab()[0]
     demo = ensure_demo_model()
@@ -92,7 +92,7 @@ def build_folder(folder: Path) -> None:
 def run(base: str, out: str, prec: str, batch: int, steps: int) -> str:
     from guitrainer.config import DatasetFolder, TrainingConfig
     from guitrainer.core.events import NullReporter
-    from guitrainer.engine.models.loading import ensure_demo_dataset
+    from guitrainer.engine.models.demo import ensure_demo_dataset
     from guitrainer.engine.trainer import Trainer
 
     cfg = TrainingConfig()

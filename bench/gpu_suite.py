@@ -129,7 +129,7 @@ def build_smoke_folder(family: str, folder: Path) -> Path:
 
 def base_config(base: str, family: str, resolution: int, batch: int, out: str) -> Any:
     from guitrainer.config import DatasetFolder, TrainingConfig
-    from guitrainer.engine.models.loading import ensure_demo_dataset
+    from guitrainer.engine.models.demo import ensure_demo_dataset
 
     cfg = TrainingConfig()
     cfg.model.base, cfg.model.family = base, family

@@ -37,7 +37,7 @@ def build_mid_model(folder: Path) -> None:
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from guitrainer.engine.models.loading import demo_vocab, ensure_demo_model
+    from guitrainer.engine.models.demo import demo_vocab, ensure_demo_model
 
     vocab = demo_vocab()[0]
     demo = ensure_demo_model()
@@ -84,7 +84,7 @@ def step_times(stamps: list[float], warmup: int) -> list[float]:
 
 def config(base: str, res: int, prec: str, steps: int, out: str) -> TrainingConfig:
     from guitrainer.config import DatasetFolder
-    from guitrainer.engine.models.loading import ensure_demo_dataset
+    from guitrainer.engine.models.demo import ensure_demo_dataset
 
     cfg = TrainingConfig()
     cfg.dataset.folders = [DatasetFolder(path=str(ensure_demo_dataset()))]
@@ -118,7 +118,7 @@ def bare_run(cfg: TrainingConfig, warmup: int, threads: int) -> list[float]:
     from transformers import CLIPTextModel, CLIPTokenizer
 
     from guitrainer.engine.data import load_image_tensor
-    from guitrainer.engine.models.loading import ensure_demo_dataset, ensure_demo_model
+    from guitrainer.engine.models.demo import ensure_demo_dataset, ensure_demo_model
 
     torch.set_num_threads(threads)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

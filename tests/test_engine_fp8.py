@@ -13,7 +13,7 @@ from guitrainer.core.events import NullReporter
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.session import build_session
 from guitrainer.engine.trainer import Trainer
-from guitrainer.engine.verify.lora import verify_lora
+from guitrainer.engine.verify import verify_lora
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 pytestmark = pytest.mark.skipif(FP8 is None, reason="this PyTorch has no float8 types")

@@ -13,18 +13,20 @@ from guitrainer.core.events import StepMetrics
 from guitrainer.engine import data as D
 from guitrainer.engine import export as X
 from guitrainer.engine import optim as O
-from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.demo import demo_model_dir, ensure_demo_dataset, ensure_demo_model
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.network import lora as L
 
 
 @pytest.fixture
 def demo():
     torch.set_num_threads(1)
-    return M.load_base_model(ModelConfig(base="demo", family="demo"))
+    return load_base_model(ModelConfig(base="demo", family="demo"))
 
 
 def test_demo_model_is_a_diffusers_folder_loaded_by_the_general_loader(demo):
-    folder = M.demo_model_dir()
+    folder = demo_model_dir()
     index = json.loads((folder / "model_index.json").read_text())
     assert index["unet"] == ["diffusers", "UNet2DConditionModel"]
     assert demo.family == "demo" and demo.path == str(folder)
@@ -32,13 +34,13 @@ def test_demo_model_is_a_diffusers_folder_loaded_by_the_general_loader(demo):
     assert demo.prediction_type == "epsilon"
     assert not any(p.requires_grad for p in demo.unet.parameters())
     # the same folder through the general path (auto family -> SD 1.x layout)
-    again = M.load_base_model(ModelConfig(base=str(folder), family="auto"))
+    again = load_base_model(ModelConfig(base=str(folder), family="auto"))
     assert again.family == "sd15"
     sd_a, sd_b = demo.unet.state_dict(), again.unet.state_dict()
     assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
     # no rebuild on the second use
     mtime = (folder / "model_index.json").stat().st_mtime_ns
-    M.ensure_demo_model()
+    ensure_demo_model()
     assert (folder / "model_index.json").stat().st_mtime_ns == mtime
 
 
@@ -52,12 +54,12 @@ def test_demo_tokenizer_knows_the_demo_words(demo):
 def test_missing_model_and_single_file_give_clear_errors(tmp_path):
     ckpt = tmp_path / "model.safetensors"
     ckpt.write_bytes(b"x")
-    with pytest.raises(M.ModelLoadError, match="model.safetensors is only 1 bytes"):
-        M.load_base_model(ModelConfig(base=str(ckpt), family="auto"))
+    with pytest.raises(ModelLoadError, match="model.safetensors is only 1 bytes"):
+        load_base_model(ModelConfig(base=str(ckpt), family="auto"))
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(M.ModelLoadError, match="not a complete diffusers model folder"):
-        M.load_base_model(ModelConfig(base=str(empty), family="auto"))
+    with pytest.raises(ModelLoadError, match="not a complete diffusers model folder"):
+        load_base_model(ModelConfig(base=str(empty), family="auto"))
 
 
 def _image(path, color=(200, 30, 30), size=(80, 40)):
@@ -123,10 +125,10 @@ def test_trigger_word_is_added_once():
 
 
 def test_demo_dataset_is_generated_once():
-    folder = M.ensure_demo_dataset()
+    folder = ensure_demo_dataset()
     pngs = sorted(folder.glob("*.png"))
     assert len(pngs) == 8 and all(p.with_suffix(".txt").is_file() for p in pngs)
-    assert M.ensure_demo_dataset() == folder
+    assert ensure_demo_dataset() == folder
 
 
 # --------------------------------------------------------------------------- LoRA
@@ -166,19 +168,19 @@ def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra)
 
 def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
     torch.set_num_threads(1)
-    src = M.load_base_model(ModelConfig(base="demo"))
+    src = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(src.unet, rank=4, alpha=2.0)
     _randomise(L.lora_parameters(src.unet), 1)
     path = tmp_path / "l.safetensors"
     X.save_lora(path, L.kohya_state_dict(src.unet, alpha=2.0), {}, "fp32")
 
-    same = M.load_base_model(ModelConfig(base="demo"))
+    same = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(same.unet, rank=4, alpha=2.0)
     n = L.load_kohya_lora(path, same.unet)
     assert n == len(L.lora_layers(src.unet))
     assert all(torch.equal(a, b) for a, b in zip(L.lora_parameters(src.unet), L.lora_parameters(same.unet)))
 
-    other = M.load_base_model(ModelConfig(base="demo"))
+    other = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(other.unet, rank=4, alpha=4.0)  # scale 1.0 instead of 0.5: lora_up halves
     L.load_kohya_lora(path, other.unet)
     x = torch.randn(1, 4, 8, 8)
@@ -187,7 +189,7 @@ def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
     with torch.no_grad():
         assert torch.allclose(src.unet(x, t, h).sample, other.unet(x, t, h).sample, atol=1e-5)
 
-    wrong = M.load_base_model(ModelConfig(base="demo"))
+    wrong = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(wrong.unet, rank=8, alpha=8.0)
     with pytest.raises(L.LoraFormatError, match="rank"):
         L.load_kohya_lora(path, wrong.unet)
@@ -307,14 +309,14 @@ def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
     from diffusers import StableDiffusionPipeline
 
     torch.set_num_threads(1)
-    d = M.load_base_model(ModelConfig(base="demo"))
+    d = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(d.unet, rank=4, alpha=2.0)
     L.inject_text_encoder_lora(d.text_encoder, rank=4, alpha=2.0)
     _randomise(L.lora_parameters(d.unet) + L.lora_parameters(d.text_encoder), 3)
     path = tmp_path / "l.safetensors"
     X.save_lora(path, L.kohya_state_dict(d.unet, [d.text_encoder], alpha=2.0), {"ss_network_alpha": "2"}, "fp32")
     pipe = StableDiffusionPipeline.from_pretrained(
-        str(M.demo_model_dir()), safety_checker=None, feature_extractor=None, requires_safety_checker=False
+        str(demo_model_dir()), safety_checker=None, feature_extractor=None, requires_safety_checker=False
     )
     base_te = pipe.text_encoder
     ids = d.tokenizer(["a red circle"], padding="max_length", max_length=77, return_tensors="pt").input_ids

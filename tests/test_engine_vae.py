@@ -13,7 +13,8 @@ from PIL import Image
 
 from guitrainer.config import ModelConfig
 from guitrainer.engine.cache import LatentCache
-from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,8 +50,8 @@ def fixed_vae(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
 
 def test_a_vae_folder_replaces_the_base_models_own(fixed_vae):
     folder, reference = fixed_vae
-    own = M.load_base_model(ModelConfig(base="demo"))
-    m = M.load_base_model(ModelConfig(base="demo", vae=str(folder)))
+    own = load_base_model(ModelConfig(base="demo"))
+    m = load_base_model(ModelConfig(base="demo", vae=str(folder)))
     assert same_weights(m.vae, reference) and not same_weights(m.vae, own.vae)
     assert m.vae_identity and own.vae_identity == "" and m.identity == own.identity  # the base is the same
     assert force_upcast(m.vae) is False and force_upcast(own.vae) is True
@@ -69,7 +70,7 @@ def test_a_hub_id_offline_loads_its_snapshot_also_a_pipeline_repos_vae_folder(tm
         reference.save_pretrained(snap / inner if inner else snap)
         (snap.parent.parent / "refs").mkdir(parents=True, exist_ok=True)
         (snap.parent.parent / "refs" / "main").write_text("abc")
-        m = M.load_base_model(ModelConfig(base="demo", vae=repo))
+        m = load_base_model(ModelConfig(base="demo", vae=repo))
         assert same_weights(m.vae, reference), repo
 
 
@@ -82,20 +83,20 @@ def test_a_single_vae_file_in_the_original_layout_loads_offline(tmp_path):
     reference = demo_like_vae(3, force_upcast=True)
     path = tmp_path / "demo_vae.safetensors"
     save_file({k: v.contiguous() for k, v in vae_to_original(reference.state_dict(), 3).items()}, str(path))
-    m = M.load_base_model(ModelConfig(base="demo", vae=str(path)))
+    m = load_base_model(ModelConfig(base="demo", vae=str(path)))
     assert same_weights(m.vae, reference)
     diffusers_layout = tmp_path / "diffusers_layout.safetensors"
     save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(diffusers_layout))
-    assert same_weights(M.load_base_model(ModelConfig(base="demo", vae=str(diffusers_layout))).vae, reference)
+    assert same_weights(load_base_model(ModelConfig(base="demo", vae=str(diffusers_layout))).vae, reference)
 
 
 def test_a_vae_the_unet_cannot_take_is_refused_naming_both(tmp_path):
     folder = tmp_path / "vae16"
     demo_like_vae(1, force_upcast=False, latent_channels=8).save_pretrained(folder)
-    with pytest.raises(M.ModelLoadError, match="8-channel latents.*takes 4"):
-        M.load_base_model(ModelConfig(base="demo", vae=str(folder)))
-    with pytest.raises(M.ModelLoadError, match="was not found"):
-        M.load_base_model(ModelConfig(base="demo", vae=str(tmp_path / "nowhere")))
+    with pytest.raises(ModelLoadError, match="8-channel latents.*takes 4"):
+        load_base_model(ModelConfig(base="demo", vae=str(folder)))
+    with pytest.raises(ModelLoadError, match="was not found"):
+        load_base_model(ModelConfig(base="demo", vae=str(tmp_path / "nowhere")))
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,11 @@ from helpers import config_with, demo_cfg
 from guitrainer.config import ModelConfig, TrainingConfig
 from guitrainer.core.events import NullReporter
 from guitrainer.engine import export as X
-from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.demo import ensure_demo_model
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora as L
-from guitrainer.engine.verify.lora import verify_lora
+from guitrainer.engine.verify import verify_lora
 
 REPO = Path(__file__).resolve().parent.parent
 RANK, ALPHA = 4, 8.0
@@ -40,9 +42,9 @@ def _randomise(params, seed: int, scale: float = 0.1) -> None:
             p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
-def _trained(base: str, *, te: bool = True, seed: int = 0, rank: int = RANK, alpha: float = ALPHA) -> M.LoadedModel:
+def _trained(base: str, *, te: bool = True, seed: int = 0, rank: int = RANK, alpha: float = ALPHA) -> LoadedModel:
     """A base model with a random (non-zero) LoRA of ``rank`` / ``alpha`` on the UNet and text encoders."""
-    m = M.load_base_model(ModelConfig(base=base, family="auto"))
+    m = load_base_model(ModelConfig(base=base, family="auto"))
     L.inject_unet_lora(m.unet, rank, alpha)
     params = L.lora_parameters(m.unet)
     if te:
@@ -58,7 +60,7 @@ def _trained(base: str, *, te: bool = True, seed: int = 0, rank: int = RANK, alp
 @pytest.fixture(scope="module")
 def sd15() -> str:
     torch.set_num_threads(1)
-    return str(M.ensure_demo_model())
+    return str(ensure_demo_model())
 
 
 def build_tiny_sdxl(folder: Path) -> None:
@@ -75,7 +77,7 @@ def build_tiny_sdxl(folder: Path) -> None:
     )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-    tok = CLIPTokenizer.from_pretrained(str(M.ensure_demo_model() / "tokenizer"))
+    tok = CLIPTokenizer.from_pretrained(str(ensure_demo_model() / "tokenizer"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         unet = UNet2DConditionModel(
@@ -216,7 +218,7 @@ def test_diffusers_format_round_trips_with_alpha_metadata(sd15, sdxl, tmp_path):
         v = verify_lora(path.parent, base, reference=m)  # load_lora_weights(<folder>) as diffusers users do
         assert v.ok and v.max_abs_diff_unet <= 1e-5 and v.keys_unused == (), v.message
         # our own loader reads it too (init_lora may point at a diffusers-format file)
-        fresh = M.load_base_model(ModelConfig(base=base, family="auto"))
+        fresh = load_base_model(ModelConfig(base=base, family="auto"))
         L.inject_unet_lora(fresh.unet, RANK, ALPHA)
         for enc in fresh.text_encoders:
             L.inject_text_encoder_lora(enc, RANK, ALPHA)
@@ -382,7 +384,7 @@ def test_killing_the_process_mid_write_leaves_the_old_file(tmp_path):
 def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
     """lora_te1_ for one text encoder, names without ``text_model``, 2-D ``proj_in`` for a 1x1 conv,
     kohya-ss' SDXL ``input_blocks`` names, alpha != rank: all land on the right layers with the same effect."""
-    src = M.load_base_model(ModelConfig(base=sd15, family="auto"))
+    src = load_base_model(ModelConfig(base=sd15, family="auto"))
     L.inject_unet_lora(src.unet, RANK, 2.0, targets="attention_ff_proj")
     L.inject_text_encoder_lora(src.text_encoder, RANK, 2.0)
     _randomise(L.lora_parameters(src.unet) + L.lora_parameters(src.text_encoder), 7)
@@ -391,7 +393,7 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
         k = k.replace("lora_te_text_model_", "lora_te1_")
         theirs[k] = v.flatten(1) if "proj_in.lora" in k or "proj_out.lora_down" in k else v
     assert any(v.dim() == 2 and "proj_in.lora_down" in k for k, v in theirs.items())
-    dst = M.load_base_model(ModelConfig(base=sd15, family="auto"))
+    dst = load_base_model(ModelConfig(base=sd15, family="auto"))
     L.inject_unet_lora(dst.unet, RANK, 8.0, targets="attention_ff_proj")
     L.inject_text_encoder_lora(dst.text_encoder, RANK, 8.0)
     assert L.load_kohya_lora(theirs, dst.unet, [dst.text_encoder]) == len(theirs) // 3
@@ -410,7 +412,7 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
     spelled = L.kohya_from_diffusers(L.diffusers_state_dict(xl.unet), {"unet.lora_alpha": 2.0})
     assert any(k.startswith("lora_unet_down_blocks_1_attentions_0_") for k in spelled)
     for sd in (sgm, spelled):
-        fresh = M.load_base_model(ModelConfig(base=sdxl, family="auto"))
+        fresh = load_base_model(ModelConfig(base=sdxl, family="auto"))
         L.inject_unet_lora(fresh.unet, RANK, 8.0)
         assert L.load_kohya_lora(sd, fresh.unet) == len(L.lora_layers(fresh.unet))
         for (na, a), (nb, b) in zip(L.lora_layers(xl.unet).items(), L.lora_layers(fresh.unet).items()):
@@ -421,11 +423,11 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
 def test_clear_errors_for_rank_mismatch_unknown_keys_and_non_lora(sd15):
     src = _trained(sd15, te=False)
     sd = L.kohya_state_dict(src.unet)
-    other = M.load_base_model(ModelConfig(base=sd15, family="auto"))
+    other = load_base_model(ModelConfig(base=sd15, family="auto"))
     L.inject_unet_lora(other.unet, 8, 8.0)
     with pytest.raises(L.LoraFormatError, match=r"file has rank 4, the network has rank 8; set network.rank to 4"):
         L.load_kohya_lora(sd, other.unet)
-    same = M.load_base_model(ModelConfig(base=sd15, family="auto"))
+    same = load_base_model(ModelConfig(base=sd15, family="auto"))
     L.inject_unet_lora(same.unet, RANK, ALPHA)
     sd["lora_unet_somewhere_else.lora_down.weight"] = torch.zeros(RANK, 3)
     sd["lora_unet_somewhere_else.lora_up.weight"] = torch.zeros(3, RANK)

@@ -36,7 +36,7 @@ def test_each_sampling_draws_its_distribution():
         return fm.sample_sigmas(fm.FlowSettings(**kw), n, image_tokens=4096)
 
     uniform = draw(timestep_sampling="uniform")
-    assert uniform.mean().item() == pytest.approx(0.5, abs=0.01) and 0 <= uniform.min() and uniform.max() <= 1
+    assert uniform.mean().item() == pytest.approx(0.5, abs=0.01) and uniform.min() >= 0 and uniform.max() <= 1
     # the median of sigmoid(N(0, 1)) is sigmoid(0) = 0.5; shift 3 moves it to 0.75
     assert draw(timestep_sampling="sigmoid").median().item() == pytest.approx(0.5, abs=0.01)
     assert draw(timestep_sampling="shift", shift=3.0).median().item() == pytest.approx(0.75, abs=0.01)
@@ -48,7 +48,7 @@ def test_each_sampling_draws_its_distribution():
         math.exp(1.15) / (math.exp(1.15) + 1), abs=0.01)
     # a range narrows the draw linearly
     narrow = draw(timestep_sampling="uniform", min_sigma=0.2, max_sigma=0.4)
-    assert 0.2 <= narrow.min().item() and narrow.max().item() <= 0.4
+    assert narrow.min().item() >= 0.2 and narrow.max().item() <= 0.4
 
 
 def test_raw_compares_velocities_and_sigma_scaled_compares_clean_latents():

@@ -23,7 +23,7 @@ from guitrainer.core.device.hardware import (
 )
 from guitrainer.engine import session as session_module
 from guitrainer.engine import trainer as trainer_module
-from guitrainer.engine.models.loading import ModelLoadError
+from guitrainer.engine.models.types import ModelLoadError
 
 TWO = ("NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 4090")
 TWO_MISSING = "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090)"

@@ -98,8 +98,9 @@ def test_app_window_opens_without_torch():
 
 
 def test_every_engine_module_is_public_or_forbidden_to_the_ui():
-    """A new engine module must be classified: named in pyproject's comment as an entry point for the UI, or
-    listed in the contract that keeps the UI out of the engine's internals."""
+    """A new engine module must be classified. Public to the UI: each engine package's ``__init__`` (its face)
+    and the top-level entry modules named in pyproject's comment. Every other module, each package's submodules
+    among them, is listed in the contract that keeps the UI out of the engine's internals."""
     import tomllib
 
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -107,8 +108,13 @@ def test_every_engine_module_is_public_or_forbidden_to_the_ui():
         c for c in tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"] if c.get("source_modules") == ["guitrainer.ui", "guitrainer.app"]
     )
     forbidden = {m.removeprefix("guitrainer.engine.") for m in contract["forbidden_modules"]}
-    public = set(re.findall(r"engine\.([\w.]+) \(", pyproject))
+    entry = set(re.findall(r"engine\.([\w.]+) \(", pyproject))
     engine = ROOT / "guitrainer" / "engine"
+    packages = {".".join(p.parent.relative_to(engine).parts) for p in engine.rglob("__init__.py")} - {""}
     modules = {".".join(p.relative_to(engine).with_suffix("").parts) for p in engine.rglob("*.py") if p.stem != "__init__"}
-    assert public and not public & forbidden
-    assert modules - public - forbidden == set(), "engine modules neither public nor forbidden to the UI"
+    submodules = {m for m in modules if "." in m}
+    assert entry and entry - (modules - submodules) == set(), "entry modules are top-level engine modules that exist"
+    assert submodules - forbidden == set(), "a package's submodules are forbidden to the UI: it uses the package's face"
+    assert forbidden & (packages | entry) == set(), "a package's face and the entry modules stay public"
+    assert forbidden - modules == set(), "the contract lists engine modules that do not exist"
+    assert modules - entry - forbidden == set(), "engine modules neither public nor forbidden to the UI"

@@ -178,7 +178,7 @@ def test_error_advice_disables_train_with_the_reason(window, qtbot):
 
 def test_a_failed_precise_check_writes_its_details_to_the_log(window, qtbot, monkeypatch):
     """Issue 15 #5 (UI): the meter says what failed; the Log on the Training page has the traceback."""
-    import guitrainer.engine.memory.measure as memory
+    import guitrainer.engine.memory as memory  # the face the VRAM meter calls
 
     def broken(_cfg):
         raise ValueError("Adafactor state cannot be measured")

@@ -75,7 +75,8 @@ def _real_bnb_step(
 
 def _engine_model(targets: str, rank: int) -> list[torch.nn.Module]:
     """The demo model as the engine loads it, with the engine's LoRA on the UNet and the text encoder."""
-    from guitrainer.engine.models.loading import ensure_demo_model, load_diffusers_folder
+    from guitrainer.engine.models.demo import ensure_demo_model
+    from guitrainer.engine.models.loading import load_diffusers_folder
     from guitrainer.engine.network import lora
 
     model = load_diffusers_folder(ensure_demo_model(), family="demo")

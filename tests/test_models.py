@@ -16,8 +16,9 @@ import torch
 
 from guitrainer.base.paths import resources_dir
 from guitrainer.config import ModelConfig
-from guitrainer.engine.models import loading as M
+from guitrainer.engine.models.loading import check_config_dir, load_base_model, load_diffusers_folder
 from guitrainer.engine.models.singlefile import to_original_layout
+from guitrainer.engine.models.types import ModelLoadError
 
 RES = resources_dir() / "models"
 
@@ -35,7 +36,7 @@ def save_single_file(folder: Path, family: str, target: Path) -> Path:
     """The folder's weights as one original-layout .safetensors (the civitai kind)."""
     from safetensors.torch import save_file
 
-    m = M.load_diffusers_folder(folder, family=family)
+    m = load_diffusers_folder(folder, family=family)
     save_file(to_original_layout(m.unet, m.vae, m.text_encoders, family), str(target))
     return target
 
@@ -60,8 +61,8 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
 def test_folder_and_single_file_load_offline_with_equal_weights(tiny, monkeypatch):
     fam, folder, single, configs = tiny
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    a = M.load_base_model(ModelConfig(base=str(folder), family="auto"))
-    b = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    a = load_base_model(ModelConfig(base=str(folder), family="auto"))
+    b = load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
     assert a.family == b.family == fam and a.source == "folder" and b.source == "single_file"
     assert len(a.text_encoders) == len(b.text_encoders) == (2 if fam == "sdxl" else 1)
     for x, y in zip([a.unet, a.vae, *a.text_encoders], [b.unet, b.vae, *b.text_encoders]):
@@ -82,8 +83,8 @@ def test_pickle_checkpoint_with_weights_only_loads(tiny, tmp_path):
 
     ckpt = tmp_path / "model.ckpt"
     torch.save({"state_dict": load_file(str(single)), "global_step": 7}, ckpt)
-    a = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
-    b = M.load_base_model(ModelConfig(base=str(ckpt), family="auto"), config_dir=configs)
+    a = load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    b = load_base_model(ModelConfig(base=str(ckpt), family="auto"), config_dir=configs)
     _same_weights(a.unet, b.unet)
 
 
@@ -107,8 +108,8 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
         path = tmp_path / name
         save(path)
         assert not marker.exists()
-        with pytest.raises(M.ModelLoadError, match="refused"):
-            M.load_base_model(ModelConfig(base=str(path), family="auto"))
+        with pytest.raises(ModelLoadError, match="refused"):
+            load_base_model(ModelConfig(base=str(path), family="auto"))
         assert not marker.exists(), "the pickle's payload ran"
 
 
@@ -117,33 +118,33 @@ def test_broken_files_give_errors_naming_the_file(tiny, tmp_path):
     fam, folder, single, configs = tiny
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(single.read_bytes()[: single.stat().st_size // 2])
-    with pytest.raises(M.ModelLoadError, match=r"cut\.safetensors is truncated"):
-        M.load_base_model(ModelConfig(base=str(cut)), config_dir=configs)
+    with pytest.raises(ModelLoadError, match=r"cut\.safetensors is truncated"):
+        load_base_model(ModelConfig(base=str(cut)), config_dir=configs)
     empty = tmp_path / "empty.safetensors"
     empty.write_bytes(b"")
-    with pytest.raises(M.ModelLoadError, match="empty.safetensors"):
-        M.load_base_model(ModelConfig(base=str(empty)))
-    with pytest.raises(M.ModelLoadError, match="does not exist"):
-        M.load_base_model(ModelConfig(base=str(tmp_path / "gone.safetensors")))
+    with pytest.raises(ModelLoadError, match="empty.safetensors"):
+        load_base_model(ModelConfig(base=str(empty)))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_base_model(ModelConfig(base=str(tmp_path / "gone.safetensors")))
     lora = tmp_path / "lora.safetensors"
     from safetensors.torch import save_file
 
     save_file({"lora_unet_x.lora_down.weight": torch.zeros(2, 2)}, str(lora))
-    with pytest.raises(M.ModelLoadError, match="is a LoRA"):
-        M.load_base_model(ModelConfig(base=str(lora)))
+    with pytest.raises(ModelLoadError, match="is a LoRA"):
+        load_base_model(ModelConfig(base=str(lora)))
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(M.ModelLoadError, match="junk.ckpt"):
-        M.load_base_model(ModelConfig(base=str(junk)))
+    with pytest.raises(ModelLoadError, match="junk.ckpt"):
+        load_base_model(ModelConfig(base=str(junk)))
     partial = config_only(configs, tmp_path / "partial")
     (partial / "vae" / "config.json").unlink()
-    with pytest.raises(M.ModelLoadError, match=r"vae/config\.json is missing"):
-        M.load_base_model(ModelConfig(base=str(single)), config_dir=partial)
+    with pytest.raises(ModelLoadError, match=r"vae/config\.json is missing"):
+        load_base_model(ModelConfig(base=str(single)), config_dir=partial)
     broken = tmp_path / "broken_folder"
     shutil.copytree(folder, broken)
     (broken / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(b"xx")
-    with pytest.raises(M.ModelLoadError, match="vae"):
-        M.load_base_model(ModelConfig(base=str(broken)))
+    with pytest.raises(ModelLoadError, match="vae"):
+        load_base_model(ModelConfig(base=str(broken)))
 
 
 def test_shipped_config_folders_are_complete():
@@ -151,7 +152,7 @@ def test_shipped_config_folders_are_complete():
     from transformers import CLIPTokenizer
 
     for fam in ("sd15", "sdxl"):
-        M.check_config_dir(RES / fam, fam)
+        check_config_dir(RES / fam, fam)
         index = json.loads((RES / fam / "model_index.json").read_text())
         for name, value in index.items():
             if isinstance(value, list) and value[0] is not None:
@@ -182,10 +183,10 @@ def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
     ckpt = tmp_path / "vpred.ckpt"
     torch.save({"state_dict": {**state, "v_pred": torch.zeros(0)}}, ckpt)
 
-    plain = M.load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
+    plain = load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
     assert plain.noise_scheduler.config.prediction_type == "epsilon" and plain.prediction_type == "epsilon"
     for path in (marked, by_meta, ckpt):
-        v = M.load_base_model(ModelConfig(base=str(path), family="auto"), config_dir=configs)
+        v = load_base_model(ModelConfig(base=str(path), family="auto"), config_dir=configs)
         assert v.noise_scheduler.config.prediction_type == "v_prediction", path.name
         assert v.prediction_type == "v_prediction" and v.family == fam
         # only the prediction type differs from the config folder's scheduler
@@ -197,7 +198,7 @@ def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
     shutil.copytree(folder, vfolder)
     sched_cfg = vfolder / "scheduler" / "scheduler_config.json"
     sched_cfg.write_text(json.dumps({**json.loads(sched_cfg.read_text()), "prediction_type": "v_prediction"}))
-    assert M.load_base_model(ModelConfig(base=str(vfolder), family="auto")).prediction_type == "v_prediction"
+    assert load_base_model(ModelConfig(base=str(vfolder), family="auto")).prediction_type == "v_prediction"
 
 
 def test_pickle_checkpoints_load_memory_mapped_and_in_the_legacy_format(tmp_path):

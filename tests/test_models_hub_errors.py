@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from guitrainer.config import ModelConfig, TrainingConfig
-from guitrainer.engine.models import loading as models
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.trainer import Trainer
 
 GUI_ONLY_WORDS = ("Model page", "re-download", "Save now")
@@ -18,8 +19,8 @@ def test_no_network_is_said_in_plain_words(monkeypatch):
         raise OSError(-2, "Name or service not known")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
-    with pytest.raises(models.ModelLoadError) as ei:
-        models.load_base_model(ModelConfig(base="someone/some-model"), offline=False)
+    with pytest.raises(ModelLoadError) as ei:
+        load_base_model(ModelConfig(base="someone/some-model"), offline=False)
     msg = str(ei.value)
     assert "someone/some-model" in msg and "could not be reached" in msg and "Errno" not in msg
     assert ei.value.advice and not any(w in " ".join(ei.value.advice) for w in GUI_ONLY_WORDS)
@@ -35,8 +36,8 @@ def test_a_missing_repo_is_named_as_such(monkeypatch):
         raise RepositoryNotFoundError("404 Client Error. Repository Not Found for url: https://...")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", missing)
-    with pytest.raises(models.ModelLoadError, match="no such model"):
-        models.load_base_model(ModelConfig(base="someone/typo"), offline=False)
+    with pytest.raises(ModelLoadError, match="no such model"):
+        load_base_model(ModelConfig(base="someone/typo"), offline=False)
 
 
 def test_offline_trainer_run_fails_with_advice_that_fits_the_command_line(tmp_path):

@@ -60,11 +60,11 @@ def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
 
     from guitrainer.config import ModelConfig
     from guitrainer.engine import export as X
-    from guitrainer.engine.models import loading as M
+    from guitrainer.engine.models.loading import load_base_model
     from guitrainer.engine.network import lora as L
 
     torch.set_num_threads(1)
-    m = M.load_base_model(ModelConfig(base="demo"))
+    m = load_base_model(ModelConfig(base="demo"))
     L.inject_unet_lora(m.unet, 4, 8.0)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():

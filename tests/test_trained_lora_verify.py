@@ -15,7 +15,7 @@ from guitrainer.core.runs import state as run_state
 from guitrainer.engine.amp_step import AmpStep
 from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
-from guitrainer.engine.verify.lora import verify_lora
+from guitrainer.engine.verify import verify_lora
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg

@@ -10,7 +10,7 @@ from helpers import demo_cfg
 
 from guitrainer.core.events import NullReporter
 from guitrainer.engine import validation as V
-from guitrainer.engine.models.loading import ensure_demo_dataset
+from guitrainer.engine.models.demo import ensure_demo_dataset
 from guitrainer.engine.trainer import Trainer
 
 

@@ -14,7 +14,7 @@ from tiny_models import build_tiny
 from guitrainer.config import NetworkConfig
 from guitrainer.engine import export
 from guitrainer.engine.network import variants
-from guitrainer.engine.verify.lora import verify_lora
+from guitrainer.engine.verify import verify_lora
 
 
 @pytest.fixture(scope="module")

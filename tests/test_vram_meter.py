@@ -177,7 +177,7 @@ def test_fix_buttons_never_suggest_what_the_precision_panel_advises_against(qtbo
 
 
 def test_a_failed_check_shows_its_message_and_hands_the_details_on(qtbot, monkeypatch) -> None:
-    import guitrainer.engine.memory.measure as memory
+    import guitrainer.engine.memory as memory  # the face the VRAM meter calls
 
     def broken(_cfg):
         raise RuntimeError("Adafactor has no state to measure")

@@ -56,7 +56,7 @@ def build_pipeline(
 ) -> Any:
     """A diffusers text-to-image pipeline sharing ``model``'s modules (nothing is copied).
 
-    ``model`` is a :class:`~guitrainer.engine.models.loading.LoadedModel`: one text encoder makes a
+    ``model`` is a :class:`~guitrainer.engine.models.types.LoadedModel`: one text encoder makes a
     ``StableDiffusionPipeline`` (no safety checker), two a ``StableDiffusionXLPipeline`` (no watermark).
     ``scheduler`` is "ddim" (samples during training) or "dpm++" (DPM-Solver++, class images), made
     from the model's noise-scheduler config. ``device`` / ``dtype``: move the pipeline there (and cast

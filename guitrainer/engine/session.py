@@ -27,12 +27,9 @@ from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.feedback import Feedback
-from guitrainer.engine.models.loading import (
-    LoadedModel,
-    ensure_demo_dataset,
-    ensure_demo_model,
-    load_base_model,
-)
+from guitrainer.engine.models.demo import ensure_demo_dataset, ensure_demo_model
+from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
 from guitrainer.engine.network import lora, variants
 from guitrainer.engine.network.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise

@@ -50,7 +50,7 @@ from guitrainer.engine.errors import (
     is_oom,
 )
 from guitrainer.engine.feedback import Feedback
-from guitrainer.engine.models.loading import ModelLoadError
+from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.network import lora
 from guitrainer.engine.numerics import StepWatch, monitor_for
 from guitrainer.engine.resume import Progress

@@ -24,7 +24,7 @@ MODELS_DIR = Path(__file__).resolve().parents[3] / "resources" / "models"
 @functools.cache
 def _demo_configs() -> dict[str, dict[str, Any]]:
     """The demo model's configs, from the same builder the app uses (tiny; written to a temp folder)."""
-    from guitrainer.engine.models.loading import build_demo_model
+    from guitrainer.engine.models.demo import build_demo_model
 
     with tempfile.TemporaryDirectory() as tmp:
         build_demo_model(Path(tmp))

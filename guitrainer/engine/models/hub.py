@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from guitrainer.engine.models.loading import ModelLoadError, Progress
+from guitrainer.base.errors import first_line
+from guitrainer.engine.models.types import ModelLoadError, Progress
 
 #: a hub model that could not be reached: words that fit the window and the command line alike
 HUB_ADVICE = (
@@ -27,7 +28,7 @@ def _hub_failure(repo_id: str, e: BaseException, what: str = "base model") -> Mo
     elif kind in ("LocalEntryNotFoundError", "ConnectionError", "Timeout", "ReadTimeout", "ConnectTimeout") or isinstance(e, OSError):
         why = "the Hugging Face hub could not be reached (no network connection?)"
     else:
-        why = str(e).splitlines()[0][:200] if str(e) else kind
+        why = first_line(e, 200) if str(e).strip() else kind
     return ModelLoadError(f"could not download the {what} {repo_id!r}: {why}", HUB_ADVICE)
 
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
+from guitrainer.base.errors import first_line
 from guitrainer.core.model import vae_choice
-from guitrainer.engine.models.loading import LoadedModel, ModelLoadError, Progress, model_identity
+from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
+from guitrainer.engine.models.types import LoadedModel, ModelLoadError, Progress, model_identity
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,6 @@ def _load_folder(folder: Path, shown: str) -> Any:
 
 def _hub_folder(repo_id: str, offline: bool | None, progress: Progress | None) -> Path:
     """A hub VAE's folder: downloaded (online), else its snapshot in the Hugging Face cache."""
-    from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
-
     if offline is None:
         offline = is_offline()
     if not offline:
@@ -127,12 +127,9 @@ def _load_file(path: Path, base_vae: Any) -> Any:
     except RuntimeError as e:
         raise ModelLoadError(
             f"model.vae: {path.name} does not match the VAE architecture in "
-            f"{path.parent / 'config.json' if side is not None else 'the base model'}: {_first_line(e)}"
+            f"{path.parent / 'config.json' if side is not None else 'the base model'}: {first_line(e, 300)}"
         ) from e
     return vae
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return (text[0] if text else type(e).__name__)[:300]
 

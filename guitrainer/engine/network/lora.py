@@ -247,7 +247,7 @@ def read_lora_as_kohya(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[
 # --------------------------------------------------------------------------- loading into peft layers
 
 
-def _module_of(key: str) -> tuple[str, str]:
+def module_of(key: str) -> tuple[str, str]:
     """``lora_unet_x.lora_down.weight`` -> (``lora_unet_x``, ``lora_down.weight``)."""
     module, _, part = key.partition(".")
     return module, part
@@ -321,7 +321,7 @@ def load_kohya_lora(
         sd = kohya_from_diffusers(sd, None)
     parts: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in sd.items():
-        module, part = _module_of(key)
+        module, part = module_of(key)
         parts.setdefault(module, {})[part] = value
     if not any("lora_down.weight" in p for p in parts.values()):
         raise LoraFormatError(f"{_name(path)} holds no LoRA weights (no lora_down/lora_up or lora_A/lora_B tensors)")
@@ -384,7 +384,7 @@ def inject_for_file(unet: nn.Module, text_encoders: Sequence[nn.Module], sd: dic
 
     ranks: dict[str, int] = {}
     for key, value in sd.items():
-        module, part = _module_of(key)
+        module, part = module_of(key)
         if part == "lora_down.weight":
             ranks[module] = int(value.shape[0])
     groups: list[tuple[str, nn.Module]] = [("lora_unet", unet), *zip(te_prefixes(len(text_encoders)), text_encoders)]

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from guitrainer.base.errors import first_line
+from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora, lycoris_keys, variants
 from guitrainer.engine.network.client_merge import (
     CLIENTS,
@@ -30,21 +32,23 @@ from guitrainer.engine.network.client_merge import (
     unsupported,
     weight_layers,
 )
-from guitrainer.engine.verify.lora import (
-    _ATOL,
-    _ROUNDING,
+from guitrainer.engine.verify.harness import (
+    ATOL,
+    ROUNDING,
+    EvalMode,
+    Inputs,
     VerifyResult,
-    _base,
-    _EvalMode,
-    _file_dtype,
-    _inputs,
-    _max_diff,
-    _pipeline,
-    _te_out,
-    _unet_out,
+    diffusers_pipeline,
+    file_dtype,
+    fixed_inputs,
+    fresh_base_model,
+    max_diff,
+    text_encoder_outputs,
+    unet_output,
 )
 
 log = logging.getLogger(__name__)
+
 
 def _module_rank(parts: dict[str, torch.Tensor]) -> int:
     """The peft rank that gives a module's factors their file shapes."""
@@ -130,11 +134,13 @@ def alpha_mismatches(sd: dict[str, torch.Tensor], meta: dict[str, str], unet: nn
     return odd, said
 
 
-def _reference_outputs(sd: dict[str, torch.Tensor], m: Any, x: Any) -> tuple[Any, str]:
+def _reference_outputs(
+    sd: dict[str, torch.Tensor], m: LoadedModel, x: Inputs
+) -> tuple[tuple[torch.Tensor, list[torch.Tensor]] | None, str]:
     """The rebuilt network's outputs on ``x`` ((unet, text encoders), "") or (None, why not); ``m`` is left plain."""
     try:
         rebuild_from_file(sd, m.unet, list(m.text_encoders))
-        return (_unet_out(m.unet, x), _te_out(m.text_encoders, x)), ""
+        return (unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)), ""
     except (lora.LoraFormatError, ValueError, RuntimeError) as e:
         return None, str(e).split(";")[0][:200]
     finally:
@@ -142,24 +148,23 @@ def _reference_outputs(sd: dict[str, torch.Tensor], m: Any, x: Any) -> tuple[Any
             variants.remove_adapters(model)
 
 
-def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, seed: int = 0) -> VerifyResult:
+def verify_variant_file(
+    path: str | Path, base: Any, reference: LoadedModel | None = None, *, seed: int = 0
+) -> VerifyResult:
     """Verify a LoCon/LoHa/LoKr/DoRA file by the clients' merge rules (see the module text).
 
     Holds one copy of the base model: the reference is computed first, then the file is merged into it.
     """
     sd, meta = lora.read_lora(lora.lora_weights_file(path))
-    kind, precision = file_kind(sd), _file_dtype(sd)
-    m = _base(base)
-    for mod in (m.unet, *m.text_encoders):
-        torch.nn.Module.to(mod, "cpu", torch.float32)
-        mod.eval()
-    x = _inputs(m.unet, m.text_encoders, seed)
-    base_unet, base_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
+    kind, precision = file_kind(sd), file_dtype(sd)
+    m = fresh_base_model(base)
+    x = fixed_inputs(m.unet, m.text_encoders, seed)
+    base_unet, base_te = unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)
     notes = [f"{kind}: {CLIENTS[kind]}."]
     if reference is not None:
         ref_name = "trained model"
-        with _EvalMode([reference.unet, *reference.text_encoders]):
-            ours = (_unet_out(reference.unet, x), _te_out(list(reference.text_encoders), x))
+        with EvalMode([reference.unet, *reference.text_encoders]):
+            ours = (unet_output(reference.unet, x), text_encoder_outputs(list(reference.text_encoders), x))
     else:
         ours, why = _reference_outputs(sd, m, x)
         ref_name = "our loader" if ours is not None else "none"
@@ -171,17 +176,17 @@ def verify_variant_file(path: str | Path, base: Any, reference: Any = None, *, s
     except (RuntimeError, KeyError, ValueError) as e:
         message = f"Could not merge this file by the clients' rules: {type(e).__name__}: {str(e)[:200]}."
         return VerifyResult(float("inf"), None, len(sd), tuple(sorted(sd)), False, message, save_precision=precision)
-    merged_unet, merged_te = _unet_out(m.unet, x), _te_out(m.text_encoders, x)
+    merged_unet, merged_te = unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)
     effect = float((merged_unet - base_unet).abs().max())
     finite = bool(torch.isfinite(merged_unet).all())
-    te_effect = _max_diff(merged_te, base_te)
+    te_effect = max_diff(merged_te, base_te)
     ok = not unread and not skipped and finite and effect > 0
     diff_unet, diff_te, tol = 0.0, None, 0.0
     if ours is not None:
         diff_unet = float((merged_unet - ours[0]).abs().max())
-        diff_te = _max_diff(merged_te, ours[1]) if any(k.startswith("lora_te") for k in sd) else None
-        rel = _ROUNDING.get(precision, 0.0) if ref_name == "trained model" else 0.0  # else both read the same numbers
-        tol = _ATOL * max(1.0, float(ours[0].abs().max())) + rel * effect
+        diff_te = max_diff(merged_te, ours[1]) if any(k.startswith("lora_te") for k in sd) else None
+        rel = ROUNDING.get(precision, 0.0) if ref_name == "trained model" else 0.0  # else both read the same numbers
+        tol = ATOL * max(1.0, float(ours[0].abs().max())) + rel * effect
         close = diff_unet <= tol and (diff_te is None or diff_te <= tol + rel * te_effect)
         ok = ok and close
         against = "the trained model" if ref_name == "trained model" else "the network as trained, rebuilt from the file"
@@ -214,15 +219,15 @@ def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: floa
     return head
 
 
-def _diffusers_outputs(path: str | Path, m: Any, x: Any) -> torch.Tensor | str:
+def _diffusers_outputs(path: str | Path, m: LoadedModel, x: Inputs) -> torch.Tensor | str:
     """diffusers' UNet output with the file loaded into ``m`` (then unloaded again), or why it refuses."""
-    pipe = _pipeline(m)
+    pipe = diffusers_pipeline(m)
     try:
         pipe.load_lora_weights(str(lora.lora_weights_file(path)))
     except Exception as e:  # noqa: BLE001 - a refusal is the answer
-        return f"diffusers refuses it ({str(e).strip().splitlines()[0][:120]})."
+        return f"diffusers refuses it ({first_line(e, 120)})."
     try:
-        return _unet_out(m.unet, x)
+        return unet_output(m.unet, x)
     finally:
         pipe.unload_lora_weights()
 
@@ -230,5 +235,5 @@ def _diffusers_outputs(path: str | Path, m: Any, x: Any) -> torch.Tensor | str:
 def _dora_agreement(theirs: torch.Tensor, merged_unet: torch.Tensor, effect: float) -> str:
     """What diffusers makes of a DoRA file, against the clients' merge."""
     gap = float((theirs - merged_unet).abs().max())
-    agree = gap <= _ATOL * max(1.0, float(merged_unet.abs().max())) + 1e-3 * effect
+    agree = gap <= ATOL * max(1.0, float(merged_unet.abs().max())) + 1e-3 * effect
     return "diffusers gives the same outputs." if agree else f"diffusers' outputs differ from the clients' by up to {gap:.2g}."

@@ -63,11 +63,11 @@ CHARTS = (
 
 
 def default_runner(config: TrainingConfig, candidates: Iterable[Candidate] | None, steps: int, **kw: Any) -> LabReport:
-    """The engine's :func:`~guitrainer.engine.lab.precision_lab.compare_precisions`, imported in the worker thread."""
+    """The engine's :func:`~guitrainer.engine.lab.compare_precisions`, imported in the worker thread."""
     import torch  # noqa: F401 - loaded first so its threads can be capped before anything runs
 
     cap_torch_threads()
-    from guitrainer.engine.lab.precision_lab import compare_precisions
+    from guitrainer.engine.lab import compare_precisions
 
     return compare_precisions(config, candidates, steps, **kw)
 

@@ -3,7 +3,7 @@
 Re-estimates on every config change (coalesced with a 0-ms single-shot timer; an estimate takes
 microseconds). Every part is named with its size in the legend under the bar (no hover needed) and in
 a tooltip over its piece of the bar. "Check precisely" measures one real training step through
-:func:`~guitrainer.ui.workers.run_in_thread` (:mod:`guitrainer.engine.memory.measure` imports torch only then);
+:func:`~guitrainer.ui.workers.run_in_thread` (:mod:`guitrainer.engine.memory` imports torch only then);
 the measured peak then replaces the estimate's number until a setting changes.
 """
 
@@ -183,7 +183,7 @@ class _MeasureWorker(BaseWorker):
         self.config = config
 
     def work(self) -> Any:
-        from guitrainer.engine.memory.measure import measure_training_step  # imports torch, here only
+        from guitrainer.engine.memory import measure_training_step  # imports torch, here only
 
         return measure_training_step(self.config)
 

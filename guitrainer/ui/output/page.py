@@ -44,13 +44,13 @@ Verifier = Callable[[str, Any], Any]
 
 
 def _default_verifier(path: str, model_cfg: Any) -> Any:
-    from guitrainer.engine.verify.lora import verify_lora
+    from guitrainer.engine.verify import verify_lora
 
     return verify_lora(path, model_cfg)
 
 
 class VerifyWorker(BaseWorker):
-    """Runs :func:`guitrainer.engine.verify.lora.verify_lora` on a file against the base model, off the GUI thread."""
+    """Runs :func:`guitrainer.engine.verify.verify_lora` on a file against the base model, off the GUI thread."""
 
     def __init__(self, path: str, model_cfg: Any, verifier: Verifier | None = None):
         super().__init__()
@@ -66,7 +66,7 @@ class OutputPage(Page):
     save schedule, metadata, and a Verify button.
 
     Signals:
-        verified(object): a verification finished (the :class:`~guitrainer.engine.verify.lora.VerifyResult`).
+        verified(object): a verification finished (the :class:`~guitrainer.engine.verify.VerifyResult`).
     """
 
     title = "Output"
