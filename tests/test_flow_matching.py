@@ -75,3 +75,17 @@ def test_fixed_sigmas_and_bad_settings():
     assert fm.fixed_sigmas(4, fm.FlowSettings()) == [0.125, 0.375, 0.625, 0.875]
     with pytest.raises(ValueError, match="timestep_sampling"):
         fm.FlowSettings(timestep_sampling="sigma")
+
+
+def test_auto_settings_take_the_familys_defaults_and_explicit_ones_win():
+    from guitrainer.config import TrainingConfig
+
+    defaults = {"timestep_sampling": "shift", "discrete_flow_shift": 3.1582, "model_prediction_type": "raw"}
+    cfg = TrainingConfig()
+    s = fm.settings_for(cfg, defaults)
+    assert (s.timestep_sampling, s.shift, s.model_prediction_type, s.weighting_scheme) == ("shift", 3.1582, "raw", "none")
+    assert (s.min_sigma, s.max_sigma) == (0.0, 1.0)
+    cfg.flow.timestep_sampling, cfg.flow.discrete_flow_shift = "logit_normal", 1.0
+    cfg.loss.min_timestep, cfg.loss.max_timestep = 100, 900
+    s = fm.settings_for(cfg, defaults)
+    assert (s.timestep_sampling, s.shift, s.min_sigma, s.max_sigma) == ("logit_normal", 1.0, 0.1, 0.9)

@@ -43,6 +43,7 @@ from guitrainer.config.files import (
     save_toml,
     schema_version_of,
 )
+from guitrainer.config.flow import FlowConfig
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
 from guitrainer.config.sections import (
     LR_FREE_OPTIMIZERS,
@@ -66,6 +67,7 @@ from guitrainer.config.training import TrainingConfig
 __all__ = [
     "COMMA_SPLIT_ITEMS",
     "LR_FREE_OPTIMIZERS",
+    "FlowConfig",
     "LossConfig",
     "NoiseConfig",
     "ValidationConfig",

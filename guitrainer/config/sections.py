@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from guitrainer.config.families import FAMILY_LABELS, FAMILY_NAMES
 from guitrainer.config.fields import UnknownKeyWarning, _whole_number, repeats_from_name, setting, short_repr
+from guitrainer.config.flow import FlowConfig
 from guitrainer.config.precision_choices import CHOICE_LABELS
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig
 
@@ -77,11 +79,12 @@ class ModelConfig:
         kind="vae",
         advanced=True,
     )
-    family: Literal["auto", "demo", "sd15", "sdxl"] = setting(
+    family: str = setting(
         "demo",
         label="Model family",
         help="Architecture of the base model. 'auto' detects it from the files.",
-        choice_labels={"auto": "Detect", "demo": "Demo (tiny)", "sd15": "SD 1.5", "sdxl": "SDXL"},
+        choices=FAMILY_NAMES,
+        choice_labels=FAMILY_LABELS,
     )
     init_lora: str = setting(
         "",
@@ -456,5 +459,6 @@ SECTIONS: dict[str, type] = {
     "loss": LossConfig,
     "noise": NoiseConfig,
     "validation": ValidationConfig,
+    "flow": FlowConfig,
 }
 

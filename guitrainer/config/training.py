@@ -13,6 +13,7 @@ from guitrainer.base.paths import path_key
 from guitrainer.config.checks import check_all
 from guitrainer.config.coerce import _check_field, _coerce, _split, field_info
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError
+from guitrainer.config.flow import FlowConfig
 from guitrainer.config.recipes import LossConfig, NoiseConfig, ValidationConfig, recipe_errors
 from guitrainer.config.sample_prompts import SamplePromptError, parse
 from guitrainer.config.sections import (
@@ -44,6 +45,7 @@ class TrainingConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
     schema_version: int = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ access by path

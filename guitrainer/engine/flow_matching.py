@@ -27,9 +27,13 @@ Rectified Flow Transformers", arXiv:2403.03206; the diffusers and sd-scripts tra
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from guitrainer.config import TrainingConfig
 
 SAMPLINGS = ("uniform", "sigmoid", "logit_normal", "shift", "flux_shift")
 PREDICTION_TYPES = ("raw", "sigma_scaled")
@@ -151,3 +155,26 @@ def flow_loss(
     value, target = compared(settings, prediction, noisy, latents, noise, sigma)
     per_sample = ((value - target) ** 2).flatten(1).mean(dim=1)
     return (loss_weighting(settings.weighting_scheme, sigma.float()) * per_sample).mean()
+
+
+def settings_for(config: TrainingConfig, defaults: Mapping[str, Any]) -> FlowSettings:
+    """The run's :class:`FlowSettings`: the ``[flow]`` section, "auto" (and a shift of 0) replaced by the family's
+    ``defaults`` (its :attr:`~guitrainer.core.families.facts.FamilyFacts.flow_defaults`), the noise-level range
+    from ``loss.min_timestep`` / ``loss.max_timestep`` (of 1000, as the timestep)."""
+    flow, loss = config.flow, config.loss
+
+    def chosen(name: str, fallback: Any) -> Any:
+        value = getattr(flow, name)
+        return defaults.get(name, fallback) if value in ("auto", 0.0) else value
+
+    return FlowSettings(
+        timestep_sampling=chosen("timestep_sampling", "uniform"),
+        shift=float(chosen("discrete_flow_shift", 1.0)),
+        sigmoid_scale=float(flow.sigmoid_scale),
+        logit_mean=float(flow.logit_mean),
+        logit_std=float(flow.logit_std),
+        model_prediction_type=chosen("model_prediction_type", "raw"),
+        weighting_scheme=chosen("weighting_scheme", "none"),
+        min_sigma=loss.min_timestep / NUM_TRAIN_TIMESTEPS,
+        max_sigma=min(loss.max_timestep, NUM_TRAIN_TIMESTEPS) / NUM_TRAIN_TIMESTEPS,
+    )

@@ -1,0 +1,20 @@
+"""The model families a config can name (``model.family``), in the order the picker lists them.
+
+The one registry line each family adds to the config; everything else about a family lives in its packages
+(``core/families/<name>.py`` for its facts, ``engine/families/<name>/`` for its engine side).
+"""
+
+from __future__ import annotations
+
+#: ``model.family`` value -> the name the user reads; "auto" reads the family from the base model's files
+FAMILY_LABELS: dict[str, str] = {
+    "auto": "Detect",
+    "demo": "Demo (tiny)",
+    "sd15": "SD 1.5",
+    "sdxl": "SDXL",
+    "flux1": "Flux.1",
+    "sd35": "SD 3.5",
+}
+FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
+#: the families trained with flow matching (the ``[flow]`` settings apply to them)
+FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35")

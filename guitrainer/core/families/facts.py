@@ -1,0 +1,83 @@
+"""FamilyFacts: a model family's torch-free facts, one frozen object per family (``core/families/<name>.py``).
+
+The engine's :class:`~guitrainer.engine.families.base.Family` holds its facts; core reads them directly (the
+estimator, the precision rules, detection, ``--check``), so nothing outside a family's two packages names it.
+Every fact that is not arithmetic cites where it comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: what a family's single-file detector says of a checkpoint: (ok, level, message, prediction type)
+FileVerdict = tuple[bool, Literal["info", "warning", "error"], str, str | None]
+#: ``detect_file(tensors, metadata, name) -> FileVerdict | None``: None = not this family's file
+FileDetector = Callable[[Mapping[str, Any], Mapping[str, str], str], FileVerdict | None]
+#: ``detect_folder(model_index) -> bool``: a diffusers folder's model_index.json is this family's
+FolderDetector = Callable[[Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class PrecisionFacts:
+    """What is known about a family's numerics, each with its source.
+
+    ``released``: the dtype the authors published the weights in. ``fp16_overflows``: a sentence naming where
+    fp16 overflows, with its source ("" when nothing is published). ``recommended``: the training precision
+    on hardware that has it (None: the device decides, as for the UNets).
+    """
+
+    released: str = "fp16"
+    fp16_overflows: str = ""
+    recommended: str | None = None
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FamilyFacts:
+    """One model family's facts.
+
+    Attributes:
+        name: the config's ``model.family`` value ("sd15", "flux1", …).
+        label: what the user reads ("SD 1.5", "Flux.1").
+        architecture: "unet" or "transformer".
+        objective: "diffusion" (epsilon / v-prediction on a DDPM schedule) or "flow" (flow matching).
+        native_resolution: the side the model was trained at (px); resolutions above it are a saver hint.
+        latent_channels: channels of the VAE's latents.
+        latent_downscale: image pixels per latent pixel (per side).
+        patch: latent pixels per token side (Flux packs 2×2 latents into one token; UNets 1).
+        text_encoders: the text encoders' names, in the model's order ("CLIP-L", "T5-XXL").
+        trainable_text_encoders: which of them a LoRA may train (Flux and SD 3.5: the CLIPs, not T5).
+        precision: :class:`PrecisionFacts`.
+        base_model_version: sd-scripts' ``ss_base_model_version`` for this family's LoRAs.
+        modelspec_architecture: ``modelspec.architecture`` of a LoRA (``<arch>/lora``).
+        flow_defaults: the ``[flow]`` settings ``"auto"`` resolves to, with their sources.
+        split_files: whether users keep it as separate files (a transformer file, text encoders, a VAE).
+        detect_file / detect_folder: recognise a single file's tensors / a diffusers folder's model_index.
+        hub_patterns: lower-case substrings of hub ids that name this family ("flux.1", "flux1").
+    """
+
+    name: str
+    label: str
+    architecture: Literal["unet", "transformer"]
+    objective: Literal["diffusion", "flow"]
+    native_resolution: int
+    latent_channels: int
+    latent_downscale: int = 8
+    patch: int = 1
+    text_encoders: tuple[str, ...] = ()
+    trainable_text_encoders: tuple[int, ...] = ()
+    precision: PrecisionFacts = field(default_factory=PrecisionFacts)
+    base_model_version: str = ""
+    modelspec_architecture: str = ""
+    flow_defaults: Mapping[str, Any] = field(default_factory=dict)
+    split_files: bool = False
+    detect_file: FileDetector | None = None
+    detect_folder: FolderDetector | None = None
+    hub_patterns: tuple[str, ...] = ()
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """How many image tokens (transformers) or latent pixels (UNets) a ``width`` × ``height`` image makes."""
+        side = self.latent_downscale * self.patch
+        return (width // side) * (height // side)

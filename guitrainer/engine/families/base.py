@@ -1,0 +1,170 @@
+"""The model-family seam (DESIGN.md §2): everything the engine asks of a model family, in one class.
+
+The trainer, the caches, sampling, validation, export, Verify, the numerics monitor and the memory
+measurement call a :class:`Family`; none of them names a family. A family package
+(``engine/families/<name>/``) subclasses it, and its torch-free facts (what its files look like, its
+parameter table for the estimator, its precision facts) are :class:`~guitrainer.core.families.FamilyFacts` in
+``core/families/<name>.py`` — core must answer before torch loads (the window, the estimate, ``--check``).
+
+What flows through the seam:
+
+* a :class:`~guitrainer.engine.models.types.LoadedModel`: the denoiser (a UNet or a transformer), the VAE, the
+  text encoders and tokenizers, the noise scheduler;
+* text conditioning: a dict of tensors per batch of captions (``{"hidden": …, "pooled": …}`` for SDXL,
+  ``{"t5": …, "pooled": …}`` for Flux), batch first, so the text cache keeps one entry per caption;
+* a :class:`Draw`: one micro-batch's noise, timesteps and noisy latents, drawn by the family's objective.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from guitrainer.config import NetworkConfig, TrainingConfig
+from guitrainer.core.families import FamilyFacts
+from guitrainer.engine.models.types import LoadedModel, ModelLoadError
+
+#: a batch of captions as the denoiser takes it: name -> tensor, batch first
+TextConditioning = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One micro-batch's random part: the noise, the timesteps and the noisy latents the denoiser sees.
+
+    ``timesteps`` are the family's own: integer steps of a DDPM schedule (0–999) for the UNet families, noise
+    levels σ in [0, 1] for the flow-matching ones. ``target`` is what the loss compares the prediction with
+    (the noise, v, or ε − x0); ``weights`` a per-sample loss weight, or None for 1.
+    """
+
+    noise: torch.Tensor
+    timesteps: torch.Tensor
+    noisy: torch.Tensor
+    target: torch.Tensor
+    weights: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ModelParts:
+    """The files of a split install, as ComfyUI users keep them: the denoiser's file, its text encoders' files
+    (in any order: each is recognised from its tensors) and the VAE's (empty: none given)."""
+
+    denoiser: Path
+    text_encoders: tuple[Path, ...] = ()
+    vae: Path | None = None
+
+
+class Family(ABC):
+    """One model family. Subclasses set :attr:`facts` and implement the abstract methods."""
+
+    facts: FamilyFacts
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    # ------------------------------------------------------------------ files
+    @abstractmethod
+    def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
+        """A diffusers folder (or a hub id already in the cache), frozen, on the CPU, fp32."""
+
+    @abstractmethod
+    def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
+        """One file in the original layout (``state`` its tensors), the missing parts' configs from ``config_dir``."""
+
+    def load_parts(self, parts: ModelParts, *, config_dir: Path) -> LoadedModel:
+        """A split install (denoiser, text-encoder and VAE files). Families whose users keep one file refuse."""
+        raise ModelLoadError(
+            f"{self.facts.label} models are loaded from a diffusers folder or one checkpoint file; "
+            "choose the checkpoint instead of separate files"
+        )
+
+    def default_config_dir(self) -> Path:
+        """``resources/models/<family>``: the shipped configs and tokenizers (no weights) for single files."""
+        from guitrainer.base.paths import resources_dir
+
+        return resources_dir() / "models" / self.name
+
+    # ------------------------------------------------------------------ text
+    @abstractmethod
+    def encode_text(
+        self, model: LoadedModel, text_encoders: Sequence[nn.Module], captions: list[str], device: torch.device
+    ) -> TextConditioning:
+        """The denoiser's conditioning for ``captions``; ``text_encoders`` are the (maybe DDP-wrapped) encoders."""
+
+    def trainable_text_encoders(self, model: LoadedModel) -> list[int]:
+        """Which text encoders a LoRA may train (``network.train_text_encoder``): all by default."""
+        return list(range(len(model.text_encoders)))
+
+    # ------------------------------------------------------------------ latents
+    def latent_distribution(self, vae: nn.Module, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The VAE's (mean, std) for ``pixels`` in [-1, 1] (batch, 3, H, W), in the VAE's dtype."""
+        dist = vae.encode(pixels).latent_dist
+        return dist.mean, dist.std
+
+    def to_model_latents(self, vae: nn.Module, sample: torch.Tensor) -> torch.Tensor:
+        """A VAE sample as the denoiser sees it: ``(z − shift) · scale`` from the VAE's config."""
+        cfg = vae.config
+        shift = getattr(cfg, "shift_factor", None) or 0.0
+        return (sample - shift) * cfg.scaling_factor
+
+    # ------------------------------------------------------------------ objective
+    @abstractmethod
+    def draw(self, config: TrainingConfig, model: LoadedModel, latents: torch.Tensor, timesteps: torch.Tensor | None) -> Draw:
+        """Noise, timesteps (drawn from torch's RNG unless given) and noisy latents of one micro-batch."""
+
+    @abstractmethod
+    def predict(
+        self, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning, batch: Mapping[str, Any]
+    ) -> torch.Tensor:
+        """The denoiser's prediction for ``draw`` (shaped like the latents); runs under the caller's autocast."""
+
+    @abstractmethod
+    def loss(self, config: TrainingConfig, model: LoadedModel, prediction: torch.Tensor, draw: Draw, latents: torch.Tensor) -> torch.Tensor:
+        """The micro-batch's loss (fp32 scalar) from the prediction and the draw."""
+
+    @abstractmethod
+    def validation_timesteps(self, config: TrainingConfig, count: int) -> list[float]:
+        """``count`` fixed timesteps (the family's own units) a validation loss is scored at."""
+
+    # ------------------------------------------------------------------ network
+    @abstractmethod
+    def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
+        """The denoiser's module names (peft ``target_modules`` suffixes) a LoRA of ``network`` trains."""
+
+    @abstractmethod
+    def text_encoder_targets(self, model: LoadedModel, index: int, network: NetworkConfig) -> tuple[str, ...]:
+        """The same for text encoder ``index``."""
+
+    @abstractmethod
+    def kohya_state_dict(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The trained LoRA in the layout the readers share (kohya's names, the original model's layers)."""
+
+    @abstractmethod
+    def metadata(self, config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
+        """The family's part of the file's metadata (``ss_base_model_version``, ``modelspec.architecture`` …)."""
+
+    #: frozen layers that keep their dtype when the others are stored in fp8 / int8 / nf4
+    storage_skip_patterns: tuple[str, ...] = ("norm", "emb", "proj_in", "proj_out", "conv_in", "conv_out")
+
+    # ------------------------------------------------------------------ sampling
+    @abstractmethod
+    def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:
+        """A diffusers pipeline sharing ``model``'s modules (nothing copied), its progress bar off."""
+
+    def pipeline_kwargs(self, width: int, height: int, steps: int, guidance_scale: float) -> dict[str, Any]:
+        """Keyword arguments of one sample call besides the prompt, negative prompt and generator."""
+        return {"width": width, "height": height, "num_inference_steps": steps, "guidance_scale": guidance_scale}
+
+    # ------------------------------------------------------------------ numerics
+    @abstractmethod
+    def block_of(self, module_name: str) -> str | None:
+        """The block a denoiser module belongs to on the Numerics tab ("down 1", "double 3", …), None for none."""
