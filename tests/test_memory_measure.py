@@ -80,10 +80,10 @@ def _engine_model(targets: str, rank: int) -> list[torch.nn.Module]:
     from guitrainer.engine.network import lora
 
     model = load_diffusers_folder(ensure_demo_model(), family="demo")
-    lora.inject_unet_lora(model.unet, rank, float(rank), 0.0, targets)
+    lora.inject_unet_lora(model.denoiser, rank, float(rank), 0.0, targets)
     for te in model.text_encoders:
         lora.inject_text_encoder_lora(te, rank, float(rank))
-    return [model.unet, *model.text_encoders]
+    return [model.denoiser, *model.text_encoders]
 
 
 CASES = [("demo", 64, "attention_ff"), ("sd15", 4, "attention")]

@@ -167,7 +167,7 @@ class AmpStep:
         hidden, pooled = self.caches.encode_text(batch["captions"])
         added = self.added_cond(pooled, batch, hidden.dtype)
         noise, t, noisy = drawn
-        pred = s.unet(noisy, t, hidden, added_cond_kwargs=added).sample
+        pred = s.denoiser(noisy, t, hidden, added_cond_kwargs=added).sample
         v_pred = s.model.prediction_type == "v_prediction"
         target = sched.get_velocity(latents, noise, t) if v_pred else noise
         return recipe_math.diffusion_loss(s.recipe, pred, target, t, sched, v_pred)
@@ -182,7 +182,7 @@ class AmpStep:
         """DDP: all-reduce only on the step's last backward pass, and never in a diagnosis replay (each
         process looks at its own gradients)."""
         s = self.session
-        return s.processes.no_sync_unless(sync and self._replay_scale is None, s.unet)
+        return s.processes.no_sync_unless(sync and self._replay_scale is None, s.denoiser)
 
     def class_seed(self, micro_index: int) -> int:
         """The class half's RNG seed: fixed by (seed, epoch, step, micro-batch, process), so a resumed run
@@ -320,7 +320,7 @@ class AmpStep:
         Leaves every RNG as it was. ``adapters=False`` measures the base model (the LoRA switched off).
         """
         s = self.session
-        unet = s.model.unet
+        unet = s.model.denoiser
         devices = [s.device] if s.device.type == "cuda" else []
         losses: list[float] = []
         with torch.random.fork_rng(devices=devices), torch.no_grad(), averaged_weights(s.optimizer):

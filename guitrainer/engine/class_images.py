@@ -98,7 +98,7 @@ def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int, gpu_inde
         model = load_base_model(model_cfg)
     dev = torch.device(device) if device is not None else compute_device(gpu_index)
     pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
-    multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
+    multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.denoiser.config.block_out_channels) - 1)
     side = max(multiple, int(size) // multiple * multiple)
     if side != size:
         log.info("class images: size %d rounded to %d (a multiple of %d)", size, side, multiple)

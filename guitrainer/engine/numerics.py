@@ -418,7 +418,7 @@ def monitor_for(session: Any) -> NumericsMonitor:
     encoders and, when it computes in the training dtype, the VAE (a VAE kept in fp32 under fp16 has no
     fp16 limit to measure against). Unwrapped modules: hooks on DDP's inner model fire the same."""
     m = session.model
-    models: dict[str, nn.Module] = {"unet": m.unet}
+    models: dict[str, nn.Module] = {"unet": m.denoiser}
     tes = list(m.text_encoders)
     for i, te in enumerate(tes):
         models["te" if len(tes) == 1 else f"te{i + 1}"] = te

@@ -82,7 +82,7 @@ def build_pipeline(
             text_encoder_2=model.text_encoders[1],
             tokenizer=model.tokenizers[0],
             tokenizer_2=model.tokenizers[1],
-            unet=model.unet,
+            unet=model.denoiser,
             scheduler=sched,
             add_watermarker=False,
         )
@@ -91,7 +91,7 @@ def build_pipeline(
             vae=model.vae,
             text_encoder=model.text_encoders[0],
             tokenizer=model.tokenizers[0],
-            unet=model.unet,
+            unet=model.denoiser,
             scheduler=sched,
             safety_checker=None,
             feature_extractor=None,
@@ -122,7 +122,7 @@ def generate_samples(
     if not lines:
         return []
     prompts = [parse(line, sampling_cfg, i) for i, line in enumerate(lines)]
-    unet = model.unet
+    unet = model.denoiser
     mult = 2 ** (len(model.vae.config.block_out_channels) - 1) * 2 ** (len(unet.config.block_out_channels) - 1)
 
     def fit(n: int) -> int:

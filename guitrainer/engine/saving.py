@@ -96,7 +96,7 @@ class Saver:
             with averaged_weights(s.optimizer):  # schedule-free: the averaged weights are the LoRA
                 result = export_lora(
                     path,
-                    s.model.unet,
+                    s.model.denoiser,
                     tes,
                     fmt=o.format,
                     save_precision=self.config.precision.save,

@@ -66,9 +66,9 @@ class Session:
     train_counts: list[tuple[int, int]]  # (item, repeats) of the training images (prior preservation)
     class_counts: list[tuple[int, int]]  # the same for the class images
     train_te: bool
-    unet: torch.nn.Module  # DDP-wrapped under several processes
+    denoiser: torch.nn.Module  # the UNet or transformer; DDP-wrapped under several processes
     text_encoders: list[torch.nn.Module]  # DDP-wrapped when trained under several processes
-    unet_params: list[torch.nn.Parameter]
+    denoiser_params: list[torch.nn.Parameter]
     te_params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     optimizer_name: str
@@ -85,7 +85,7 @@ class Session:
     @property
     def params(self) -> list[torch.nn.Parameter]:
         """Every trainable LoRA parameter (UNet, then text encoders)."""
-        return self.unet_params + self.te_params
+        return self.denoiser_params + self.te_params
 
     @property
     def main(self) -> bool:
@@ -203,10 +203,10 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
             + usage.describe()
         )
     train_te = _prepare_model(config, model, device, dtype, feedback)
-    unet_params = lora.lora_parameters(model.unet)
+    denoiser_params = lora.lora_parameters(model.denoiser)
     te_params = [p for te in model.text_encoders for p in lora.lora_parameters(te)] if train_te else []
     opt = config.optimizer
-    groups = param_groups(unet_params, te_params, opt.lr, opt.text_encoder_lr)
+    groups = param_groups(denoiser_params, te_params, opt.lr, opt.text_encoder_lr)
     optimizer, optimizer_name = build_optimizer(opt, groups, warn=feedback.warn)
     pos_buckets = [dataset.bucket_of(i) for i in range(len(dataset))]
     s = config.schedule
@@ -227,9 +227,9 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         train_counts=train_counts,
         class_counts=class_counts,
         train_te=train_te,
-        unet=acc.prepare_model(model.unet) if ddp else model.unet,
+        denoiser=acc.prepare_model(model.denoiser) if ddp else model.denoiser,
         text_encoders=[acc.prepare_model(te) if ddp and train_te else te for te in model.text_encoders],
-        unet_params=unet_params,
+        denoiser_params=denoiser_params,
         te_params=te_params,
         optimizer=optimizer,
         optimizer_name=optimizer_name,
@@ -264,32 +264,32 @@ def _prepare_model(
     # fp16 convolutions (a 64 px demo step is 10x slower).
     vae_fp32 = vae_needs_fp32(precision, m.family, force_upcast(m.vae), device.type)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
-    torch.nn.Module.to(m.unet, device, dtype)
+    torch.nn.Module.to(m.denoiser, device, dtype)
     torch.nn.Module.to(m.vae, device, torch.float32 if vae_fp32 else dtype)
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
     n = config.network
     train_te = bool(n.train_text_encoder)
     if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/network/variants.py)
-        variants.inject_unet(m.unet, n)
+        variants.inject_unet(m.denoiser, n)
         for te in m.text_encoders if train_te else []:
             variants.inject_text_encoder(te, n)
     else:
-        lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
+        lora.inject_unet_lora(m.denoiser, n.rank, n.alpha, n.dropout, n.target_modules)
         for te in m.text_encoders if train_te else []:
             lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
-    cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
+    cast_training_params([m.denoiser, *(m.text_encoders if train_te else [])], dtype=torch.float32)
     if config.precision.base_weights == "fp8":
-        store_fp8([m.unet, *m.text_encoders], dtype, device, feedback)
+        store_fp8([m.denoiser, *m.text_encoders], dtype, device, feedback)
     if config.model.init_lora and not config.schedule.resume_from:
         _continue_from(config, m, train_te, feedback)
     if config.precision.gradient_checkpointing:
-        m.unet.enable_gradient_checkpointing()
+        m.denoiser.enable_gradient_checkpointing()
         if train_te:
             for te in m.text_encoders:
                 enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
                 enable()
-    m.unet.train()
+    m.denoiser.train()
     for te in m.text_encoders:
         te.train(train_te)
     return train_te
@@ -323,9 +323,9 @@ def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedb
     if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
         from guitrainer.engine.network.lycoris_keys import load_variant_file
 
-        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
+        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.denoiser, tes, skipped=left_out)
     else:
-        count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+        count = lora.load_kohya_lora(expand(init), m.denoiser, tes, strict=False, skipped=left_out)
     if not count:
         raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
     if left_out:

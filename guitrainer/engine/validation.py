@@ -158,7 +158,7 @@ def validation_loss(session: Any, caches: Any, step: Any) -> float | None:
         with step.autocast():
             return step.forward_loss(batch, timesteps)
 
-    unet = session.model.unet
+    unet = session.model.denoiser
     with averaged_weights(session.optimizer):
         unet.eval()
         try:

@@ -140,7 +140,7 @@ def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     px = (config.dataset.resolution // 8) ** 2
     key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
     a, k, c = ACTIVATION_FIT.get(key, (0.0, 0.0, 0.0))
-    tokens = sum(cnt * frac for _, _, cnt, frac in spec.unet_lora[net.target_modules])
+    tokens = sum(cnt * frac for _, _, cnt, frac in spec.denoiser_lora[net.target_modules])
     per_sample = px * (a + k * net.rank * tokens) + c
     return int(config.schedule.batch_size * max(per_sample, 0.0))
 
@@ -190,12 +190,12 @@ def extra_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
         per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in CONV_TABLES.get(spec.family, ()) if k > 1)
     transient = 0.0
     if net.type == "dora":
-        layers = [(i, c, f) for i, _, c, f in spec.unet_lora[net.target_modules]]
+        layers = [(i, c, f) for i, _, c, f in spec.denoiser_lora[net.target_modules]]
         layers += [(cin // 1, c, f) for cin, _, _, c, f in CONV_TABLES.get(spec.family, ())]
         per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
         transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
     if net.type in ("loha", "lokr"):
-        rebuilt = sum(i * o * c for i, o, c, _ in spec.unet_lora[net.target_modules])
+        rebuilt = sum(i * o * c for i, o, c, _ in spec.denoiser_lora[net.target_modules])
         rebuilt += sum(cin * o * k * k * c for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()))
         per_weight = rebuilt * width
     else:
@@ -238,7 +238,7 @@ def estimate(
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.unet * w), f"{spec.unet / 1e6:.0f} M frozen parameters"
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.denoiser * w), f"{spec.denoiser / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
     ]
     if te_offloaded:
@@ -289,7 +289,7 @@ def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> Vram
     tip = f"fp8 weights widened to {compute} as layers compute; " + (
         "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
-    size = int(FP8_WIDENED_SHARE[ckpt] * spec.unet * _bytes(compute))
+    size = int(FP8_WIDENED_SHARE[ckpt] * spec.denoiser * _bytes(compute))
     return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
 
 def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:
@@ -329,8 +329,8 @@ def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = Non
     """
     if spec is None:
         spec = spec_for(config)
-    total = spec.unet + sum(spec.text_encoders) + spec.vae
-    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.unet, *spec.text_encoders, spec.vae)
+    total = spec.denoiser + sum(spec.text_encoders) + spec.vae
+    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.denoiser, *spec.text_encoders, spec.vae)
     if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
         peak += 2 * total
     return peak

@@ -29,7 +29,7 @@ def allocated(nbytes: float) -> int:
 
 def lora_tensor_shapes(spec: ModelSpec, target: str, rank: int, text_encoder: bool) -> list[Shape]:
     """``(rows, cols, count)`` of every trainable tensor: lora_A [rank, in] and lora_B [out, rank]."""
-    tables = [spec.unet_lora[target]]
+    tables = [spec.denoiser_lora[target]]
     if text_encoder:
         tables += list(spec.text_encoder_lora[target])
     out: list[Shape] = []
@@ -79,7 +79,7 @@ def variant_tensor_shapes(spec: ModelSpec, network: NetworkConfig) -> list[Shape
     kind, rank, factor = network.type, int(network.rank), int(network.lokr_factor)
     conv_rank = int(network.conv_rank)
     out: list[Shape] = []
-    for i, o, c, _ in spec.unet_lora[network.target_modules]:
+    for i, o, c, _ in spec.denoiser_lora[network.target_modules]:
         out += _layer_shapes(kind, i, o, 1, rank, factor, c)
     for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()):
         out += _layer_shapes(kind, cin, o, k, conv_rank if k > 1 else rank, factor, c)

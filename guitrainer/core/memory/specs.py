@@ -21,14 +21,14 @@ class ModelSpec:
     """Parameter counts of one model family, and the shapes of the layers each LoRA target set trains."""
 
     family: str
-    unet: int
+    denoiser: int  # the UNet or the transformer
     text_encoders: tuple[int, ...]
     vae_encoder: int  # encoder + quant_conv
     vae_decoder: int  # decoder + post_quant_conv
     vae_channels: int  # channels of the VAE's first (full-resolution) block
     text_encoder_shapes: tuple[tuple[int, int, int], ...]  # (hidden, intermediate, layers) per text encoder
     cross_attention_dim: int
-    unet_lora: dict[str, LoraTable] = field(default_factory=dict)
+    denoiser_lora: dict[str, LoraTable] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[LoraTable, ...]] = field(default_factory=dict)
 
     @property
@@ -37,7 +37,7 @@ class ModelSpec:
 
     def lora_params_per_rank(self, target: str, text_encoder: bool = False) -> int:
         """Trainable parameters per unit of rank: sum of ``in + out`` over the targeted layers."""
-        n = sum(c * (i + o) for i, o, c, _ in self.unet_lora[target])
+        n = sum(c * (i + o) for i, o, c, _ in self.denoiser_lora[target])
         if text_encoder:
             n += sum(c * (i + o) for table in self.text_encoder_lora[target] for i, o, c, _ in table)
         return n
@@ -47,14 +47,14 @@ class ModelSpec:
 MODEL_SPECS: dict[str, ModelSpec] = {
     "demo": ModelSpec(
         family='demo',
-        unet=1055044,
+        denoiser=1055044,
         text_encoders=(51616,),
         vae_encoder=367344,
         vae_decoder=587223,
         vae_channels=32,
         text_encoder_shapes=((32, 64, 2),),
         cross_attention_dim=32,
-        unet_lora={
+        denoiser_lora={
             "attention": ((32, 32, 6, 0.0), (32, 32, 18, 1.0), (32, 64, 8, 0.0), (64, 64, 24, 0.25)),
             "attention_ff": ((32, 32, 6, 0.0), (32, 32, 18, 1.0), (32, 64, 8, 0.0), (32, 256, 3, 1.0), (64, 64, 24, 0.25), (64, 512, 4, 0.25), (128, 32, 3, 1.0), (256, 64, 4, 0.25)),
             "attention_ff_proj": ((32, 32, 6, 0.0), (32, 32, 24, 1.0), (32, 64, 8, 0.0), (32, 256, 3, 1.0), (64, 64, 32, 0.25), (64, 512, 4, 0.25), (128, 32, 3, 1.0), (256, 64, 4, 0.25)),
@@ -67,14 +67,14 @@ MODEL_SPECS: dict[str, ModelSpec] = {
     ),
     "sd15": ModelSpec(
         family='sd15',
-        unet=859520964,
+        denoiser=859520964,
         text_encoders=(123060480,),
         vae_encoder=34163664,
         vae_decoder=49490199,
         vae_channels=128,
         text_encoder_shapes=((768, 3072, 12),),
         cross_attention_dim=768,
-        unet_lora={
+        denoiser_lora={
             "attention": ((320, 320, 30, 1.0), (640, 640, 30, 0.25), (768, 320, 10, 0.0), (768, 640, 10, 0.0), (768, 1280, 12, 0.0), (1280, 1280, 6, 0.015625), (1280, 1280, 30, 0.0625)),
             "attention_ff": ((320, 320, 30, 1.0), (320, 2560, 5, 1.0), (640, 640, 30, 0.25), (640, 5120, 5, 0.25), (768, 320, 10, 0.0), (768, 640, 10, 0.0), (768, 1280, 12, 0.0), (1280, 320, 5, 1.0), (1280, 1280, 6, 0.015625), (1280, 1280, 30, 0.0625), (1280, 10240, 1, 0.015625), (1280, 10240, 5, 0.0625), (2560, 640, 5, 0.25), (5120, 1280, 1, 0.015625), (5120, 1280, 5, 0.0625)),
             "attention_ff_proj": ((320, 320, 40, 1.0), (320, 2560, 5, 1.0), (640, 640, 40, 0.25), (640, 5120, 5, 0.25), (768, 320, 10, 0.0), (768, 640, 10, 0.0), (768, 1280, 12, 0.0), (1280, 320, 5, 1.0), (1280, 1280, 8, 0.015625), (1280, 1280, 40, 0.0625), (1280, 10240, 1, 0.015625), (1280, 10240, 5, 0.0625), (2560, 640, 5, 0.25), (5120, 1280, 1, 0.015625), (5120, 1280, 5, 0.0625)),
@@ -87,14 +87,14 @@ MODEL_SPECS: dict[str, ModelSpec] = {
     ),
     "sdxl": ModelSpec(
         family='sdxl',
-        unet=2567463684,
+        denoiser=2567463684,
         text_encoders=(123060480, 694659840),
         vae_encoder=34163664,
         vae_decoder=49490199,
         vae_channels=128,
         text_encoder_shapes=((768, 3072, 12), (1280, 5120, 32)),
         cross_attention_dim=2048,
-        unet_lora={
+        denoiser_lora={
             "attention": ((640, 640, 60, 0.25), (1280, 1280, 360, 0.0625), (2048, 640, 20, 0.0), (2048, 1280, 120, 0.0)),
             "attention_ff": ((640, 640, 60, 0.25), (640, 5120, 10, 0.25), (1280, 1280, 360, 0.0625), (1280, 10240, 60, 0.0625), (2048, 640, 20, 0.0), (2048, 1280, 120, 0.0), (2560, 640, 10, 0.25), (5120, 1280, 60, 0.0625)),
             "attention_ff_proj": ((640, 640, 70, 0.25), (640, 5120, 10, 0.25), (1280, 1280, 372, 0.0625), (1280, 10240, 60, 0.0625), (2048, 640, 20, 0.0), (2048, 1280, 120, 0.0), (2560, 640, 10, 0.25), (5120, 1280, 60, 0.0625)),

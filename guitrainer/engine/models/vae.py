@@ -60,7 +60,7 @@ def use_configured_vae(m: LoadedModel, value: str, *, offline: bool | None = Non
         folder = _hub_folder(text, offline, progress) if facts.kind == "hub" else Path(facts.path)
         vae = _load_folder(folder, text)
         identity = model_identity(folder)
-    wanted = int(m.unet.config.in_channels)
+    wanted = int(m.denoiser.config.in_channels)
     if int(vae.config.latent_channels) != wanted:
         raise ModelLoadError(
             f"model.vae: {text} makes {vae.config.latent_channels}-channel latents, but the base model's UNet takes "
