@@ -42,6 +42,13 @@ from PySide6.QtWidgets import (
 
 from guitrainer.config import DatasetFolder
 from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.folder_sync import (
+    folders_of,
+    images_per_folder,
+    left_out_on_removal,
+    reconcile,
+    with_left_out,
+)
 from guitrainer.core.dataset.report import (
     CollectRequest,
     ImportReport,
@@ -272,8 +279,7 @@ class DatasetPage(CaptionOps, Page):
                 self._syncing = False
 
     def _exclude(self, paths: Iterable[str]) -> None:
-        current = self._excluded()
-        self._set_excluded(current + sorted(set(paths) - set(current)))
+        self._set_excluded(with_left_out(self._excluded(), paths))
 
     def _include(self, paths: Sequence[str | Path]) -> None:
         """Images (or folders of images) the user adds are no longer left out of training."""
@@ -338,8 +344,7 @@ class DatasetPage(CaptionOps, Page):
         for it in items:
             self._known.discard(ds.file_key(it.image_path))
         n = self.model.remove_items(items)
-        folders = {it.folder for it in self.items}
-        self._exclude(ds.normalized(it.image_path) for it in items if it.folder in folders)
+        self._exclude(left_out_on_removal(items, self.items))
         self._after_items_changed()
         self.show_status(f"Removed {n} image{'s' if n != 1 else ''} from training; no files were deleted.")
         return n
@@ -464,10 +469,7 @@ class DatasetPage(CaptionOps, Page):
     # ------------------------------------------------------------------ config sync
     def folder_list(self) -> list[DatasetFolder]:
         """The folders of the imported images, in import order, with their repeats."""
-        seen: dict[Path, int] = {}
-        for it in self.items:
-            seen.setdefault(it.folder, it.repeats)
-        return [DatasetFolder(path=str(p), repeats=r) for p, r in seen.items()]
+        return [DatasetFolder(path=path, repeats=repeats) for path, repeats in folders_of(self.items)]
 
     def _after_items_changed(self) -> None:
         self._sync_config()
@@ -489,10 +491,7 @@ class DatasetPage(CaptionOps, Page):
 
     def _rebuild_folders_table(self) -> None:
         folders = self.folder_list()
-        counts: dict[str, int] = {}
-        for it in self.items:
-            counts[str(it.folder)] = counts.get(str(it.folder), 0) + 1
-        self.folders_table.set_folders(folders, counts)
+        self.folders_table.set_folders(folders, images_per_folder(self.items))
         self.folders_table.setVisible(bool(folders))
 
     def set_folder_repeats(self, folder: str, repeats: int) -> None:
@@ -535,25 +534,17 @@ class DatasetPage(CaptionOps, Page):
     def _reconcile_from_config(self, rescan: bool = False) -> None:
         """Make the grid match ``dataset.folders`` less ``dataset.exclude`` (a preset or file was loaded, or
         another editor changed them). ``rescan`` lists folders already shown again, for re-included images."""
-        wanted = {str(Path(f.path).expanduser()): f.repeats for f in self.binding.get("dataset.folders")}
-        have = set() if rescan else {f.path for f in self.folder_list()}
-        left_out = frozenset(ds.normalized(p) for p in self._excluded())
-        gone = [it for it in self.items if str(it.folder) not in wanted or ds.normalized(it.image_path) in left_out]
-        if gone:
-            if self.editor.item in gone:
+        plan = reconcile(self.items, self.binding.get("dataset.folders"), self._excluded(), rescan=rescan)
+        if plan.gone:
+            if self.editor.item in plan.gone:
                 self.editor.set_item(None)
-            for it in gone:
+            for it in plan.gone:
                 self._known.discard(ds.file_key(it.image_path))
-            self.model.remove_items(gone)
+            self.model.remove_items(plan.gone)
         for it in self.items:
-            it.repeats = wanted.get(str(it.folder), it.repeats)
-        requests = [
-            CollectRequest((Path(folder),), recursive=False, repeats=reps, exclude=left_out)
-            for folder, reps in wanted.items()
-            if folder not in have
-        ]
-        if requests:
-            self._start_scan(requests, ImportReport())
+            it.repeats = plan.repeats_of(it)
+        if plan.to_read:
+            self._start_scan(plan.to_read, ImportReport())
         self._rebuild_folders_table()
         self._schedule_summary()
         self.empty_hint.setVisible(not self.items and not self._scans)
