@@ -67,6 +67,7 @@ class MainWindow(PresetFileActions, QMainWindow):
 
     def __init__(self, store: PresetStore | None = None, settings: QSettings | None = None):
         super().__init__()
+        wheel_guard.install()  # first: every widget made from now on is guarded as it is first shown
         self.settings = settings or QSettings()
         self.store = store or PresetStore()
         self.binding = ConfigBinding(TrainingConfig(), self)
@@ -86,7 +87,6 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.statusBar().showMessage("Ready")
         self.binding.changed.connect(self._on_config_changed)
         self._restore_state()
-        wheel_guard.guard(self)  # the wheel scrolls pages; it changes a setting only once focused
         for err in self.store.errors:
             self.statusBar().showMessage(f"Skipped a broken preset: {err}", 10000)
 
