@@ -89,6 +89,25 @@ def test_preset_combo_loads_and_save_as_roundtrip(window, qtbot, monkeypatch):
     assert window.binding.config.network.rank == 24
 
 
+def test_deleting_a_preset_asks_first(window, monkeypatch):
+    """File > Delete preset asks through the message helper (patched here: the box is the helper's business)."""
+    from PySide6.QtWidgets import QInputDialog
+
+    from guitrainer.ui.widgets import messages
+
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Mine", True)))
+    window.save_preset_as()
+    asked: list[str] = []
+    monkeypatch.setattr(messages, "question", lambda _parent, _title, text, *a, **k: asked.append(text) or "no")
+    window.delete_preset()
+    assert "Mine" in window.store.presets and window.current_preset == "Mine"
+    assert asked == ["Delete your preset “Mine”?"]
+    monkeypatch.setattr(messages, "question", lambda *a, **k: "yes")
+    window.delete_preset()
+    assert "Mine" not in window.store.presets and window.current_preset == ""
+    assert window.preset_combo.findData("Mine") == -1
+
+
 def test_last_preset_and_geometry_remembered(qtbot, tmp_path):
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     store = PresetStore(user_dir=tmp_path / "p")

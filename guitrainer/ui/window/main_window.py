@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMessageBox,
     QStackedWidget,
     QStyle,
     QToolBar,
@@ -40,8 +39,9 @@ from guitrainer.config import ConfigError, TrainingConfig
 from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.widgets import wheel_guard
+from guitrainer.ui.widgets import messages, wheel_guard
 from guitrainer.ui.widgets.drops import local_paths
+from guitrainer.ui.widgets.messages import MessageBox
 from guitrainer.ui.window.preset_files import PresetFileActions
 from guitrainer.ui.window.workspace import (
     DATASET_KEYS,
@@ -74,8 +74,8 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.current_preset: str = ""
         self._dirty = False
         self._quit_answered = False  # the unsaved-settings question on quit was answered
-        self.preset_box: QMessageBox | None = None  # the open "save before another preset?" question
-        self.quit_box: QMessageBox | None = None  # the open "save before quitting?" question
+        self.preset_box: MessageBox | None = None  # the open "save before another preset?" question
+        self.quit_box: MessageBox | None = None  # the open "save before quitting?" question
         self.setWindowTitle(APP_NAME)
         icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
         if icon_path.exists():
@@ -418,9 +418,7 @@ class MainWindow(PresetFileActions, QMainWindow):
     # ------------------------------------------------------------------ misc
     def _error(self, title: str, text: str) -> None:
         log.warning("%s: %s", title, text)
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
-        box.setObjectName("error_box")
-        box.open()
+        messages.warning(self, title, text, name="error_box")
 
     def show_environment(self, first_run: bool = False):  # noqa: ANN201
         """Help ▸ Environment: the machine's facts, each problem with its fix (probe in the background)."""
@@ -455,7 +453,7 @@ class MainWindow(PresetFileActions, QMainWindow):
             self.show_environment(first_run=True)
 
     def _about(self) -> None:
-        QMessageBox.about(
+        messages.about(
             self,
             f"About {APP_NAME}",
             f"<b>{APP_NAME}</b> {__version__}<br>Train a Stable Diffusion LoRA on your own GPU, "

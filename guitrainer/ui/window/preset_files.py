@@ -8,12 +8,13 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QInputDialog, QMessageBox
+from PySide6.QtWidgets import QInputDialog
 
 from guitrainer import APP_NAME
 from guitrainer.config import ConfigError, load_toml, save_toml
 from guitrainer.config.presets import read_preset
 from guitrainer.ui import start_dirs
+from guitrainer.ui.widgets import messages
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QSettings
@@ -86,7 +87,7 @@ class PresetFileActions:
         if not name or self._is_shipped(name):
             self._error("Cannot delete", "Only your own presets can be deleted.")
             return
-        if QMessageBox.question(self, "Delete preset", f"Delete your preset “{name}”?") != QMessageBox.StandardButton.Yes:
+        if messages.question(self, "Delete preset", f"Delete your preset “{name}”?") != "yes":
             return
         self.store.delete(name)
         self.current_preset = ""
