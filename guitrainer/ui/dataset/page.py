@@ -11,8 +11,10 @@ from a thread pool; the summary (buckets, steps, tag counts) is computed in slic
 (:class:`~guitrainer.ui.dataset.summary.SummaryRunner`). Removing images from the dataset never deletes
 files; "Delete files…" asks first and moves them to the trash.
 
-Split by concern: the tool bar (``dataset_toolbar``), scanning (``dataset_scan``), the summary
-(``dataset_summary``); the numbers and reports themselves live in ``core.dataset_report`` (no Qt).
+Split by concern: the tool bar (``toolbar``), scanning (``scan``), the summary (``summary``), caption writes
+(``captions``: :class:`~guitrainer.ui.dataset.captions.CaptionOperations`, which the page owns); the numbers
+and reports themselves live in ``core.dataset.report``, the folder list's sync with the config in
+``core.dataset.folder_sync`` (no Qt).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset.caption_editor import CaptionEditor, CaptionJobRunner
 from guitrainer.ui.dataset.captioning import CaptioningPanel
-from guitrainer.ui.dataset.captions import CaptionOps
+from guitrainer.ui.dataset.captions import CaptionOperations
 from guitrainer.ui.dataset.folder_table import FolderTable
 from guitrainer.ui.dataset.grid import (
     confirm_delete,
@@ -95,7 +97,7 @@ _SUMMARY_KEYS = {
 }
 
 
-class DatasetPage(CaptionOps, Page):
+class DatasetPage(Page):
     """The dataset workspace. The main window forwards drops to :meth:`add_paths`."""
 
     title = "Dataset"
@@ -104,7 +106,7 @@ class DatasetPage(CaptionOps, Page):
     import_finished = Signal(object)  # ImportReport, when its images are all in the grid
     items_changed = Signal()  # images added or removed
     status_changed = Signal(str)
-    #: once per :meth:`apply_tag_operation`, when it is done: its CaptionEdit, or None (no images, failed)
+    #: once per ``captions.apply_tag_operation``, when it is done: its CaptionEdit, or None (no images, failed)
     tag_operation_finished = Signal(object)
 
     def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
@@ -112,7 +114,6 @@ class DatasetPage(CaptionOps, Page):
         self.undo_stack = QUndoStack(self)
         # bulk caption writes (tag operations, their undo / redo) run here, off the GUI thread
         self.caption_jobs = CaptionJobRunner(self.undo_stack, self)
-        self._when_idle: list[Callable[[], None]] = []  # waits for caption_jobs to finish
         self.loader = ThumbnailLoader(self)
         self.model = DatasetModel(self.loader, self)
         self.proxy = DatasetFilterProxy(self)
@@ -138,8 +139,22 @@ class DatasetPage(CaptionOps, Page):
         self.summary_runner.failed.connect(lambda why: self.strip.setText(f"Buckets: {why}"))
         self._shown_frequencies: list[tuple[str, int]] | None = None
         self._build_actions()
+        self.captions = CaptionOperations(
+            model=self.model,
+            proxy=self.proxy,
+            editor=self.editor,
+            tag_tools=self.tag_tools,
+            captioning=self.captioning,
+            jobs=self.caption_jobs,
+            undo_stack=self.undo_stack,
+            undo_actions=(self.undo_action, self.redo_action),
+            binding=binding,
+            selected_items=self.selected_items,
+            show_status=self.show_status,
+            schedule_summary=self._schedule_summary,
+            tag_operation_finished=self.tag_operation_finished.emit,
+        )
         self.editor.runner = self.caption_jobs
-        self.caption_jobs.busy_changed.connect(self._on_caption_jobs_busy)
         self.caption_jobs.progress.connect(self._show_progress)
 
         self.setAcceptDrops(True)
@@ -188,18 +203,16 @@ class DatasetPage(CaptionOps, Page):
         self.strip.setObjectName("summary_strip")
         ll.addWidget(self.strip)
 
-        self.editor = CaptionEditor(self.undo_stack, self.loader, self._on_captions_changed, self)
+        # its autosaves' undo steps report through the caption operations (made once the actions exist)
+        self.editor = CaptionEditor(
+            self.undo_stack, self.loader, lambda paths, written: self.captions.captions_changed(paths, written), self
+        )
         self.editor.status_message.connect(self.show_status)
-        self.editor.caption_saved.connect(self._on_caption_saved)
         self.editor.next_requested.connect(lambda: self.step_current(1))
         self.editor.previous_requested.connect(lambda: self.step_current(-1))
         self.tag_tools = TagToolsPanel(self)
-        self.tag_tools.operation_requested.connect(self.apply_tag_operation)
         self.tag_tools.tag_clicked.connect(self.filter_by_tag)
         self.captioning = CaptioningPanel(self)
-        self.captioning.start_requested.connect(self._start_captioning)
-        self.captioning.captioned.connect(self._on_auto_caption)
-        self.captioning.run_finished.connect(self._on_captioning_finished)
         self.summary = SummaryPanel(self)
         self.tabs = QTabWidget(self)
         self.tabs.setObjectName("dataset_tabs")
@@ -370,6 +383,12 @@ class DatasetPage(CaptionOps, Page):
         self.show_status(msg)
         return len(gone)
 
+    def _show_progress(self, text: str) -> None:
+        """Progress of a caption job: the status line (and window) show it; not logged, unlike show_status."""
+        self.status.setText(text)
+        self.status.setToolTip("")
+        self.status_changed.emit(text)
+
     def show_status(self, text: str, details: str = "") -> None:
         self.last_status = text
         self.status.setText(text)
@@ -519,7 +538,7 @@ class DatasetPage(CaptionOps, Page):
         elif path == "dataset.exclude" and not self._syncing:
             self._reconcile_from_config(rescan=True)  # edited by hand: drop and bring back images to match
         elif path == "dataset.caption_extension":
-            self._reload_captions()
+            self.captions.reload()
         elif path == "dataset.resolution":
             res = self.binding.get(path)
             for it in self.items:
