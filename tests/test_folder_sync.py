@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from guitrainer.core.dataset import scan as ds
+from guitrainer.base.paths import path_key
 from guitrainer.core.dataset.folder_sync import (
     folders_of,
     images_per_folder,
@@ -40,7 +40,7 @@ def test_removed_images_are_left_out_only_while_their_folder_stays(tmp_path):
     brings it back. b loses its only image: b leaves ``dataset.folders``, so its image needs no entry."""
     a, b = tmp_path / "a", tmp_path / "b"
     a1, a2, b1 = item(a, "1.png"), item(a, "2.png"), item(b, "1.png")
-    assert left_out_on_removal([a1, b1], remaining=[a2]) == [ds.normalized(a1.image_path)]
+    assert left_out_on_removal([a1, b1], remaining=[a2]) == [path_key(a1.image_path)]
     assert left_out_on_removal([a1, a2], remaining=[b1]) == []
 
 
@@ -62,7 +62,7 @@ def test_a_loaded_config_drops_other_folders_and_left_out_images_and_sets_repeat
     assert plan.repeats_of(b1) == 1  # not configured: keeps its own (it goes anyway)
     (request,) = plan.to_read  # a is shown already: only c is read
     assert request.paths == (c,) and request.repeats == 2 and request.recursive is False
-    assert request.exclude == frozenset({ds.normalized(a / "2.png")})
+    assert request.exclude == frozenset({path_key(a / "2.png")})
 
 
 def test_an_unchanged_config_changes_nothing_unless_a_rescan_is_asked_for(tmp_path):

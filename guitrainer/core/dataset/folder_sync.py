@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from guitrainer.core.dataset import scan as ds
-from guitrainer.core.dataset.folders import Folder
+from guitrainer.base.paths import path_key
+from guitrainer.config import DatasetFolder
 from guitrainer.core.dataset.report import CollectRequest
 from guitrainer.core.dataset.scan import DatasetItem
 
@@ -44,7 +44,7 @@ def left_out_on_removal(removed: Iterable[DatasetItem], remaining: Iterable[Data
     ``dataset.folders`` instead, and its images need no entry.
     """
     kept_folders = {it.folder for it in remaining}
-    return [ds.normalized(it.image_path) for it in removed if it.folder in kept_folders]
+    return [path_key(it.image_path) for it in removed if it.folder in kept_folders]
 
 
 def with_left_out(excluded: Sequence[str], paths: Iterable[str]) -> list[str]:
@@ -66,7 +66,7 @@ class Reconciliation:
 
 
 def reconcile(
-    items: Sequence[DatasetItem], folders: Sequence[Folder], excluded: Iterable[str], *, rescan: bool = False
+    items: Sequence[DatasetItem], folders: Sequence[DatasetFolder], excluded: Iterable[str], *, rescan: bool = False
 ) -> Reconciliation:
     """The page shows ``items``; the config now names ``folders`` and leaves out ``excluded`` (a preset or a
     file was loaded, or another editor changed them). What makes the page show exactly those folders' images?
@@ -81,8 +81,8 @@ def reconcile(
     """
     wanted = {str(Path(f.path).expanduser()): f.repeats for f in folders}
     shown = set() if rescan else {folder for folder, _ in folders_of(items)}
-    left_out = frozenset(ds.normalized(p) for p in excluded)
-    gone = [it for it in items if str(it.folder) not in wanted or ds.normalized(it.image_path) in left_out]
+    left_out = frozenset(path_key(p) for p in excluded)
+    gone = [it for it in items if str(it.folder) not in wanted or path_key(it.image_path) in left_out]
     to_read = [
         CollectRequest((Path(folder),), recursive=False, repeats=repeats, exclude=left_out)
         for folder, repeats in wanted.items()

@@ -1,4 +1,4 @@
-"""Image folders on disk: one spelling per folder, and the images each folder gives training.
+"""Image folders on disk: the images each folder gives training.
 
 Found by a directory listing only (no image is opened), as training reads a folder: the images directly in
 it, not those in its subfolders. The start check's fuller look (left-out images, duplicates across folders,
@@ -9,30 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
-from guitrainer.base.paths import expand
+from guitrainer.config import DatasetFolder
 from guitrainer.core.dataset import scan as ds
-
-
-class Folder(Protocol):
-    """A configured folder: ``dataset.folders`` and ``dataset.regularization_folders`` hold these."""
-
-    path: str
-    repeats: int
-
-
-def folder_key(path: str) -> str:
-    """One spelling per folder, to tell whether two paths name the same folder (a class folder that is also a
-    training folder, a folder added twice).
-
-    ``$VARS`` and ``~`` are expanded as training expands them, then ``..`` and symlinks are resolved. A path
-    that cannot be resolved (a NUL byte in the text, a symlink loop, no home folder) is its own key.
-    """
-    try:
-        return str(expand(path).resolve())
-    except (OSError, ValueError, RuntimeError):  # Python 3.11 raises RuntimeError on a symlink loop
-        return path
 
 
 def list_images(folder: str | Path, caption_extension: str = ".txt") -> list[Path]:
@@ -40,7 +19,7 @@ def list_images(folder: str | Path, caption_extension: str = ".txt") -> list[Pat
     return [c.path for c in ds.collect([folder], caption_extension, recursive=False, repeats=1).candidates]
 
 
-def training_images(folders: Sequence[Folder], caption_extension: str = ".txt") -> list[tuple[str, int]]:
+def training_images(folders: Sequence[DatasetFolder], caption_extension: str = ".txt") -> list[tuple[str, int]]:
     """Every image of ``folders`` with its folder's repeats: the ``train_counts`` that
     :func:`guitrainer.core.dataset.regularization.class_usage` takes.
 

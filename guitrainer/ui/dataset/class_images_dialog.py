@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.base.paths import expand
+from guitrainer.base.paths import expand, path_key
 from guitrainer.config import ModelConfig
-from guitrainer.core.dataset.folders import folder_key, training_images
+from guitrainer.core.dataset.folders import training_images
 from guitrainer.core.dataset.regularization import class_usage
 from guitrainer.core.dataset.report import plural
 from guitrainer.ui import start_dirs
@@ -200,7 +200,7 @@ class GenerateClassImagesDialog(QDialog):
         if not folder:
             self.status.setText("Choose a folder for the class images.")
             return False
-        if folder_key(folder) in {folder_key(f.path) for f in self.binding.get("dataset.folders")}:
+        if path_key(folder) in {path_key(f.path) for f in self.binding.get("dataset.folders")}:
             self.status.setText("That folder holds training images; choose a separate folder for class images.")
             return False
         self._stop.clear()

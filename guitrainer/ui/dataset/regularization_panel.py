@@ -26,8 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.paths import path_key
 from guitrainer.config import DatasetFolder, repeats_from_name
-from guitrainer.core.dataset.folders import folder_key, list_images, training_images
+from guitrainer.core.dataset.folders import list_images, training_images
 from guitrainer.core.dataset.regularization import class_usage
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, make_editor
@@ -162,8 +163,8 @@ class RegularizationPanel(QWidget):
     def add_folders(self, paths: Sequence[str | Path]) -> list[str]:
         """Add folders (an image file adds its folder); kohya ``N_name`` sets repeats. Returns those added."""
         current = self.folders()
-        have = {folder_key(f.path) for f in current}
-        training = {folder_key(f.path) for f in self.binding.get("dataset.folders")}
+        have = {path_key(f.path) for f in current}
+        training = {path_key(f.path) for f in self.binding.get("dataset.folders")}
         added: list[str] = []
         refused: list[str] = []
         for raw in paths:
@@ -173,7 +174,7 @@ class RegularizationPanel(QWidget):
             if not p.is_dir():
                 refused.append(f"{p.name}: not a folder")
                 continue
-            key = folder_key(str(p))
+            key = path_key(str(p))
             if key in training:
                 refused.append(f"{p.name}: it is a training folder")
                 continue
@@ -271,7 +272,7 @@ class RegularizationPanel(QWidget):
     def _on_generated(self, folder: str, result: object) -> None:
         for p in getattr(result, "paths", ()):
             self.loader.forget(p)
-        if folder_key(folder) not in {folder_key(f.path) for f in self.folders()}:
+        if path_key(folder) not in {path_key(f.path) for f in self.folders()}:
             self.add_folders([folder])
         else:
             self.refresh()
