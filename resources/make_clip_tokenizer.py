@@ -6,9 +6,9 @@ The ``.gz`` ships inside the ``open_clip_torch`` wheel (``open_clip/bpe_simple_v
     python resources/make_clip_tokenizer.py /tmp/oclip/open_clip_torch-*.whl      # or the extracted .gz
 
 The result is token for token the tokenizer of ``openai/clip-vit-large-patch14`` (SD 1.5's ``tokenizer/``,
-SDXL's ``tokenizer/`` and ``tokenizer_2/``): 49408 entries = 256 byte characters, the same 256 with
+SDXL's and SD 3.5's ``tokenizer/`` and ``tokenizer_2/``): 49408 entries = 256 byte characters, the same 256 with
 ``</w>``, the merges from lines 1..48894 of the BPE file, then ``<|startoftext|>`` and ``<|endoftext|>``.
-SDXL's ``tokenizer_2`` is the same vocabulary with pad token ``!`` (OpenCLIP pads with id 0).
+SDXL's and SD 3.5's ``tokenizer_2`` is the same vocabulary with pad token ``!`` (OpenCLIP pads with id 0).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ TARGETS = {  # folder -> pad token
     "sd15/tokenizer": "<|endoftext|>",
     "sdxl/tokenizer": "<|endoftext|>",
     "sdxl/tokenizer_2": "!",
+    "sd35/tokenizer": "<|endoftext|>",
+    "sd35/tokenizer_2": "!",
 }
 
 

@@ -1,0 +1,5 @@
+"""Stable Diffusion 3.5 (Large, Medium; SD 3 Medium too): the engine side of the family seam (DESIGN.md §2).
+
+Modules: :mod:`.convert` (MMDiT ⇄ diffusers names), :mod:`.loading` (folder, checkpoint, split files),
+:mod:`.loaded` (the LoadedModel it makes).
+"""
