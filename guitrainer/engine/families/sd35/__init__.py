@@ -2,5 +2,6 @@
 
 Modules: :mod:`.convert` (MMDiT ⇄ diffusers names), :mod:`.loading` (folder, checkpoint, split files),
 :mod:`.loaded` (the LoadedModel it makes), :mod:`.text` (the three text encoders),
-:mod:`.objective` (flow matching), :mod:`.network` (LoRA targets).
+:mod:`.objective` (flow matching), :mod:`.network` (LoRA targets), :mod:`.export` (the LoRA file layouts),
+:mod:`.sampling`.
 """
