@@ -1,0 +1,110 @@
+"""SD 3.5 on the family seam: :class:`SD35` answers every :class:`~guitrainer.engine.families.base.Family`
+question by delegating to this package's modules, one concern each."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from guitrainer.config import NetworkConfig, TrainingConfig
+from guitrainer.core.families.sd35 import FACTS
+from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
+from guitrainer.engine.families.sd35 import export, loading, metadata, objective, sampling
+from guitrainer.engine.families.sd35 import network as targets
+from guitrainer.engine.families.sd35 import text as prompts
+from guitrainer.engine.models.types import LoadedModel
+
+_BLOCK = re.compile(r"(?:^|\.)transformer_blocks\.(\d+)\.")
+
+
+class SD35(Family):
+    """Stable Diffusion 3.5 Large and Medium (and SD 3 Medium, the same code): MMDiT, three text encoders,
+    flow matching."""
+
+    facts = FACTS
+    #: frozen Linear / Conv layers that keep the compute dtype when the blocks' weights are stored in fp8 / int8 /
+    #: nf4 (regexes on the module path): the embedders and the final layer, as the peers' consensus does
+    #: (research note fit.md §2). The norms are no Linears and never cast; the blocks' adaLN Linears
+    #: (``norm1.linear``) are a third of the weights and are stored like the rest, so no bare "norm" here.
+    storage_skip_patterns: tuple[str, ...] = (
+        r"(^|\.)pos_embed\.", r"(^|\.)context_embedder$", r"(^|\.)time_text_embed\.", r"(^|\.)norm_out\.",
+        r"(^|\.)proj_out$", "lora_",
+    )
+
+    # ------------------------------------------------------------------ files
+    def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
+        return loading.load_folder(path, local_files_only=local_files_only)
+
+    def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
+        return loading.load_single_file(Path(path), state, config_dir=Path(config_dir))
+
+    def load_parts(self, parts: ModelParts, *, config_dir: Path) -> LoadedModel:
+        return loading.load_parts(parts, config_dir=Path(config_dir))
+
+    # ------------------------------------------------------------------ text
+    def encode_text(
+        self, model: LoadedModel, text_encoders: Sequence[nn.Module], captions: list[str], device: torch.device
+    ) -> TextConditioning:
+        return prompts.encode(model, text_encoders, captions, device)
+
+    def trainable_text_encoders(self, model: LoadedModel) -> list[int]:
+        return [i for i in targets.TRAINABLE_TEXT_ENCODERS if i < len(model.text_encoders)]
+
+    # ------------------------------------------------------------------ objective
+    def draw(self, config: TrainingConfig, model: LoadedModel, latents: torch.Tensor, timesteps: torch.Tensor | None) -> Draw:
+        return objective.draw(config, latents, timesteps)
+
+    def predict(
+        self, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning, batch: Mapping[str, Any]
+    ) -> torch.Tensor:
+        return objective.predict(denoiser, draw, text, batch)
+
+    def loss(self, config: TrainingConfig, model: LoadedModel, prediction: torch.Tensor, draw: Draw, latents: torch.Tensor) -> torch.Tensor:
+        return objective.loss(config, prediction, draw, latents)
+
+    def validation_timesteps(self, config: TrainingConfig, count: int) -> list[float]:
+        return objective.validation_timesteps(config, count)
+
+    # ------------------------------------------------------------------ network
+    def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
+        return targets.denoiser_targets(network)
+
+    def text_encoder_targets(self, model: LoadedModel, index: int, network: NetworkConfig) -> tuple[str, ...]:
+        return targets.text_encoder_targets(index, network)
+
+    def kohya_state_dict(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> dict[str, torch.Tensor]:
+        return export.kohya_state_dict(denoiser, text_encoders, alpha)
+
+    def metadata(self, config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
+        return metadata.metadata(config, model)
+
+    # ------------------------------------------------------------------ beyond the seam (see the package docstring)
+    def load_lora(
+        self, sd: Mapping[str, torch.Tensor], denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (), *,
+        strict: bool = True, skipped: list[str] | None = None,
+    ) -> int:
+        """Continue from LoRA: a kohya- or diffusers-layout file into the injected peft layers."""
+        return export.load_into(sd, denoiser, text_encoders, strict=strict, skipped=skipped)
+
+    def diffusers_state_dict(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The LoRA in diffusers' PEFT layout (what ``StableDiffusion3Pipeline.load_lora_weights`` reads)."""
+        return export.diffusers_state_dict(denoiser, text_encoders, alpha)
+
+    # ------------------------------------------------------------------ sampling
+    def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:
+        return sampling.pipeline(model, scheduler, device, dtype)
+
+    # ------------------------------------------------------------------ numerics
+    def block_of(self, module_name: str) -> str | None:
+        """"joint N" for the modules of joint block N; None for the embedders and the final layer."""
+        found = _BLOCK.search(module_name)
+        return f"joint {found.group(1)}" if found else None
