@@ -76,10 +76,10 @@ def _real_bnb_step(
 def _engine_model(targets: str, rank: int) -> list[torch.nn.Module]:
     """The demo model as the engine loads it, with the engine's LoRA on the UNet and the text encoder."""
     from guitrainer.engine.models.demo import ensure_demo_model
-    from guitrainer.engine.models.loading import load_diffusers_folder
+    from guitrainer.engine.models.loading import load_folder
     from guitrainer.engine.network import lora
 
-    model = load_diffusers_folder(ensure_demo_model(), family="demo")
+    model = load_folder(ensure_demo_model(), "demo")
     lora.inject_unet_lora(model.denoiser, rank, float(rank), 0.0, targets)
     for te in model.text_encoders:
         lora.inject_text_encoder_lora(te, rank, float(rank))

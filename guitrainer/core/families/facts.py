@@ -25,12 +25,14 @@ class PrecisionFacts:
 
     ``released``: the dtype the authors published the weights in. ``fp16_overflows``: a sentence naming where
     fp16 overflows, with its source ("" when nothing is published). ``recommended``: the training precision
-    on hardware that has it (None: the device decides, as for the UNets).
+    on hardware that has it (None: the device decides, as for the UNets). ``vae_upcast``: the family's VAE
+    overflows in fp16 unless its config says otherwise (``force_upcast`` false, as SDXL's fp16-fixed VAE).
     """
 
     released: str = "fp16"
     fp16_overflows: str = ""
     recommended: str | None = None
+    vae_upcast: bool = False
     sources: tuple[str, ...] = ()
 
 
