@@ -16,3 +16,5 @@ FAMILY_LABELS: dict[str, str] = {
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 #: the families trained with flow matching (the ``[flow]`` settings apply to them)
 FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35")
+#: the families trained on a DDPM schedule (epsilon / v-prediction: min-SNR-γ, noise offset and the like apply)
+DIFFUSION_FAMILIES: tuple[str, ...] = ("demo", "sd15", "sdxl")
