@@ -129,7 +129,7 @@ def fit(rows: list[dict[str, Any]]) -> tuple[dict[tuple[str, str, bool], tuple[f
         vae_rows: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
             cfg = config_for(r)
-            spec = specs.MODEL_SPECS[r["family"]]
+            spec = specs.spec_of(r["family"])
             y = float(r["measured_peak"]) - _non_activation(cfg)
             if _bool(r["train_text_encoder"]):
                 continue

@@ -16,7 +16,8 @@ import torch
 
 from guitrainer.base.paths import resources_dir
 from guitrainer.config import ModelConfig
-from guitrainer.engine.models.loading import check_config_dir, load_base_model, load_diffusers_folder
+from guitrainer.engine.families.stable_diffusion import CONFIG_FILES, SDXL_CONFIG_FILES, check_config_dir
+from guitrainer.engine.models.loading import load_base_model, load_folder
 from guitrainer.engine.models.singlefile import to_original_layout
 from guitrainer.engine.models.types import ModelLoadError
 
@@ -36,7 +37,7 @@ def save_single_file(folder: Path, family: str, target: Path) -> Path:
     """The folder's weights as one original-layout .safetensors (the civitai kind)."""
     from safetensors.torch import save_file
 
-    m = load_diffusers_folder(folder, family=family)
+    m = load_folder(folder, family)
     save_file(to_original_layout(m.denoiser, m.vae, m.text_encoders, family), str(target))
     return target
 
@@ -152,7 +153,7 @@ def test_shipped_config_folders_are_complete():
     from transformers import CLIPTokenizer
 
     for fam in ("sd15", "sdxl"):
-        check_config_dir(RES / fam, fam)
+        check_config_dir(RES / fam, SDXL_CONFIG_FILES if fam == "sdxl" else CONFIG_FILES)
         index = json.loads((RES / fam / "model_index.json").read_text())
         for name, value in index.items():
             if isinstance(value, list) and value[0] is not None:

@@ -103,6 +103,7 @@ class Saver:
                     alpha=self.config.network.alpha,
                     metadata=self.metadata(),
                     on_fp16_overflow="bf16",
+                    family=s.model.family,
                 )
         except Exception as e:  # noqa: BLE001 - any failure to write (safetensors' own errors too) is a save error
             err = explain_write_error(path, e)

@@ -52,9 +52,11 @@ import torch
 import torch.utils.checkpoint
 
 from guitrainer.base.units import format_bytes
+from guitrainer.core.families.registry import facts
 from guitrainer.core.memory import network, specs
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 from guitrainer.engine import amp_step
+from guitrainer.engine.families.stable_diffusion import added_conditioning
 from guitrainer.engine.memory.model_spec import build_on_meta, component_configs
 from guitrainer.engine.memory.modes import (
     CUDA_BLOCK,
@@ -240,7 +242,8 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     p, net = config.precision, config.network
     wdtype = _DTYPES[p.training]
     # as the trainer on a GPU: SDXL's own VAE stays fp32 under fp16, an fp16-safe one (force_upcast false) does not
-    vae_dtype = torch.float32 if vae_needs_fp32(p.training, family, not vae_fp16_safe(config), "cuda") else wdtype
+    upcasts = facts(family).precision.vae_upcast
+    vae_dtype = torch.float32 if vae_needs_fp32(p.training, upcasts, not vae_fp16_safe(config), "cuda") else wdtype
     cfgs = component_configs(family)
     ckpt_kwargs: dict[str, Any] = {"use_reentrant": False}
     if emulate_autocast and p.training != "fp32":
@@ -310,7 +313,7 @@ def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: A
         if ucfg.get("addition_embed_type") == "text_time" and pooled is None:
             n_pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
             pooled = torch.randn(b, n_pooled, device=device, dtype=wdtype)
-        added = amp_step.added_conditioning(pooled, None, res, torch.device(device), text.dtype)
+        added = added_conditioning(pooled, None, res, torch.device(device), text.dtype)
         drawn = amp_step.draw_noise(info["scheduler"], latents)
         loss = amp_step.prediction_loss(run.denoiser, info["scheduler"], "epsilon", latents, drawn, text, added)
         del drawn, text, pooled, added
