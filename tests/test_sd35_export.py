@@ -264,3 +264,24 @@ def test_full_size_names_and_fused_shapes_on_meta(folder, depth, modules):
     assert sd["lora_unet_joint_blocks_0_x_block_adaLN_modulation_1.lora_up.weight"].shape == ((9 if dual else 6) * h, RANK)
     key_map = comfy.unet_key_map(list(comfy.original_weights(base, depth)), depth)
     assert names - set(key_map) == set()
+
+
+def test_the_seams_continue_from_lora_reads_a_file_and_lists_what_it_skips(tiny, trained, tmp_path):
+    from safetensors.torch import save_file
+
+    from guitrainer.engine.families.registry import family
+
+    model, _ = trained
+    lora = export.kohya_state_dict(denoiser_of(model), model.text_encoders)
+    lora["lora_unet_context_embedder.lora_down.weight"] = torch.zeros(RANK, 2304)
+    lora["lora_unet_context_embedder.lora_up.weight"] = torch.zeros(192, RANK)
+    path = tmp_path / "continue.safetensors"
+    save_file(lora, str(path))
+    fresh = _fresh(tiny)
+    skipped: list[str] = []
+    cfg = config_with(network__target_modules="attention_ff_proj").network
+    set_count = family("sd35").load_lora_file(path, cfg, denoiser_of(fresh), fresh.text_encoders, skipped)
+    assert skipped == ["lora_unet_context_embedder"]
+    assert set_count == len([k for k in lora if k.endswith(".lora_down.weight")]) - 1
+    with pytest.raises(LoraFormatError, match="set network.type to 'lora'"):
+        family("sd35").load_lora_file(path, config_with(network__type="loha").network, denoiser_of(fresh), [], [])

@@ -8,6 +8,7 @@ import torch
 from helpers import config_with
 from helpers.tiny_sd35 import build_tiny_sd35
 
+from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.sd35 import FACTS
 from guitrainer.engine.families.registry import family
 from guitrainer.engine.families.sd35 import SD35
@@ -38,9 +39,11 @@ def test_the_clips_are_trainable_and_t5_is_not(model):
     fam = family("sd35")
     assert fam.trainable_text_encoders(model) == [0, 1]
     assert fam.text_encoder_targets(model, 2, config_with().network) == ()
+    assert torch.equal(fam.timestep_tensor([0.25, 0.5], torch.device("cpu")), torch.tensor([0.25, 0.5]))
+    assert fam.validation_timesteps(config_with(), model, 2) == [0.25, 0.75]
 
 
-def test_metadata_names_the_model_and_the_recipe_as_sd_scripts_does(model):
+def test_metadata_names_the_model_and_the_recipe_as_sd_scripts_does(model, tiny):
     meta = family("sd35").metadata(config_with(), model)
     assert meta == {
         "ss_network_module": "networks.lora_sd3",
@@ -57,6 +60,10 @@ def test_metadata_names_the_model_and_the_recipe_as_sd_scripts_does(model):
         "ss_apply_lg_attn_mask": "False",
         "ss_apply_t5_attn_mask": "False",
     }
+    # before the model loads, the base model's files say which it is; else SD 3.5 Large
+    assert family("sd35").metadata(config_with(model__base=str(tiny.folder)), None)["ss_base_model_version"] == "5-medium"
+    assert family("sd35").metadata(config_with(model__base=str(tiny.single_file)), None)["ss_base_model_version"] == "5-medium"
+    assert family("sd35").metadata(config_with(model__base="stabilityai/x"), None)["modelspec.architecture"] == "stable-diffusion-v3.5-large/lora"
     other = family("sd35").metadata(
         config_with(flow__timestep_sampling="uniform", flow__discrete_flow_shift=1.0, flow__model_prediction_type="raw"), model
     )
@@ -89,5 +96,8 @@ def test_samples_come_from_stable_diffusion_3s_pipeline(model, with_t5):
     pipe = fam.pipeline(model)
     assert type(pipe).__name__ == "StableDiffusion3Pipeline" and pipe.transformer is denoiser_of(model)
     assert (pipe.text_encoder_3 is not None) == with_t5 and pipe.scheduler.config.shift == 3.0
-    image = pipe("a red circle", generator=torch.Generator().manual_seed(0), **fam.pipeline_kwargs(16, 16, 2, 1.0)).images[0]
+    assert fam.size_multiple(model) == 4  # the tiny VAE's 2 levels (×2) times the 2 × 2 patch
+    prompt = SamplePrompt("a red circle", "", 16, 16, steps=2, guidance_scale=1.0, seed=0)
+    with torch.no_grad():
+        image = fam.sample(pipe, model, prompt, 16, 16, torch.Generator().manual_seed(0))
     assert image.size == (16, 16)

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import pytest
 
+from guitrainer.core.families import sd35
+from guitrainer.core.memory import specs
 from guitrainer.engine.families.sd35 import spec
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("version", ["5-large", "5-medium"])
+def test_the_tables_core_ships_are_what_meta_builds(version):
+    assert spec.parameter_table(version).spec == sd35.SPECS[version]
+
+
+def test_the_estimator_finds_the_family_table():
+    assert specs.spec_of("sd35") is sd35.SPECS["5-large"]
 
 
 def test_parts_parameter_counts():

@@ -17,14 +17,16 @@ same structure trains the same way and is said to be one.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from guitrainer.core.families import parts
-from guitrainer.core.families.facts import FamilyFacts, FileVerdict, PrecisionFacts
+from guitrainer.core.families.facts import FamilyFacts, FileVerdict, ModelSpec, PrecisionFacts
 
 #: the prefix of the transformer's keys in Stability's and ComfyUI's checkpoints
 MMDIT_PREFIX = "model.diffusion_model."
@@ -228,6 +230,27 @@ def detect_file(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: s
     ), None
 
 
+def version_of_base(base: str) -> str | None:
+    """sd-scripts' model name of the base model a config names (a diffusers folder's transformer config, or a file's
+    header), None when its files do not say — for metadata written before the model is loaded."""
+    # here, not at the top: core.model.checkpoint imports the family registry, which imports this module
+    from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
+
+    path = Path(str(base)).expanduser()
+    config = path / "transformer" / "config.json"
+    try:
+        if config.is_file():
+            return version_of_config(json.loads(config.read_text(encoding="utf-8")))
+        if path.is_file() and path.suffix.lower() == ".safetensors":
+            header = read_safetensors_header(path)[0]
+            prefix = mmdit_prefix(header)
+            shape = mmdit_shape(mmdit_keys(header, prefix)) if prefix is not None else None
+            return shape.version if isinstance(shape, MmditShape) else None
+    except (OSError, ValueError, CheckpointError):
+        return None
+    return None
+
+
 def detect_folder(model_index: Mapping[str, Any]) -> bool:
     """A diffusers folder of SD 3 / 3.5 (``StableDiffusion3Pipeline`` and its img2img / inpaint siblings)."""
     return str(model_index.get("_class_name", "")).startswith("StableDiffusion3")
@@ -347,6 +370,60 @@ def _take(
     sources[component] = (file, key_prefix)
 
 
+# --------------------------------------------------------------------------- the estimator's tables
+
+#: parameter counts and LoRA layer tables of the released sizes, computed from the shipped configs
+#: (``resources/models/sd35``) on ``meta`` by :func:`guitrainer.engine.families.sd35.spec.parameter_table`
+#: (``tests/test_sd35_spec.py`` recomputes them). Text encoders: CLIP-L, CLIP-G, T5-XXL; T5 trains no LoRA. The
+#: adaLN modulation layers (in ``attention_ff_proj``) see one vector per image, listed at 0 like the text stream.
+# fmt: off
+SPECS: dict[str, ModelSpec] = {
+    "5-large": ModelSpec(
+        family="sd35",
+        denoiser=8056627520,
+        text_encoders=(123650304, 694659840, 4762310656),
+        vae_encoder=34274208,
+        vae_decoder=49545475,
+        vae_channels=128,
+        text_encoder_shapes=((768, 3072, 12), (1280, 5120, 32), (4096, 10240, 24)),
+        cross_attention_dim=4096,
+        denoiser_lora={
+            "attention": ((2432, 2432, 151, 0.0), (2432, 2432, 152, 0.25)),
+            "attention_ff": ((2432, 2432, 151, 0.0), (2432, 2432, 152, 0.25), (2432, 9728, 37, 0.0), (2432, 9728, 38, 0.25), (9728, 2432, 37, 0.0), (9728, 2432, 38, 0.25)),
+            "attention_ff_proj": ((2432, 2432, 151, 0.0), (2432, 2432, 152, 0.25), (2432, 4864, 1, 0.0), (2432, 9728, 37, 0.0), (2432, 9728, 38, 0.25), (2432, 14592, 75, 0.0), (9728, 2432, 37, 0.0), (9728, 2432, 38, 0.25)),
+        },
+        text_encoder_lora={
+            "attention": (((768, 768, 48, 0.0),), ((1280, 1280, 128, 0.0),), ()),
+            "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
+            "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
+        },
+    ),
+    "5-medium": ModelSpec(
+        family="sd35",
+        denoiser=2243171520,
+        text_encoders=(123650304, 694659840, 4762310656),
+        vae_encoder=34274208,
+        vae_decoder=49545475,
+        vae_channels=128,
+        text_encoder_shapes=((768, 3072, 12), (1280, 5120, 32), (4096, 10240, 24)),
+        cross_attention_dim=4096,
+        denoiser_lora={
+            "attention": ((1536, 1536, 95, 0.0), (1536, 1536, 148, 0.25)),
+            "attention_ff": ((1536, 1536, 95, 0.0), (1536, 1536, 148, 0.25), (1536, 6144, 23, 0.0), (1536, 6144, 24, 0.25), (6144, 1536, 23, 0.0), (6144, 1536, 24, 0.25)),
+            "attention_ff_proj": ((1536, 1536, 95, 0.0), (1536, 1536, 148, 0.25), (1536, 3072, 1, 0.0), (1536, 6144, 23, 0.0), (1536, 6144, 24, 0.25), (1536, 9216, 34, 0.0), (1536, 13824, 13, 0.0), (6144, 1536, 23, 0.0), (6144, 1536, 24, 0.25)),
+        },
+        text_encoder_lora={
+            "attention": (((768, 768, 48, 0.0),), ((1280, 1280, 128, 0.0),), ()),
+            "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
+            "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
+        },
+    ),
+}
+# fmt: on
+#: per text encoder, ``(in, out, count)`` of its MLP layers (CLIP-L's and CLIP-G's fc1 / fc2; T5 none)
+TEXT_ENCODER_MLP_TABLES = (((768, 3072, 12), (3072, 768, 12)), ((1280, 5120, 32), (5120, 1280, 32)), ())
+
+
 # --------------------------------------------------------------------------- facts
 
 #: where the flow-matching defaults come from
@@ -385,9 +462,9 @@ FACTS = FamilyFacts(
             "google-research/text-to-text-transfer-transformer#539: 'All of our experiments use bfloat16 activations'",
         ),
     ),
-    # one model's values; SD35.metadata writes the loaded model's own (VARIANTS)
+    # one model's values (the family has three); SD35.metadata writes the model's own (VARIANTS)
     base_model_version=VARIANTS["5-large"].version,
-    modelspec_architecture=f"{VARIANTS['5-large'].architecture}/lora",
+    modelspec_architecture=VARIANTS["5-large"].architecture,
     flow_defaults={
         "timestep_sampling": "logit_normal",
         "discrete_flow_shift": 3.0,
@@ -399,4 +476,7 @@ FACTS = FamilyFacts(
     detect_file=detect_file,
     detect_folder=detect_folder,
     hub_patterns=("stable-diffusion-3", "sd3", "sd-3"),
+    # the larger model's: an estimate for a Medium run errs on the safe side (SPECS has both; see VARIANTS)
+    spec=SPECS["5-large"],
+    text_encoder_mlp_tables=TEXT_ENCODER_MLP_TABLES,
 )

@@ -42,12 +42,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from guitrainer.config import NetworkConfig
 from guitrainer.engine.families.sd35 import convert
-from guitrainer.engine.network.lora import ADAPTER, LoraFormatError, lora_layers
+from guitrainer.engine.network.lora import ADAPTER, LoraFormatError, lora_layers, lora_weights_file, read_lora
 
 DENOISER_PREFIX = "lora_unet"
 #: kohya's prefix of each text encoder, by index (CLIP-L, CLIP-G, T5)
@@ -268,6 +270,8 @@ def load_into(
     """Copy a LoRA file's tensors (kohya or diffusers layout) into already-injected peft LoRA layers; returns the
     number of file modules set. ``strict``: a module that matches no trained layer is an error; otherwise its name
     goes to ``skipped``."""
+    if not any(k.endswith((".lora_down.weight", ".lora_A.weight")) for k in sd):
+        raise LoraFormatError("the file holds no LoRA weights (no lora_down / lora_up or lora_A / lora_B tensors)")
     if is_diffusers_layout(sd):
         return _load_diffusers_layout(sd, denoiser, text_encoders, strict=strict, skipped=skipped)
     parts: dict[str, dict[str, torch.Tensor]] = {}
@@ -286,7 +290,10 @@ def load_into(
     with torch.no_grad():
         for module, tensors in sorted(parts.items()):
             if "lora_down.weight" not in tensors or "lora_up.weight" not in tensors:
-                raise LoraFormatError(f"{module}: not a plain LoRA module ({', '.join(sorted(tensors))})")
+                raise LoraFormatError(
+                    f"{module}: not a plain LoRA module ({', '.join(sorted(tensors))}); SD 3.5 continues from plain LoRA "
+                    "files only (network.type 'lora')"
+                )
             down, up = tensors["lora_down.weight"].float(), tensors["lora_up.weight"].float()
             alpha = float(tensors["alpha"]) if "alpha" in tensors else float(down.shape[0])
             if module in text_targets:
@@ -341,3 +348,19 @@ def _report_unknown(unknown: list[str], total: int, strict: bool, skipped: list[
         )
     if skipped is not None:
         skipped.extend(unknown)
+
+
+def load_file(
+    path: str | Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module], skipped: list[str]
+) -> int:
+    """Continue from LoRA: the file's modules into the injected network (:func:`load_into`, those matching no
+    trained layer go to ``skipped``)."""
+    if network.type != "lora":
+        raise LoraFormatError(f"SD 3.5 trains plain LoRA only: set network.type to 'lora' (it is {network.type!r})")
+    try:
+        sd = read_lora(lora_weights_file(path))[0]
+    except LoraFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
+    return load_into(sd, denoiser, text_encoders, strict=False, skipped=skipped)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from guitrainer.config import NetworkConfig, TrainingConfig
+from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.sd35 import FACTS
 from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
 from guitrainer.engine.families.sd35 import export, loading, metadata, objective, sampling
@@ -60,15 +61,20 @@ class SD35(Family):
         return objective.draw(config, latents, timesteps)
 
     def predict(
-        self, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning, batch: Mapping[str, Any]
+        self, config: TrainingConfig, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning,
+        batch: Mapping[str, Any],
     ) -> torch.Tensor:
         return objective.predict(denoiser, draw, text, batch)
 
     def loss(self, config: TrainingConfig, model: LoadedModel, prediction: torch.Tensor, draw: Draw, latents: torch.Tensor) -> torch.Tensor:
         return objective.loss(config, prediction, draw, latents)
 
-    def validation_timesteps(self, config: TrainingConfig, count: int) -> list[float]:
+    def validation_timesteps(self, config: TrainingConfig, model: LoadedModel, count: int) -> list[float]:
         return objective.validation_timesteps(config, count)
+
+    def timestep_tensor(self, values: Sequence[float], device: torch.device) -> torch.Tensor:
+        """Noise levels σ, as :meth:`draw` takes them."""
+        return torch.tensor(list(values), dtype=torch.float32, device=device)
 
     # ------------------------------------------------------------------ network
     def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
@@ -82,17 +88,17 @@ class SD35(Family):
     ) -> dict[str, torch.Tensor]:
         return export.kohya_state_dict(denoiser, text_encoders, alpha)
 
-    def metadata(self, config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
+    def load_lora_file(
+        self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
+        skipped: list[str],
+    ) -> int:
+        """Continue from a kohya- or diffusers-layout SD 3.5 LoRA (ours, kohya's own fused files, diffusers')."""
+        return export.load_file(path, network, denoiser, text_encoders, skipped)
+
+    def metadata(self, config: TrainingConfig, model: LoadedModel | None) -> dict[str, str]:
         return metadata.metadata(config, model)
 
     # ------------------------------------------------------------------ beyond the seam (see the package docstring)
-    def load_lora(
-        self, sd: Mapping[str, torch.Tensor], denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (), *,
-        strict: bool = True, skipped: list[str] | None = None,
-    ) -> int:
-        """Continue from LoRA: a kohya- or diffusers-layout file into the injected peft layers."""
-        return export.load_into(sd, denoiser, text_encoders, strict=strict, skipped=skipped)
-
     def diffusers_state_dict(
         self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
     ) -> dict[str, torch.Tensor]:
@@ -102,6 +108,12 @@ class SD35(Family):
     # ------------------------------------------------------------------ sampling
     def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:
         return sampling.pipeline(model, scheduler, device, dtype)
+
+    def size_multiple(self, model: LoadedModel) -> int:
+        return sampling.size_multiple(model)
+
+    def sample(self, pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+        return sampling.sample(pipe, model, prompt, width, height, generator)
 
     # ------------------------------------------------------------------ numerics
     def block_of(self, module_name: str) -> str | None:

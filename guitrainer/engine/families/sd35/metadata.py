@@ -22,6 +22,7 @@ sd-scripts both how σ is drawn and how the loss is weighted; we write the sd-sc
 from __future__ import annotations
 
 from guitrainer.config import TrainingConfig
+from guitrainer.core.families.sd35 import FACTS, VARIANTS, Variant, version_of_base
 from guitrainer.engine.families.sd35.loaded import variant_of
 from guitrainer.engine.families.sd35.objective import settings
 from guitrainer.engine.models.types import LoadedModel
@@ -39,9 +40,16 @@ def sd_scripts_weighting(timestep_sampling: str, weighting_scheme: str) -> str:
     return weighting_scheme
 
 
-def metadata(config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
-    """The family's metadata keys (strings), for the loaded model's variant and the run's flow settings."""
-    variant = variant_of(model)
+def variant_for(config: TrainingConfig, model: LoadedModel | None) -> Variant:
+    """The loaded model's variant; before it is loaded, what the base model's files say (else SD 3.5 Large)."""
+    if model is not None:
+        return variant_of(model)
+    return VARIANTS[version_of_base(str(config.model.base)) or FACTS.base_model_version]
+
+
+def metadata(config: TrainingConfig, model: LoadedModel | None) -> dict[str, str]:
+    """The family's metadata keys (strings), for the model's variant and the run's flow settings."""
+    variant = variant_for(config, model)
     flow = settings(config)
     return {
         "ss_network_module": "networks.lora_sd3",

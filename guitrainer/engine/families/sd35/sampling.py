@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from guitrainer.config.sample_prompts import SamplePrompt
+from guitrainer.core.families.sd35 import T5_TOKENS
 from guitrainer.engine.families.sd35.loaded import denoiser_of, has_t5
 from guitrainer.engine.models.types import LoadedModel
 
@@ -37,3 +39,29 @@ def pipeline(model: LoadedModel, scheduler: str = "default", device: Any = None,
         pipe.to(*(x for x in (device, dtype) if x is not None))
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def size_multiple(model: LoadedModel) -> int:
+    """Image sides are multiples of the VAE's downscaling times the transformer's patch (8 × 2 = 16 full size)."""
+    return 2 ** (len(model.vae.config.block_out_channels) - 1) * int(denoiser_of(model).config.patch_size)
+
+
+def sample(pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+    """One PIL image: the pipeline's latents, decoded by the VAE in its own dtype (``z / scale + shift``, the
+    inverse of the latents the transformer trains on), so an fp32 VAE stays fp32 whatever the transformer runs in."""
+    latents = pipe(
+        prompt.prompt,
+        negative_prompt=prompt.negative_prompt or None,
+        num_inference_steps=prompt.steps,
+        guidance_scale=prompt.guidance_scale,
+        height=height,
+        width=width,
+        generator=generator,
+        max_sequence_length=T5_TOKENS,
+        output_type="latent",
+    ).images
+    vae = model.vae
+    shift = getattr(vae.config, "shift_factor", None) or 0.0
+    z = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor + shift
+    image = torch.nan_to_num(vae.decode(z).sample.float())
+    return pipe.image_processor.postprocess(image, output_type="pil")[0]

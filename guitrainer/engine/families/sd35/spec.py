@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from guitrainer.core.families.facts import LoraTable, ModelSpec
 from guitrainer.core.families.sd35 import CLIP_TOKENS, T5_TOKENS, VARIANTS
-from guitrainer.core.memory.specs import LoraTable, ModelSpec
 from guitrainer.engine.families.sd35.network import DENOISER_TARGETS, MODULATION, TEXT_ENCODER_TARGETS
 
 CONFIG_DIR = Path(__file__).resolve().parents[4] / "resources" / "models" / "sd35"
@@ -117,7 +117,7 @@ def parameter_table(version: str) -> ParameterTable:
     patch = int(transformer.config.patch_size)
     vae_encoder = _count(vae.encoder) + _count(getattr(vae, "quant_conv", None))
     spec = ModelSpec(
-        family=f"sd35-{version.removeprefix('5-')}",
+        family="sd35",
         denoiser=_count(transformer),
         text_encoders=tuple(_count(te) for te in encoders),
         vae_encoder=vae_encoder,
