@@ -32,9 +32,13 @@ class SD35(Family):
     #: nf4 (regexes on the module path): the embedders and the final layer, as the peers' consensus does
     #: (research note fit.md §2). The norms are no Linears and never cast; the blocks' adaLN Linears
     #: (``norm1.linear``) are a third of the weights and are stored like the rest, so no bare "norm" here.
+    #: The same list applies to the text encoders: T5's feed-forward output ``wo`` stays too, because
+    #: ``T5DenseGatedActDense.forward`` casts its input to ``wo.weight.dtype`` before the layer's own cast-up
+    #: runs (fp8 input, compute-dtype weight: a dtype error) — sd-scripts patches that forward for ``--fp8_base``;
+    #: transformers keeps ``wo`` in fp32 for fp16 (``_keep_in_fp32_modules``) for its overflow.
     storage_skip_patterns: tuple[str, ...] = (
         r"(^|\.)pos_embed\.", r"(^|\.)context_embedder$", r"(^|\.)time_text_embed\.", r"(^|\.)norm_out\.",
-        r"(^|\.)proj_out$", "lora_",
+        r"(^|\.)proj_out$", r"DenseReluDense\.wo$", "lora_",
     )
 
     # ------------------------------------------------------------------ files

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from guitrainer.base.errors import first_line
 from guitrainer.core.families import sd35 as facts
 from guitrainer.engine.families.base import ModelParts
 from guitrainer.engine.families.sd35 import convert
@@ -225,7 +226,9 @@ def _assemble(
     except ModelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
-        raise ModelLoadError(f"{name}: its {part} does not match the SD 3.5 architecture (configs in {cfg}): {e}") from e
+        raise ModelLoadError(
+            f"{name}: its {part} does not match the SD 3.5 architecture (configs in {cfg}): {first_line(e, 300)}"
+        ) from e
     tokenizers: list[Any] = [CLIPTokenizer.from_pretrained(cfg, subfolder=s, local_files_only=True) for s in ("tokenizer", "tokenizer_2")]
     if "t5" in states:
         tokenizers.append(t5_tokenizer([Path(config_dir), *beside]))
