@@ -185,6 +185,13 @@ def test_a_conditioned_variant_with_more_input_channels_is_refused():
     assert not ok and "32 input channels, not 16" in message
 
 
+def test_a_scaled_fp8_file_is_refused():
+    header = {**large("model.diffusion_model."), "model.diffusion_model.scaled_fp8": _entry([0])}
+    header["model.diffusion_model.joint_blocks.0.x_block.attn.qkv.scale_weight"] = _entry([1])
+    ok, _, message, _ = detect(header)
+    assert not ok and "scaled-fp8" in message
+
+
 def test_an_incomplete_transformer_is_refused():
     header = large()
     del header["final_layer.linear.weight"]

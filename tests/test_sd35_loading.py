@@ -70,7 +70,7 @@ def test_one_checkpoint_file_loads_the_same_weights(tiny, from_folder):
 def test_split_files_load_the_same_weights_in_any_order(tiny, from_folder):
     parts = ModelParts(denoiser=tiny.transformer_file, text_encoders=(tiny.t5, tiny.clip_g, tiny.clip_l))
     m = loading.load_parts(parts, config_dir=tiny.folder)
-    assert m.source == "parts" and m.extra["t5"] == "loaded"
+    assert m.source == "split_files" and m.extra["t5"] == "loaded"
     _same_model(from_folder, m)
     # the VAE as a file of its own (diffusers' LDM-layout converter reads it)
     transformer_only = tiny.transformer_file.parent / "mmdit_only.safetensors"

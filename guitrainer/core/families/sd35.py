@@ -211,7 +211,13 @@ def detect_file(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: s
                 "diffusers folder it came from (the one with model_index.json), or Stability's single-file checkpoint."
             ), None
         return None
-    shape = mmdit_shape(mmdit_keys(tensors, prefix))
+    keys = mmdit_keys(tensors, prefix)
+    if "scaled_fp8" in keys or any(k.endswith(".scale_weight") for k in keys):
+        return False, "error", (
+            f"{name} is a scaled-fp8 SD 3 file (ComfyUI's *_fp8_scaled): its weights need per-layer scales this app "
+            "does not apply. Use the bf16 / fp16 release: fp8 storage is a setting here ('Base model weights')."
+        ), None
+    shape = mmdit_shape(keys)
     if isinstance(shape, str):
         return False, "error", f"{name} is an SD 3 model file, but {shape}.", None
     problem = _structure_problem(shape)

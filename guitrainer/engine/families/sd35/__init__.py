@@ -1,8 +1,8 @@
 """Stable Diffusion 3.5 (Large, Medium; SD 3 Medium too): the engine side of the family seam (DESIGN.md §2).
 
 ``FAMILY`` is what :func:`guitrainer.engine.families.registry.family` returns for "sd35". Beyond the seam it
-offers :meth:`SD35.load_lora` (Continue from LoRA, kohya or diffusers layout), :meth:`SD35.diffusers_state_dict`
-(the diffusers-layout export) and, in :mod:`.spec`, the estimator's parameter tables.
+offers :meth:`SD35.diffusers_state_dict` (the LoRA in the PEFT layout diffusers' SD 3 loader reads) and, in
+:mod:`.spec`, the estimator's parameter tables (which ``core/families/sd35.py`` ships as ``SPECS``).
 
 Modules: :mod:`.convert` (MMDiT ⇄ diffusers names), :mod:`.loading` (folder, checkpoint, split files),
 :mod:`.loaded` (the LoadedModel it makes), :mod:`.text` (the three text encoders), :mod:`.objective` (flow

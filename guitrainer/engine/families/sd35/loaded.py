@@ -1,7 +1,7 @@
 """The :class:`~guitrainer.engine.models.types.LoadedModel` an SD 3.5 load returns, and how this package reads it.
 
-Everything here about the LoadedModel's field names is in this one module: the seam is renaming ``unet`` to
-``denoiser``, and only :func:`loaded_model` and :func:`denoiser_of` name it.
+Everything here about the LoadedModel's field names is in this one module: only :func:`loaded_model` and
+:func:`denoiser_of` name the denoiser's field (the seam renamed it from ``unet`` once already).
 
 An SD 3.5 LoadedModel holds ``text_encoders = [CLIP-L, CLIP-G]`` plus T5-XXL as a third when it was loaded
 (``tokenizers`` alike); ``extra`` says which model it is (``"variant"``: sd-scripts' "5-large", "5-medium" or
@@ -39,7 +39,7 @@ def loaded_model(
     source: str,
     notes: tuple[str, ...] = (),
 ) -> LoadedModel:
-    """An SD 3.5 LoadedModel (keyword arguments only, so the seam's rename is one line here)."""
+    """An SD 3.5 LoadedModel (keyword arguments only: a renamed field is one line here)."""
     extra: dict[str, Any] = {
         "variant": variant,
         "t5": T5_LOADED if len(text_encoders) > 2 else T5_ABSENT,

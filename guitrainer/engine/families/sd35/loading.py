@@ -165,7 +165,7 @@ def load_parts(parts: ModelParts, *, config_dir: Path) -> LoadedModel:
     loaded.clear()
     beside = list(dict.fromkeys(Path(f).parent for f in files))
     m = _assemble(states, config_dir, beside=beside, notes=report.notes, name=parts.denoiser.name)
-    m.path, m.source = str(parts.denoiser), "parts"
+    m.path, m.source = str(parts.denoiser), "split_files"
     m.identity = hashlib.sha256("\n".join(model_identity(f) for f in files).encode()).hexdigest()[:24]
     return m
 
