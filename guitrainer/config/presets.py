@@ -19,7 +19,14 @@ import tomli_w
 from guitrainer.base import paths
 from guitrainer.base.fileio import atomic_write_bytes
 from guitrainer.config.fields import ConfigError, short_repr
-from guitrainer.config.files import apply_overlay, config_from_dict, diff, find_line, parse_toml_text
+from guitrainer.config.files import (
+    apply_overlay,
+    config_from_dict,
+    diff,
+    find_line,
+    parse_toml_text,
+    read_config_text,
+)
 from guitrainer.config.training import TrainingConfig
 
 log = logging.getLogger(__name__)
@@ -71,12 +78,7 @@ def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:
 
 
 def _read_preset(path: Path, shipped: bool) -> Preset:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("(file)", "file not found", source=str(path)) from None
-    except (UnicodeDecodeError, OSError) as e:
-        raise ConfigError("(file)", f"cannot be read as text: {e}", source=str(path)) from None
+    text = read_config_text(path)
     data = parse_toml_text(text, str(path))
     header = data.get("preset", {})
     if not isinstance(header, dict):
@@ -225,7 +227,7 @@ class PresetStore:
         target = self._user_path(name)
         self.user_dir.mkdir(parents=True, exist_ok=True)
         if name == read_preset(path).name:
-            atomic_write_bytes(target, Path(path).read_bytes())  # keep the user's comments
+            atomic_write_bytes(target, read_config_text(path).encode("utf-8"))  # keep the user's comments
         else:
             atomic_write_bytes(target, preset.to_toml().encode("utf-8"))
         preset.path, preset.shipped = target, False

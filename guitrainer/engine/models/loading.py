@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from guitrainer.base import safe_open
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand, resources_dir, user_data_dir
 from guitrainer.core.model.clip_bpe import bytes_to_unicode
 
@@ -40,6 +42,8 @@ DEMO_WORDS = [
     *("circle", "square", "small", "big", "on", "background", "shape", "drawing", "demo"),
 ]
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
+#: largest model_index.json read (a few hundred bytes in every diffusers model)
+MAX_JSON_BYTES = 16 * 1024 * 1024
 #: ``progress(what, done, total)`` while a model is downloaded
 Progress = Callable[[str, int, int], None]
 
@@ -142,9 +146,10 @@ def _load_base(
         m.source = "demo"
         return m
     path = expand(base)
-    if path.is_dir():
+    kind = _path_kind(base)  # before any hub lookup: a named pipe or a device is refused at once
+    if kind == "folder":
         return load_diffusers_folder(path, family=family)
-    if path.is_file() or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
+    if kind == "file" or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
         return load_single_file(path, family=family, config_dir=config_dir)
     from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
 
@@ -163,6 +168,19 @@ def _load_base(
         m = load_diffusers_folder(folder, family=family)
     m.source = "hub"
     return m
+
+
+def _path_kind(base: str) -> str:
+    """What ``model.base`` names on disk ("folder", "file" or "missing": a hub id); anything else that is there (a
+    named pipe, a device, a name too long) raises :class:`ModelLoadError` at once, never reaching the hub."""
+    try:
+        kind = safe_open.look(base).kind
+    except safe_open.PathError as e:
+        raise ModelLoadError(f"the base model {e}", ("choose a model folder or a .safetensors file",)) from None
+    if kind in ("folder", "file", "missing"):
+        return kind
+    raise ModelLoadError(f"the base model “{printable(base)}” is {safe_open.KIND_WORDS[kind]}, not a model file or folder",
+                         ("choose a model folder or a .safetensors file",))
 
 
 def model_identity(path: str | Path) -> str:
@@ -188,8 +206,14 @@ def load_diffusers_folder(path: str | Path, *, family: str = "auto", local_files
     kw: dict[str, Any] = {"local_files_only": local_files_only}
     try:
         index = _read_model_index(path)
+    except safe_open.PathError as e:
+        raise ModelLoadError(f"the model's index {e}") from e
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{Path(src) / 'model_index.json'} cannot be read: {e}") from e
+    special = safe_open.first_special_file(src) if Path(src).is_dir() else None
+    if special is not None:  # the libraries below would block on a named pipe or read a device without end
+        raise ModelLoadError(f"{special} in the model folder is not a regular file (a named pipe or a device): "
+                             "remove it, or choose another model")
     has_te2 = "text_encoder_2" in index and index["text_encoder_2"][0] is not None if index else Path(src, "text_encoder_2").is_dir()
     if family in ("auto", ""):
         family = "sdxl" if has_te2 else "sd15"
@@ -224,9 +248,9 @@ def _freeze(*modules: Any) -> None:
 
 def _read_model_index(path: str | Path) -> dict[str, Any] | None:
     f = Path(path) / "model_index.json"
-    if f.is_file():
-        return json.loads(f.read_text(encoding="utf-8"))
-    return None
+    if safe_open.look(f).kind == "missing":
+        return None
+    return safe_open.read_json(f, limit=MAX_JSON_BYTES, what="a model index")
 
 
 # --------------------------------------------------------------------------- single-file checkpoints
@@ -263,8 +287,9 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
 
     p = Path(path)
     name = p.name
-    if not p.is_file():
-        raise ModelLoadError(f"{p}: the model file does not exist. Check the path, or choose the model again.")
+    why = safe_open.problem(p, "file")
+    if why:
+        raise ModelLoadError(f"{printable(str(p))}: the model file {why}. Check the path, or choose the model again.")
     suffix = p.suffix.lower()
     if suffix == ".safetensors":
         try:
