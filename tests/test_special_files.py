@@ -185,3 +185,19 @@ def test_a_pipe_among_a_states_files_is_refused_not_loaded(tmp_path):
     os.mkfifo(tmp_path / run_state.OPTIMIZER_FILE)
     with pytest.raises(TrainingFailed, match="named pipe"):
         guarded(resume._load, tmp_path, run_state.OPTIMIZER_FILE, lambda p: pytest.fail("opened"))
+
+
+# --------------------------------------------------------------------------- images
+
+
+def test_images_that_are_special_files_are_unreadable_with_the_reason(tmp_path):
+    from guitrainer.core.dataset.scan import Flag, collect, probe_image
+
+    os.mkfifo(tmp_path / "a.png")
+    os.symlink("/dev/zero", tmp_path / "b.png")
+    for name in ("a.png", "b.png"):
+        info = guarded(probe_image, tmp_path / name)
+        assert Flag.UNREADABLE in info.flags and "not a file" in info.problem
+    col = collect([tmp_path / "gone", tmp_path / LONG, "~nosuchuser_27/x"])
+    reasons = [why for _p, why in col.rejected]
+    assert reasons[0] == "does not exist" and "255 bytes" in reasons[1] and "no user" in reasons[2]
