@@ -145,7 +145,7 @@ def test_cli_check_reports_a_missing_folder_and_legacy_captions(tmp_path, capsys
     from guitrainer.cli import main
 
     assert main(["--preset", "demo", "--set", f"dataset.folders=[\"{tmp_path / 'gone'}\"]", "--check"]) == 1
-    assert "dataset.folders[0]: the image folder" in capsys.readouterr().out
+    assert "dataset.folders[0]: The image folder" in capsys.readouterr().out  # the start check's words
 
 
 # --------------------------------------------------------------------------- fuzz
