@@ -99,6 +99,17 @@ def test_an_output_name_too_long_for_the_file_system_is_rescued_under_a_short_na
     assert found.is_file() and len(found.name) < 80 and read_lora(found)[0]
 
 
+def test_the_rescue_never_writes_a_windows_device_name(tmp_path, monkeypatch):
+    """A run named ``con`` (the config refuses it; the engine takes any config) is rescued as ``_con``: on Windows
+    the rescue would otherwise fail the same way again."""
+    out = tmp_path / "out"
+    _full_disk_safetensors(monkeypatch, out)
+    summary = Trainer(demo_cfg(out, output__name="con")).run()
+    found = _lora_in_message(summary.message)
+    assert summary.status == "failed" and found.name == "_con.safetensors" and found.is_file()
+    assert found.parent.name.startswith("_con-")
+
+
 def _full_disk_torch_save(monkeypatch, folder: Path) -> None:
     real = torch.save
 

@@ -18,6 +18,7 @@ import tomli_w
 
 from guitrainer.base import paths
 from guitrainer.base.fileio import atomic_write_bytes
+from guitrainer.base.names import safe_name
 from guitrainer.config.fields import ConfigError, short_repr
 from guitrainer.config.files import (
     apply_overlay,
@@ -57,8 +58,10 @@ class Preset:
 
 
 def slug(name: str) -> str:
+    """The file name (without ``.toml``) a user preset called ``name`` is saved under: ASCII letters, digits, ``._-``,
+    at most 80 characters, and never a Windows device name (``con`` -> ``_con``: presets are shared)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("._")
-    return s[:80] or "preset"
+    return safe_name(s[:80], "preset")
 
 
 def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.base import safe_open
-from guitrainer.base.names import printable
+from guitrainer.base.names import printable, safe_name
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.config.files import config_from_dict
@@ -59,8 +59,8 @@ class StateError(Exception):
 
 
 def state_folder(output_folder: str | Path, run_name: str) -> Path:
-    """``<output folder>/<run name>_state``."""
-    return expand(str(output_folder)) / f"{run_name}{STATE_SUFFIX}"
+    """``<output folder>/<run name>_state`` (the name as every system can write it: :func:`safe_name`)."""
+    return expand(str(output_folder)) / f"{safe_name(run_name, 'lora')}{STATE_SUFFIX}"
 
 
 def base_state_folder(config: TrainingConfig) -> Path:
@@ -87,7 +87,7 @@ def is_state_folder(folder: str | Path) -> bool:
 def run_states(config: TrainingConfig) -> list[Path]:
     """Every complete state of this config's runs (``<name>_state``, ``<name>_N_state``), oldest first."""
     folder = expand(config.output.folder)
-    name = str(config.output.name)
+    name = safe_name(str(config.output.name), "lora")
     pattern = re.compile(rf"^{re.escape(name)}(_\d+)?{STATE_SUFFIX}$")
     try:
         found = [p for p in folder.iterdir() if pattern.match(p.name) and is_state_folder(p)]
