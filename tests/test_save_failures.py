@@ -205,7 +205,7 @@ def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
         """
         import json, os, sys
         from guitrainer.core.runs import state as run_state
-        from guitrainer.config import TrainingConfig
+        from guitrainer.config import config_from_dict
         from guitrainer.engine.trainer import Trainer
 
         real = run_state.swap_in
