@@ -203,6 +203,31 @@ def test_images_that_are_special_files_are_unreadable_with_the_reason(tmp_path):
     assert reasons[0] == "does not exist" and "255 bytes" in reasons[1] and "no user" in reasons[2]
 
 
+def test_auto_captioning_skips_pipes_as_images_or_captions_saying_why(tmp_path):
+    from PIL import Image
+
+    from guitrainer.engine.captioners import Captioner, read_tags_csv, resolve_source, run_captioning
+
+    class Constant(Captioner):
+        def caption(self, images):
+            return ["a cat"] * len(images)
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "good.png")
+    Image.new("RGB", (32, 32)).save(tmp_path / "piped_caption.png")
+    os.mkfifo(tmp_path / "piped_caption.txt")
+    os.mkfifo(tmp_path / "piped_image.png")
+    paths = [tmp_path / n for n in ("good.png", "piped_caption.png", "piped_image.png")]
+    result = guarded(run_captioning, Constant(), paths, mode="overwrite")
+    assert [c.caption_path.name for c in result.changes] == ["good.txt"]
+    assert sorted((p.name, "named pipe" in why) for p, why in result.failed) == [("piped_caption.png", True),
+                                                                                   ("piped_image.png", True)]
+    os.mkfifo(tmp_path / "selected_tags.csv")
+    with pytest.raises(OSError, match="named pipe"):
+        guarded(read_tags_csv, tmp_path / "selected_tags.csv")
+    with pytest.raises(Exception, match="255 bytes"):
+        resolve_source(str(tmp_path / LONG))
+
+
 def test_the_config_checks_odd_paths_without_raising(tmp_path, fifo):
     """Validation and the disk checks of a config with every path odd: messages, never an exception."""
     from guitrainer.core.checks.inputs import check_inputs
