@@ -327,10 +327,10 @@ def _check_captions(cfg: TrainingConfig, report: InputReport) -> None:
         elif c.exists and not c.was_utf8:
             legacy.setdefault(c.encoding, []).append(printable(item.caption_path.name))
     if broken:
-        report.errors.append(f"{len(broken)} caption path(s) are not readable files: {_some(broken)}")
+        report.errors.append(f"dataset.folders: {len(broken)} caption path(s) are not readable files: {_some(broken)}")
     for encoding, names in legacy.items():
         report.notes.append(
-            f"{len(names)} caption(s) are not UTF-8; read as {encoding_label(encoding)}: {_some(names)}"
+            f"dataset.folders: {len(names)} caption(s) are not UTF-8; read as {encoding_label(encoding)}: {_some(names)}"
         )
     if unreadable:
         report.notes.append(f"dataset.folders: {len(unreadable)} image(s) cannot be read and are skipped: "
