@@ -31,10 +31,10 @@ def test_cpu_torch_with_nvidia_driver_gives_install_command(tmp_path):
 def test_card_missing_from_torch_build_is_an_error(tmp_path):
     ok = environment.check(fake_device("rtx5090"), {})
     assert environment.worst(ok) in ("ok", "info")
-    bad_dev = fake_device("rtx5090_no_sm120")
+    bad_dev = fake_device("rtx5090_cu126")
     bad = environment.check(bad_dev, {})
     row = next(i for i in bad if i.label.startswith("GPU"))
-    assert row.level == "error" and "sm_120" in row.fix
+    assert row.level == "error" and "sm_120" in row.fix and "torch==2.13.0+cu130" in row.fix
 
 
 def test_small_card_and_low_disk_warn(tmp_path, monkeypatch):

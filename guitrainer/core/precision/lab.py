@@ -232,14 +232,13 @@ def device_key(device: DeviceInfo) -> str:
 
 
 def fp8_unavailable_reason(device: DeviceInfo, config: TrainingConfig, engine_supports_fp8: bool) -> str:
-    """Why fp8 base weights cannot be measured here ("" when they can)."""
+    """Why fp8 base weights cannot be measured here ("" when they can): the precision rules' own reason
+    (:func:`guitrainer.core.precision.rules.fp8_storage_unavailable`: MPS, torch < 2.1, Intel GPUs before 2.10)."""
+    from guitrainer.core.precision.rules import fp8_storage_unavailable
+
     if not engine_supports_fp8 or not hasattr(config.precision, "base_weights"):
         return "this version of the trainer cannot store base weights in fp8 (no precision.base_weights setting)"
-    if device.kind == "mps":
-        return "Apple GPUs (MPS) have no float8 types"
-    if device.torch_tuple and device.torch_tuple < (2, 1):
-        return f"torch {device.torch_version} has no float8 types (2.1 or newer is needed)"
-    return ""
+    return fp8_storage_unavailable(device)
 
 
 def unavailable_reason(
@@ -392,6 +391,12 @@ def format_table(report: LabReport) -> str:
     return "\n".join(lines)
 
 
+def times(ratio: float) -> str:
+    """A speed ratio as the lab's texts write it: ``"1.05x"`` under 1.1 (a 5 % gap is not "1.1x"), else
+    ``"1.6x"``."""
+    return f"{ratio:.2f}x" if ratio < 1.095 else f"{ratio:.1f}x"
+
+
 def recommendation_text(report: LabReport, best: CandidateResult) -> str:
     """``"bf16 AMP, measured 2026-12-01: 1.8x faster than fp32"`` (or why fp32 stays)."""
     date = report.measured_at[:10] or "earlier"
@@ -400,11 +405,11 @@ def recommendation_text(report: LabReport, best: CandidateResult) -> str:
         others = [(s, r) for s, r in others if s]
         if others:
             s, r = max(others, key=lambda sr: sr[0])
-            return f"fp32, measured {date}: the fastest of the others, {r.candidate.label}, was {1 / s:.1f}x slower"
+            return f"fp32, measured {date}: the fastest of the others, {r.candidate.label}, was {times(1 / s)} slower"
         return f"fp32, measured {date}"
     s = report.speedup(best)
-    speed = f"{s:.1f}x faster than fp32" if s is not None and s >= 1 else (
-        f"{1 / s:.1f}x slower than fp32 but lighter" if s else "fp32 not measured"
+    speed = f"{times(s)} faster than fp32" if s is not None and s >= 1 else (
+        f"{times(1 / s)} slower than fp32 but lighter" if s else "fp32 not measured"
     )
     return f"{best.candidate.label}, measured {date}: {speed}"
 
