@@ -110,3 +110,23 @@ def test_the_precision_facts_and_the_fixed_sdxl_vae(tmp_path, monkeypatch):
     snap.mkdir(parents=True)
     rows = {i.label: i for i in environment.check(fake_device("rtx3060"), {})}
     assert rows["SDXL fp16 VAE"].level == "ok" and "in the Hugging Face cache" in rows["SDXL fp16 VAE"].value
+
+
+def test_the_precision_row_follows_a_measurement_of_this_machine(tmp_path):
+    """DESIGN §5: the lab measured fp32 fastest for the demo model on this AVX512-BF16 CPU, where the rules pick bf16
+    AMP for a full-size model ([cpu] in tests/test_precision.py): the row says both, the measurement first."""
+    from guitrainer.core.precision.lab import Candidate, CandidateResult, LabReport, device_key
+    from guitrainer.core.precision.measurements import MeasurementStore
+
+    dev = fake_device("cpu_bf16")
+    store = MeasurementStore(tmp_path / "lab.json")
+    rules_only = {i.label: i for i in environment.check(dev, {}, store)}["Precision"].value
+    assert rules_only.startswith("best here: bf16 AMP for SD 1.5 / SDXL, fp32 for the demo model")
+
+    def ran(t, s):
+        return CandidateResult(Candidate(t), "ran", seconds_per_step=s, losses=(1.0,), loss_drift_relative=0.0)
+
+    store.put(LabReport(device_key(dev), dev.name, "demo", 64, 2, 3, 1, (ran("fp32", 0.069), ran("bf16", 0.127)),
+                        "2026-12-01T15:00:00+00:00"))
+    measured = {i.label: i for i in environment.check(dev, {}, store)}["Precision"].value
+    assert measured.startswith("best here: fp32 for demo at 64 px (measured 2026-12-01); the rules alone say bf16 AMP")

@@ -730,3 +730,24 @@ def test_bf16_lora_weights_advice():
                  if a.topic == "precision.lora_weights"]
     assert on_turing == ["bf16_lora_emulated", "bf16_lora_fp16"]
 
+
+@pytest.mark.parametrize("device_name", sorted(PRECISION_TABLE))
+def test_the_picker_notes_and_the_advice_agree(device_name, tmp_path):
+    """The choice marked "recommended here" is one the advice does not talk the user out of, and a choice the
+    advice refuses is marked "not supported here" (one decision, shown in two places)."""
+    from guitrainer.core.precision.choice_notes import choice_notes
+    from guitrainer.core.precision.measurements import MeasurementStore
+
+    store = MeasurementStore(tmp_path / "none.json")
+    device = fake_device(device_name)
+    for family in ("demo", "sd15"):
+        cfg = _config("fp32", model__family=family, model__base="/models/m.safetensors")
+        notes = choice_notes(device, cfg, store)
+        (recommended,) = [v for v, n in notes.items() if n.kind == "recommended"]
+        trial = _config(recommended, model__family=family, model__base="/models/m.safetensors")
+        about = [a for a in advise(device, trial, store) if a.topic == "precision.training"]
+        assert not [a for a in about if a.suggestion.get("precision.training", recommended) != recommended], about
+        for value, note in notes.items():
+            refused = _about(advise(device, _config(value, model__family=family, model__base="/m"), store),
+                             "precision.training")
+            assert (note.kind == "error") == (refused is not None and refused[0] == "error"), (value, note)
