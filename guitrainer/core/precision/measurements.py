@@ -220,7 +220,7 @@ def recommended_here(
     device: DeviceInfo | None, config: TrainingConfig, store: MeasurementStore | None = None
 ) -> Recommendation | None:
     """What the picker recommends: a measurement on this device and model family when one exists
-    (DESIGN §4: it outranks the rules), else the precision rules' choice. None while the device is unknown."""
+    (DESIGN §5: it outranks the rules), else the precision rules' choice. None while the device is unknown."""
     if device is None:
         return None
     measured = measured_recommendation(device, config, store)
