@@ -95,7 +95,7 @@ def main() -> None:
         print(f"{label:5s}: {wall:6.2f} s until done, longest GUI-thread block {probe.worst_ms:7.1f} ms"
               + ("  (busy before)" if busy_before else ""))
 
-    measure("edit", lambda: page.apply_tag_operation("Add trigger word", lambda t: ds.add_trigger(t, "zz"), "all"))
+    measure("edit", lambda: page.captions.apply_tag_operation("Add trigger word", lambda t: ds.add_trigger(t, "zz"), "all"))
     measure("undo", page.undo_stack.undo)
     measure("redo", page.undo_stack.redo)
     changed = sum(1 for p in folder.glob("*.txt") if p.read_text().startswith("zz, "))

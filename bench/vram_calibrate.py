@@ -129,7 +129,7 @@ def fit(rows: list[dict[str, Any]]) -> tuple[dict[tuple[str, str, bool], tuple[f
         vae_rows: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
             cfg = config_for(r)
-            spec = specs.MODEL_SPECS[r["family"]]
+            spec = specs.spec_of(r["family"])
             y = float(r["measured_peak"]) - _non_activation(cfg)
             if _bool(r["train_text_encoder"]):
                 continue
@@ -138,7 +138,7 @@ def fit(rows: list[dict[str, Any]]) -> tuple[dict[tuple[str, str, bool], tuple[f
                 vae_w = 4 if (r["family"] == "sdxl" and r["precision"] == "fp16") or r["precision"] == "fp32" else 2
                 vae_rows.setdefault(r["family"], []).append((b * int(r["resolution"]) ** 2 * vae_w, y))
                 continue
-            tokens = sum(c * f for _, _, c, f in spec.unet_lora[r["targets"]])
+            tokens = sum(c * f for _, _, c, f in spec.denoiser_lora[r["targets"]])
             key = (r["family"], "fp32" if r["precision"] == "fp32" else "half", _bool(r["checkpointing"]))
             groups.setdefault(key, []).append(([b * px, b * px * int(r["rank"]) * tokens], y))
         act: dict[tuple[str, str, bool], tuple[float, float, float]] = {}

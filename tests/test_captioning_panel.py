@@ -73,7 +73,7 @@ def assert_idle(panel) -> None:
 def test_modes_progress_buttons_and_one_undo_step_per_run(page, qtbot, tmp_path, tagger):
     images = load_images(page, qtbot, tmp_path / "set", 5)
     images[0].with_suffix(".txt").write_text("existing, smile", encoding="utf-8")
-    page._reload_captions()
+    page.captions.reload()
     panel = page.captioning
     set_up(page, tagger)
     page.show()

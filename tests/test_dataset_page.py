@@ -177,7 +177,7 @@ def test_non_utf8_caption_is_shown_but_never_rewritten(page, qtbot, tmp_path):
     page.step_current(-1)
     qtbot.wait(600)
     with qtbot.waitSignal(page.tag_operation_finished, timeout=10000) as done:
-        page.apply_tag_operation("Replace", lambda s: ds.find_replace(s, "red", "blue"), "all")
+        page.captions.apply_tag_operation("Replace", lambda s: ds.find_replace(s, "red", "blue"), "all")
     edit = done.args[0]
     assert edit is not None and edit.count == 0 and edit.skipped_not_utf8 == 1
     assert (tmp_path / "s" / "a.txt").read_bytes() == raw

@@ -116,7 +116,7 @@ def test_600_caption_edit_keeps_the_gui_thread_responsive(page, qtbot, captions,
     timer.start()
     with qtbot.waitSignal(page.tag_operation_finished, timeout=60000) as done:
         t0 = time.perf_counter()
-        assert page.apply_tag_operation(TRIGGER, add_zz, "all") is None  # returns at once: runs in a thread
+        assert page.captions.apply_tag_operation(TRIGGER, add_zz, "all") is None  # returns at once: runs in a thread
         returned = time.perf_counter() - t0
         assert_locked(page, True)
     elapsed = time.perf_counter() - t0
@@ -149,7 +149,7 @@ def wait_idle(page: DatasetPage, qtbot) -> None:
 def test_bulk_undo_and_redo_run_in_the_background_and_restore_bytes(page, qtbot, captions):
     load(page, qtbot, captions)
     with qtbot.waitSignal(page.tag_operation_finished, timeout=60000):
-        page.apply_tag_operation(TRIGGER, add_zz, "all")
+        page.captions.apply_tag_operation(TRIGGER, add_zz, "all")
     after = expected_after(captions)
     assert on_disk(captions) == after
 
@@ -180,7 +180,7 @@ def test_a_write_failure_midway_changes_nothing_and_says_so(page, qtbot, caption
     load(page, qtbot, captions)
     calls = slow_writes(monkeypatch, delay_s=0, fail_at=300)
     with qtbot.waitSignal(page.tag_operation_finished, timeout=60000) as done:
-        page.apply_tag_operation(TRIGGER, add_zz, "all")
+        page.captions.apply_tag_operation(TRIGGER, add_zz, "all")
     assert done.args[0] is None
     assert calls[0] > 300  # 299 written, the 300th failed, then the ones written were put back
     assert on_disk(captions) == captions
@@ -194,7 +194,7 @@ def test_a_write_failure_midway_changes_nothing_and_says_so(page, qtbot, caption
 
     # An undo that fails half-way leaves the edit applied and the undo stack where it was.
     with qtbot.waitSignal(page.tag_operation_finished, timeout=60000):
-        page.apply_tag_operation(TRIGGER, add_zz, "all")
+        page.captions.apply_tag_operation(TRIGGER, add_zz, "all")
     after = expected_after(captions)
     slow_writes(monkeypatch, delay_s=0, fail_at=100)
     page.undo_action.trigger()
@@ -213,7 +213,7 @@ def test_small_edits_stay_synchronous_and_a_busy_page_queues(page, qtbot, captio
     page.select_rows(list(range(10)))
     selected = {it.caption_path: captions[it.caption_path] for it in page.selected_items()}
     with qtbot.waitSignal(page.tag_operation_finished, timeout=10000) as done:
-        edit = page.apply_tag_operation(TRIGGER, add_zz, "selection")
+        edit = page.captions.apply_tag_operation(TRIGGER, add_zz, "selection")
         assert not page.caption_jobs.busy
     assert edit is done.args[0] and edit.count == 8  # 2 of the 10 are not UTF-8
     assert on_disk(selected) == expected_after(selected)
@@ -224,8 +224,8 @@ def test_small_edits_stay_synchronous_and_a_busy_page_queues(page, qtbot, captio
     # A job running: a second edit (even a small one) waits its turn instead of writing alongside it.
     finished: list[object] = []
     page.tag_operation_finished.connect(finished.append)
-    page.apply_tag_operation(TRIGGER, add_zz, "all")
-    page.apply_tag_operation("Sort tags", ds.sort_tags, "selection")
+    page.captions.apply_tag_operation(TRIGGER, add_zz, "all")
+    page.captions.apply_tag_operation("Sort tags", ds.sort_tags, "selection")
     assert finished == []
     qtbot.waitUntil(lambda: len(finished) == 2, timeout=60000)
     assert [e.description for e in finished] == [TRIGGER, "Sort tags"]

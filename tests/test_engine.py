@@ -99,7 +99,7 @@ def test_amp_matches_fp32_within_5_percent(precision_runs, prec):
 
 def test_fp16_keeps_fp32_master_weights_and_reports_scale(precision_runs):
     r = precision_runs["fp16"]
-    unet = r["trainer"].session.model.unet
+    unet = r["trainer"].session.model.denoiser
     lora = {n: p for n, p in unet.named_parameters() if "lora_" in n}
     frozen = {n: p for n, p in unet.named_parameters() if "lora_" not in n}
     assert lora and all(p.dtype == torch.float32 and p.requires_grad for p in lora.values())
@@ -108,7 +108,7 @@ def test_fp16_keeps_fp32_master_weights_and_reports_scale(precision_runs):
     assert len(steps) == PRECISION_STEPS
     assert all(s.grad_scale is not None and s.grad_scale > 0 for s in steps)
     assert steps[-1].skipped_total == r["summary"].skipped_steps
-    bf = precision_runs["bf16"]["trainer"].session.model.unet
+    bf = precision_runs["bf16"]["trainer"].session.model.denoiser
     assert all(p.dtype == torch.bfloat16 for n, p in bf.named_parameters() if "lora_" not in n)
     assert all(s.grad_scale is None for s in precision_runs["bf16"]["reporter"].steps)
     tensors, meta = read_lora(r["summary"].lora_path)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from guitrainer.engine import amp_step
+from guitrainer.engine.families.stable_diffusion import added_conditioning
 
 
 def _param(values: list[float]) -> torch.nn.Parameter:
@@ -100,8 +101,8 @@ def test_noise_draws_follow_the_global_seed_and_the_loss_uses_the_prediction_typ
 
 def test_sdxl_added_conditioning_defaults_to_the_square_resolution():
     pooled = torch.zeros(2, 8)
-    added = amp_step.added_conditioning(pooled, None, 512, torch.device("cpu"), torch.bfloat16)
+    added = added_conditioning(pooled, None, 512, torch.device("cpu"), torch.bfloat16)
     assert added is not None and added["text_embeds"] is pooled
     assert added["time_ids"].dtype == torch.bfloat16
     assert added["time_ids"].tolist() == [[512, 512, 0, 0, 512, 512]] * 2
-    assert amp_step.added_conditioning(None, None, 512, torch.device("cpu"), torch.float32) is None
+    assert added_conditioning(None, None, 512, torch.device("cpu"), torch.float32) is None

@@ -37,15 +37,15 @@ def frozen_bytes(modules: list[torch.nn.Module]) -> int:
 def test_fp8_storage_halves_the_frozen_weights_and_keeps_the_lora_fp32(tmp_path):
     plain = build_session(demo_cfg(tmp_path / "a", "auto"), Feedback())
     fp8 = build_session(demo_cfg(tmp_path / "b", "fp8"), Feedback())
-    unet = fp8.model.unet
+    unet = fp8.model.denoiser
     linear = [m.base_layer if hasattr(m, "base_layer") else m for m in unet.modules() if isinstance(m, torch.nn.Linear)]
     assert any(m.weight.dtype == FP8 for m in linear)  # stored in fp8
     assert all(p.dtype == torch.float32 and p.requires_grad for p in fp8.params)  # the LoRA: fp32 master weights
     norms = [m for m in unet.modules() if isinstance(m, torch.nn.GroupNorm | torch.nn.LayerNorm)]
     assert norms and all(m.weight.dtype == torch.bfloat16 for m in norms)  # precision-sensitive layers kept
     # the weights part: 1 byte per cast weight instead of bf16's 2; norms, biases, embeddings stay 2 bytes
-    before = frozen_bytes([plain.model.unet, *plain.model.text_encoders])
-    after = frozen_bytes([fp8.model.unet, *fp8.model.text_encoders])
+    before = frozen_bytes([plain.model.denoiser, *plain.model.text_encoders])
+    after = frozen_bytes([fp8.model.denoiser, *fp8.model.text_encoders])
     print(f"frozen weights: bf16 {before} B, fp8 {after} B, ratio {after / before:.3f}")
     assert 0.5 <= after / before < 0.62
 

@@ -30,13 +30,14 @@ def test_demo_model_is_a_diffusers_folder_loaded_by_the_general_loader(demo):
     index = json.loads((folder / "model_index.json").read_text())
     assert index["unet"] == ["diffusers", "UNet2DConditionModel"]
     assert demo.family == "demo" and demo.path == str(folder)
-    assert demo.unet.config.cross_attention_dim == demo.text_encoder.config.hidden_size == 32
+    assert demo.denoiser.config.cross_attention_dim == demo.text_encoder.config.hidden_size == 32
     assert demo.prediction_type == "epsilon"
-    assert not any(p.requires_grad for p in demo.unet.parameters())
-    # the same folder through the general path (auto family -> SD 1.x layout)
+    assert not any(p.requires_grad for p in demo.denoiser.parameters())
+    # the same folder through the general path: auto recognises the demo by its marker file (an SD 1.x layout the
+    # estimator and the LoRA's metadata must still call the demo: no real SD 1.5 client can use its LoRA)
     again = load_base_model(ModelConfig(base=str(folder), family="auto"))
-    assert again.family == "sd15"
-    sd_a, sd_b = demo.unet.state_dict(), again.unet.state_dict()
+    assert again.family == "demo"
+    sd_a, sd_b = demo.denoiser.state_dict(), again.denoiser.state_dict()
     assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
     # no rebuild on the second use
     mtime = (folder / "model_index.json").stat().st_mtime_ns
@@ -143,10 +144,10 @@ def _randomise(params, seed):
 
 @pytest.mark.parametrize("targets,extra", [("attention", None), ("attention_ff", "ff_net_2"), ("attention_ff_proj", "proj_in")])
 def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra):
-    L.inject_unet_lora(demo.unet, rank=4, alpha=2.0, targets=targets)
+    L.inject_unet_lora(demo.denoiser, rank=4, alpha=2.0, targets=targets)
     L.inject_text_encoder_lora(demo.text_encoder, rank=4, alpha=2.0)
-    _randomise(L.lora_parameters(demo.unet) + L.lora_parameters(demo.text_encoder), 0)
-    sd = L.kohya_state_dict(demo.unet, [demo.text_encoder], alpha=2.0)
+    _randomise(L.lora_parameters(demo.denoiser) + L.lora_parameters(demo.text_encoder), 0)
+    sd = L.kohya_state_dict(demo.denoiser, [demo.text_encoder], alpha=2.0)
     key = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
     assert sd[f"{key}.lora_down.weight"].shape == (4, 32)
     assert sd[f"{key}.lora_up.weight"].shape == (32, 4)
@@ -169,30 +170,30 @@ def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra)
 def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
     torch.set_num_threads(1)
     src = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(src.unet, rank=4, alpha=2.0)
-    _randomise(L.lora_parameters(src.unet), 1)
+    L.inject_unet_lora(src.denoiser, rank=4, alpha=2.0)
+    _randomise(L.lora_parameters(src.denoiser), 1)
     path = tmp_path / "l.safetensors"
-    X.save_lora(path, L.kohya_state_dict(src.unet, alpha=2.0), {}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(src.denoiser, alpha=2.0), {}, "fp32")
 
     same = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(same.unet, rank=4, alpha=2.0)
-    n = L.load_kohya_lora(path, same.unet)
-    assert n == len(L.lora_layers(src.unet))
-    assert all(torch.equal(a, b) for a, b in zip(L.lora_parameters(src.unet), L.lora_parameters(same.unet)))
+    L.inject_unet_lora(same.denoiser, rank=4, alpha=2.0)
+    n = L.load_kohya_lora(path, same.denoiser)
+    assert n == len(L.lora_layers(src.denoiser))
+    assert all(torch.equal(a, b) for a, b in zip(L.lora_parameters(src.denoiser), L.lora_parameters(same.denoiser)))
 
     other = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(other.unet, rank=4, alpha=4.0)  # scale 1.0 instead of 0.5: lora_up halves
-    L.load_kohya_lora(path, other.unet)
+    L.inject_unet_lora(other.denoiser, rank=4, alpha=4.0)  # scale 1.0 instead of 0.5: lora_up halves
+    L.load_kohya_lora(path, other.denoiser)
     x = torch.randn(1, 4, 8, 8)
     t = torch.tensor([10])
     h = torch.randn(1, 5, 32)
     with torch.no_grad():
-        assert torch.allclose(src.unet(x, t, h).sample, other.unet(x, t, h).sample, atol=1e-5)
+        assert torch.allclose(src.denoiser(x, t, h).sample, other.denoiser(x, t, h).sample, atol=1e-5)
 
     wrong = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(wrong.unet, rank=8, alpha=8.0)
+    L.inject_unet_lora(wrong.denoiser, rank=8, alpha=8.0)
     with pytest.raises(L.LoraFormatError, match="rank"):
-        L.load_kohya_lora(path, wrong.unet)
+        L.load_kohya_lora(path, wrong.denoiser)
 
 
 def test_fp16_save_warns_about_overflow():
@@ -310,11 +311,11 @@ def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
 
     torch.set_num_threads(1)
     d = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(d.unet, rank=4, alpha=2.0)
+    L.inject_unet_lora(d.denoiser, rank=4, alpha=2.0)
     L.inject_text_encoder_lora(d.text_encoder, rank=4, alpha=2.0)
-    _randomise(L.lora_parameters(d.unet) + L.lora_parameters(d.text_encoder), 3)
+    _randomise(L.lora_parameters(d.denoiser) + L.lora_parameters(d.text_encoder), 3)
     path = tmp_path / "l.safetensors"
-    X.save_lora(path, L.kohya_state_dict(d.unet, [d.text_encoder], alpha=2.0), {"ss_network_alpha": "2"}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(d.denoiser, [d.text_encoder], alpha=2.0), {"ss_network_alpha": "2"}, "fp32")
     pipe = StableDiffusionPipeline.from_pretrained(
         str(demo_model_dir()), safety_checker=None, feature_extractor=None, requires_safety_checker=False
     )
@@ -327,4 +328,4 @@ def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
         assert not torch.allclose(before, theirs)  # the text encoder LoRA was applied
         assert torch.allclose(ours, theirs, atol=1e-5)
         x, t = torch.randn(1, 4, 8, 8), torch.tensor([10])
-        assert torch.allclose(d.unet(x, t, ours).sample, pipe.unet(x, t, ours).sample, atol=1e-5)
+        assert torch.allclose(d.denoiser(x, t, ours).sample, pipe.unet(x, t, ours).sample, atol=1e-5)

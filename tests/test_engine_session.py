@@ -40,7 +40,7 @@ def test_fp16_session_follows_the_precision_table(fp16_session):
     s = fp16_session
     assert s.dtype == torch.float16 and isinstance(s.scaler, torch.amp.GradScaler)
     assert s.params and all(p.dtype == torch.float32 and p.requires_grad for p in s.params)  # fp32 master weights
-    frozen = [p for n, p in s.model.unet.named_parameters() if "lora_" not in n]
+    frozen = [p for n, p in s.model.denoiser.named_parameters() if "lora_" not in n]
     assert frozen and all(p.dtype == torch.float16 and not p.requires_grad for p in frozen)
     assert next(s.model.vae.parameters()).dtype == torch.float32  # fp16 on a CPU: the VAE stays fp32
     in_optimizer = {id(p) for g in s.optimizer.param_groups for p in g["params"]}
@@ -60,5 +60,5 @@ def test_schedule_counts_from_the_demo_dataset(fp16_session):
 def test_bf16_has_no_scaler_and_max_steps_wins(tmp_path):
     s = build_session(demo_cfg(tmp_path, precision__training="bf16", schedule__max_steps=3), Feedback())
     assert s.scaler is None and s.dtype == torch.bfloat16 and s.total_steps == 3
-    frozen = [p for n, p in s.model.unet.named_parameters() if "lora_" not in n]
+    frozen = [p for n, p in s.model.denoiser.named_parameters() if "lora_" not in n]
     assert all(p.dtype == torch.bfloat16 for p in frozen)

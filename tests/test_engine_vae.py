@@ -111,7 +111,9 @@ def test_a_vae_the_unet_cannot_take_is_refused_naming_both(tmp_path):
     ],
 )
 def test_the_vae_stays_fp32_only_where_it_needs_to(precision, family, upcast, device, fp32):
-    assert vae_needs_fp32(precision, family, upcast, device) is fp32
+    from guitrainer.core.families.registry import facts
+
+    assert vae_needs_fp32(precision, facts(family).precision.vae_upcast, upcast, device) is fp32
 
 
 def test_the_latent_cache_key_changes_with_the_vae(tmp_path):

@@ -45,14 +45,14 @@ def _randomise(params, seed: int, scale: float = 0.1) -> None:
 def _trained(base: str, *, te: bool = True, seed: int = 0, rank: int = RANK, alpha: float = ALPHA) -> LoadedModel:
     """A base model with a random (non-zero) LoRA of ``rank`` / ``alpha`` on the UNet and text encoders."""
     m = load_base_model(ModelConfig(base=base, family="auto"))
-    L.inject_unet_lora(m.unet, rank, alpha)
-    params = L.lora_parameters(m.unet)
+    L.inject_unet_lora(m.denoiser, rank, alpha)
+    params = L.lora_parameters(m.denoiser)
     if te:
         for enc in m.text_encoders:
             L.inject_text_encoder_lora(enc, rank, alpha)
             params += L.lora_parameters(enc)
     _randomise(params, seed)
-    for mod in (m.unet, *m.text_encoders):
+    for mod in (m.denoiser, *m.text_encoders):
         mod.eval()
     return m
 
@@ -131,7 +131,7 @@ def sdxl(tmp_path_factory) -> str:
 def test_kohya_file_loads_in_diffusers_with_real_alpha_sd15(sd15, tmp_path, precision):
     m = _trained(sd15)
     path = tmp_path / "sd15.safetensors"
-    res = X.export_lora(path, m.unet, m.text_encoders, fmt="kohya", save_precision=precision, alpha=ALPHA)
+    res = X.export_lora(path, m.denoiser, m.text_encoders, fmt="kohya", save_precision=precision, alpha=ALPHA)
     assert res.save_precision == precision and res.warnings == ()
     sd, meta = L.read_lora(path)
     assert {k.split("_")[1] for k in sd} == {"unet", "te"}
@@ -152,7 +152,7 @@ def test_writing_alpha_equal_to_rank_would_fail_the_check(sd15, tmp_path):
     """What diffusers' convert_state_dict_to_kohya does (alpha = rank): the file no longer matches the model."""
     m = _trained(sd15, te=False)
     path = tmp_path / "wrong.safetensors"
-    X.save_lora(path, L.kohya_state_dict(m.unet, alpha=float(RANK)), {}, "fp32")
+    X.save_lora(path, L.kohya_state_dict(m.denoiser, alpha=float(RANK)), {}, "fp32")
     v = verify_lora(path, sd15, reference=m)
     assert not v.ok and v.max_abs_diff_unet > 100 * v.tolerance
     assert "differ" in v.message
@@ -163,7 +163,7 @@ def test_sdxl_two_text_encoders_te1_te2(sdxl, tmp_path, precision):
     m = _trained(sdxl)
     assert m.family == "sdxl"
     path = tmp_path / "xl.safetensors"
-    res = X.export_lora(path, m.unet, m.text_encoders, fmt="kohya", save_precision=precision, alpha=ALPHA)
+    res = X.export_lora(path, m.denoiser, m.text_encoders, fmt="kohya", save_precision=precision, alpha=ALPHA)
     assert res.save_precision == precision and res.warnings == ()
     sd, meta = L.read_lora(path)
     assert {k.split("_")[1] for k in sd} == {"unet", "te1", "te2"}
@@ -188,7 +188,7 @@ def test_every_key_is_consumed_and_leftovers_are_reported(sd15, tmp_path):
     from diffusers.loaders.lora_pipeline import StableDiffusionLoraLoaderMixin
 
     m = _trained(sd15)
-    sd = L.kohya_state_dict(m.unet, m.text_encoders, alpha=ALPHA)
+    sd = L.kohya_state_dict(m.denoiser, m.text_encoders, alpha=ALPHA)
     converted, alphas = StableDiffusionLoraLoaderMixin.lora_state_dict(dict(sd))  # raises if a key is left over
     assert len(converted) + len(alphas) == len(sd)
     # a module the base model does not have: diffusers drops it, verify names it
@@ -208,7 +208,7 @@ def test_diffusers_format_round_trips_with_alpha_metadata(sd15, sdxl, tmp_path):
     for base in (sd15, sdxl):
         m = _trained(base, seed=5)
         path = tmp_path / Path(base).name / "my_lora" / X.DIFFUSERS_WEIGHT_NAME
-        X.export_lora(path, m.unet, m.text_encoders, fmt="diffusers", save_precision="fp32", alpha=ALPHA)
+        X.export_lora(path, m.denoiser, m.text_encoders, fmt="diffusers", save_precision="fp32", alpha=ALPHA)
         sd, meta = L.read_lora(path)
         assert all(k.startswith(("unet.", "text_encoder.", "text_encoder_2.")) for k in sd)
         assert "unet.down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.weight" in sd
@@ -219,11 +219,11 @@ def test_diffusers_format_round_trips_with_alpha_metadata(sd15, sdxl, tmp_path):
         assert v.ok and v.max_abs_diff_unet <= 1e-5 and v.keys_unused == (), v.message
         # our own loader reads it too (init_lora may point at a diffusers-format file)
         fresh = load_base_model(ModelConfig(base=base, family="auto"))
-        L.inject_unet_lora(fresh.unet, RANK, ALPHA)
+        L.inject_unet_lora(fresh.denoiser, RANK, ALPHA)
         for enc in fresh.text_encoders:
             L.inject_text_encoder_lora(enc, RANK, ALPHA)
-        assert L.load_kohya_lora(path.parent, fresh.unet, fresh.text_encoders) == len(sd) // 2
-        assert all(torch.equal(a, b) for a, b in zip(L.lora_parameters(m.unet), L.lora_parameters(fresh.unet)))
+        assert L.load_kohya_lora(path.parent, fresh.denoiser, fresh.text_encoders) == len(sd) // 2
+        assert all(torch.equal(a, b) for a, b in zip(L.lora_parameters(m.denoiser), L.lora_parameters(fresh.denoiser)))
     # without the adapter metadata diffusers assumes alpha = rank: the metadata is what makes it right
     bare = tmp_path / "bare.safetensors"
     save_file(sd, str(bare))
@@ -248,15 +248,15 @@ def test_fp16_overflow_and_underflow_are_named_before_writing(sd15, tmp_path):
     assert X.check_fp16({"x": torch.randn(10)}).ok
 
     m = _trained(sd15, te=False)
-    layer = next(iter(L.lora_layers(m.unet).values()))
+    layer = next(iter(L.lora_layers(m.denoiser).values()))
     with torch.no_grad():
         layer.lora_B[L.ADAPTER].weight[0, 0] = 1e6  # planted
     path = tmp_path / "o.safetensors"
     path.write_bytes(b"previous")
     with pytest.raises(X.Fp16OverflowError, match="65504"):
-        X.export_lora(path, m.unet, fmt="kohya", save_precision="fp16", alpha=ALPHA, on_fp16_overflow="raise")
+        X.export_lora(path, m.denoiser, fmt="kohya", save_precision="fp16", alpha=ALPHA, on_fp16_overflow="raise")
     assert path.read_bytes() == b"previous"  # reported before anything was written
-    res = X.export_lora(path, m.unet, fmt="kohya", save_precision="fp16", alpha=ALPHA)  # default: fall back to bf16
+    res = X.export_lora(path, m.denoiser, fmt="kohya", save_precision="fp16", alpha=ALPHA)  # default: fall back to bf16
     assert res.save_precision == "bf16" and list(res.fp16.overflow) == [next(k for k in res.fp16.overflow)]
     assert "lora_up.weight" in next(iter(res.fp16.overflow)) and res.warnings[0].startswith(X.FP16_WARNING_TAG)
     tensors, meta = L.read_lora(path)
@@ -325,7 +325,7 @@ def test_a_crash_inside_the_write_leaves_the_old_file(sd15, tmp_path, monkeypatc
 
     m = _trained(sd15, te=False)
     path = tmp_path / "keep.safetensors"
-    X.export_lora(path, m.unet, save_precision="fp32", alpha=ALPHA)
+    X.export_lora(path, m.denoiser, save_precision="fp32", alpha=ALPHA)
     before = path.read_bytes()
 
     def half_then_crash(tensors, filename, metadata=None):
@@ -334,7 +334,7 @@ def test_a_crash_inside_the_write_leaves_the_old_file(sd15, tmp_path, monkeypatc
 
     monkeypatch.setattr(st, "save_file", half_then_crash)
     with pytest.raises(RuntimeError, match="power cut"):
-        X.export_lora(path, m.unet, save_precision="fp16", alpha=ALPHA)
+        X.export_lora(path, m.denoiser, save_precision="fp16", alpha=ALPHA)
     assert path.read_bytes() == before and sorted(tmp_path.iterdir()) == [path]  # no temp file left
     L.read_lora(path)
 
@@ -385,61 +385,61 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
     """lora_te1_ for one text encoder, names without ``text_model``, 2-D ``proj_in`` for a 1x1 conv,
     kohya-ss' SDXL ``input_blocks`` names, alpha != rank: all land on the right layers with the same effect."""
     src = load_base_model(ModelConfig(base=sd15, family="auto"))
-    L.inject_unet_lora(src.unet, RANK, 2.0, targets="attention_ff_proj")
+    L.inject_unet_lora(src.denoiser, RANK, 2.0, targets="attention_ff_proj")
     L.inject_text_encoder_lora(src.text_encoder, RANK, 2.0)
-    _randomise(L.lora_parameters(src.unet) + L.lora_parameters(src.text_encoder), 7)
+    _randomise(L.lora_parameters(src.denoiser) + L.lora_parameters(src.text_encoder), 7)
     theirs = {}
-    for k, v in L.kohya_state_dict(src.unet, [src.text_encoder]).items():
+    for k, v in L.kohya_state_dict(src.denoiser, [src.text_encoder]).items():
         k = k.replace("lora_te_text_model_", "lora_te1_")
         theirs[k] = v.flatten(1) if "proj_in.lora" in k or "proj_out.lora_down" in k else v
     assert any(v.dim() == 2 and "proj_in.lora_down" in k for k, v in theirs.items())
     dst = load_base_model(ModelConfig(base=sd15, family="auto"))
-    L.inject_unet_lora(dst.unet, RANK, 8.0, targets="attention_ff_proj")
+    L.inject_unet_lora(dst.denoiser, RANK, 8.0, targets="attention_ff_proj")
     L.inject_text_encoder_lora(dst.text_encoder, RANK, 8.0)
-    assert L.load_kohya_lora(theirs, dst.unet, [dst.text_encoder]) == len(theirs) // 3
+    assert L.load_kohya_lora(theirs, dst.denoiser, [dst.text_encoder]) == len(theirs) // 3
     x, t, h = torch.randn(1, 4, 8, 8), torch.tensor([10]), torch.randn(1, 5, 32)
     ids = torch.randint(0, 1000, (1, 12))
     with torch.no_grad():
-        assert torch.allclose(src.unet(x, t, h).sample, dst.unet(x, t, h).sample, atol=1e-5)
+        assert torch.allclose(src.denoiser(x, t, h).sample, dst.denoiser(x, t, h).sample, atol=1e-5)
         assert torch.allclose(src.text_encoder(ids)[0], dst.text_encoder(ids)[0], atol=1e-5)
 
     # SDXL as kohya-ss writes it (the original UNet's block names: our writer's spelling too) and in the
     # diffusers spelling (our files before, some other trainers): both land on the same layers
     xl = _trained(sdxl, te=False, alpha=2.0)
-    sgm = L.kohya_state_dict(xl.unet)
+    sgm = L.kohya_state_dict(xl.denoiser)
     assert any(k.startswith("lora_unet_input_blocks_4_1_") for k in sgm) and any("output_blocks_2_1" in k for k in sgm)
     assert not any("down_blocks" in k or "up_blocks" in k or "mid_block_" in k for k in sgm)
-    spelled = L.kohya_from_diffusers(L.diffusers_state_dict(xl.unet), {"unet.lora_alpha": 2.0})
+    spelled = L.kohya_from_diffusers(L.diffusers_state_dict(xl.denoiser), {"unet.lora_alpha": 2.0})
     assert any(k.startswith("lora_unet_down_blocks_1_attentions_0_") for k in spelled)
     for sd in (sgm, spelled):
         fresh = load_base_model(ModelConfig(base=sdxl, family="auto"))
-        L.inject_unet_lora(fresh.unet, RANK, 8.0)
-        assert L.load_kohya_lora(sd, fresh.unet) == len(L.lora_layers(fresh.unet))
-        for (na, a), (nb, b) in zip(L.lora_layers(xl.unet).items(), L.lora_layers(fresh.unet).items()):
+        L.inject_unet_lora(fresh.denoiser, RANK, 8.0)
+        assert L.load_kohya_lora(sd, fresh.denoiser) == len(L.lora_layers(fresh.denoiser))
+        for (na, a), (nb, b) in zip(L.lora_layers(xl.denoiser).items(), L.lora_layers(fresh.denoiser).items()):
             assert na == nb and torch.equal(a.lora_A[L.ADAPTER].weight, b.lora_A[L.ADAPTER].weight)
             assert torch.allclose(a.lora_B[L.ADAPTER].weight * 2.0 / RANK, b.lora_B[L.ADAPTER].weight * 8.0 / RANK)
 
 
 def test_clear_errors_for_rank_mismatch_unknown_keys_and_non_lora(sd15):
     src = _trained(sd15, te=False)
-    sd = L.kohya_state_dict(src.unet)
+    sd = L.kohya_state_dict(src.denoiser)
     other = load_base_model(ModelConfig(base=sd15, family="auto"))
-    L.inject_unet_lora(other.unet, 8, 8.0)
+    L.inject_unet_lora(other.denoiser, 8, 8.0)
     with pytest.raises(L.LoraFormatError, match=r"file has rank 4, the network has rank 8; set network.rank to 4"):
-        L.load_kohya_lora(sd, other.unet)
+        L.load_kohya_lora(sd, other.denoiser)
     same = load_base_model(ModelConfig(base=sd15, family="auto"))
-    L.inject_unet_lora(same.unet, RANK, ALPHA)
+    L.inject_unet_lora(same.denoiser, RANK, ALPHA)
     sd["lora_unet_somewhere_else.lora_down.weight"] = torch.zeros(RANK, 3)
     sd["lora_unet_somewhere_else.lora_up.weight"] = torch.zeros(3, RANK)
     with pytest.raises(L.LoraFormatError, match=r"1 of \d+ LoRA modules match no layer trained here, e.g. lora_unet_somewhere_else"):
-        L.load_kohya_lora(sd, same.unet)
+        L.load_kohya_lora(sd, same.denoiser)
     skipped: list[str] = []
-    assert L.load_kohya_lora(sd, same.unet, strict=False, skipped=skipped) == len(L.lora_layers(same.unet))
+    assert L.load_kohya_lora(sd, same.denoiser, strict=False, skipped=skipped) == len(L.lora_layers(same.denoiser))
     assert skipped == ["lora_unet_somewhere_else"]
     with pytest.raises(L.LoraFormatError, match="holds no LoRA weights"):
-        L.load_kohya_lora({"model.diffusion_model.x.weight": torch.zeros(2)}, same.unet)
+        L.load_kohya_lora({"model.diffusion_model.x.weight": torch.zeros(2)}, same.denoiser)
     with pytest.raises(L.LoraFormatError, match="LyCORIS"):
-        L.load_kohya_lora({"lora_unet_a.hada_w1_a": torch.zeros(2), "lora_unet_a.lora_down.weight": torch.zeros(2)}, same.unet)
+        L.load_kohya_lora({"lora_unet_a.hada_w1_a": torch.zeros(2), "lora_unet_a.lora_down.weight": torch.zeros(2)}, same.denoiser)
 
 
 # --------------------------------------------------------------------------- the trainer

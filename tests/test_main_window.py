@@ -81,12 +81,31 @@ def test_preset_combo_loads_and_save_as_roundtrip(window, qtbot, monkeypatch):
     from PySide6.QtWidgets import QInputDialog
 
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Mine", True)))
-    window.save_preset_as()
+    window.preset_files.save_preset_as()
     assert window.current_preset == "Mine"
     assert combo.findData("Mine") >= 0
     window.load_preset("SD 1.5 style — 8 GB")
     window.load_preset("Mine")
     assert window.binding.config.network.rank == 24
+
+
+def test_deleting_a_preset_asks_first(window, monkeypatch):
+    """File > Delete preset asks through the message helper (patched here: the box is the helper's business)."""
+    from PySide6.QtWidgets import QInputDialog
+
+    from guitrainer.ui.widgets import messages
+
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Mine", True)))
+    window.preset_files.save_preset_as()
+    asked: list[str] = []
+    monkeypatch.setattr(messages, "question", lambda _parent, _title, text, *a, **k: asked.append(text) or "no")
+    window.preset_files.delete_preset()
+    assert "Mine" in window.store.presets and window.current_preset == "Mine"
+    assert asked == ["Delete your preset “Mine”?"]
+    monkeypatch.setattr(messages, "question", lambda *a, **k: "yes")
+    window.preset_files.delete_preset()
+    assert "Mine" not in window.store.presets and window.current_preset == ""
+    assert window.preset_combo.findData("Mine") == -1
 
 
 def test_last_preset_and_geometry_remembered(qtbot, tmp_path):
@@ -107,7 +126,7 @@ def test_opening_a_malformed_file_shows_message_and_keeps_running(window, tmp_pa
     bad = tmp_path / "bad.toml"
     bad.write_text("[schedule]\nepochs = 0\n", encoding="utf-8")
     before = window.binding.config.copy()
-    assert window.open_file(str(bad)) is False
+    assert window.preset_files.open_file(str(bad)) is False
     boxes = [b for b in window.findChildren(object) if getattr(b, "objectName", lambda: "")() == "error_box"]
     assert boxes and "schedule.epochs" in boxes[-1].text() and "line 2" in boxes[-1].text()
     assert window.binding.config == before

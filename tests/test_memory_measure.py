@@ -76,14 +76,14 @@ def _real_bnb_step(
 def _engine_model(targets: str, rank: int) -> list[torch.nn.Module]:
     """The demo model as the engine loads it, with the engine's LoRA on the UNet and the text encoder."""
     from guitrainer.engine.models.demo import ensure_demo_model
-    from guitrainer.engine.models.loading import load_diffusers_folder
+    from guitrainer.engine.models.loading import load_folder
     from guitrainer.engine.network import lora
 
-    model = load_diffusers_folder(ensure_demo_model(), family="demo")
-    lora.inject_unet_lora(model.unet, rank, float(rank), 0.0, targets)
+    model = load_folder(ensure_demo_model(), "demo")
+    lora.inject_unet_lora(model.denoiser, rank, float(rank), 0.0, targets)
     for te in model.text_encoders:
         lora.inject_text_encoder_lora(te, rank, float(rank))
-    return [model.unet, *model.text_encoders]
+    return [model.denoiser, *model.text_encoders]
 
 
 CASES = [("demo", 64, "attention_ff"), ("sd15", 4, "attention")]
@@ -175,7 +175,7 @@ def test_measurement_lora_equals_engine_built_model() -> None:
     from guitrainer.engine.memory import measure as memory
     from guitrainer.engine.network import lora
 
-    spec = specs.MODEL_SPECS["demo"]
+    spec = specs.spec_of("demo")
     for targets in lora_format.UNET_LORA_TARGETS:
         c = cfg(model__family="demo", network__rank=8, network__target_modules=targets, network__train_text_encoder=True)
         engine = [p for module in _engine_model(targets, 8) for p in lora.lora_parameters(module)]
@@ -194,7 +194,7 @@ def test_estimator_lora_counts_equal_engine_injection_sd15() -> None:
             network__train_text_encoder=True)
     modules, _ = memory._build(c)
     n = sum(p.numel() for p in memory.lora_parameters(modules))
-    assert n == 4 * specs.MODEL_SPECS["sd15"].lora_params_per_rank("attention_ff_proj", text_encoder=True)
+    assert n == 4 * specs.spec_of("sd15").lora_params_per_rank("attention_ff_proj", text_encoder=True)
 
 
 @pytest.mark.parametrize("family", ["demo", "sd15"])

@@ -16,7 +16,8 @@ import torch
 
 from guitrainer.base.paths import resources_dir
 from guitrainer.config import ModelConfig
-from guitrainer.engine.models.loading import check_config_dir, load_base_model, load_diffusers_folder
+from guitrainer.engine.families.stable_diffusion import CONFIG_FILES, SDXL_CONFIG_FILES, check_config_dir
+from guitrainer.engine.models.loading import load_base_model, load_folder
 from guitrainer.engine.models.singlefile import to_original_layout
 from guitrainer.engine.models.types import ModelLoadError
 
@@ -36,8 +37,8 @@ def save_single_file(folder: Path, family: str, target: Path) -> Path:
     """The folder's weights as one original-layout .safetensors (the civitai kind)."""
     from safetensors.torch import save_file
 
-    m = load_diffusers_folder(folder, family=family)
-    save_file(to_original_layout(m.unet, m.vae, m.text_encoders, family), str(target))
+    m = load_folder(folder, family)
+    save_file(to_original_layout(m.denoiser, m.vae, m.text_encoders, family), str(target))
     return target
 
 
@@ -65,15 +66,15 @@ def test_folder_and_single_file_load_offline_with_equal_weights(tiny, monkeypatc
     b = load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
     assert a.family == b.family == fam and a.source == "folder" and b.source == "single_file"
     assert len(a.text_encoders) == len(b.text_encoders) == (2 if fam == "sdxl" else 1)
-    for x, y in zip([a.unet, a.vae, *a.text_encoders], [b.unet, b.vae, *b.text_encoders]):
+    for x, y in zip([a.denoiser, a.vae, *a.text_encoders], [b.denoiser, b.vae, *b.text_encoders]):
         _same_weights(x, y)
     assert a.identity and b.identity and a.identity != b.identity
     ids = a.tokenizer("a photo of a cat").input_ids
     assert ids == b.tokenizer("a photo of a cat").input_ids == [49406, 320, 1125, 539, 320, 2368, 49407]
     if fam == "sdxl":
         assert b.tokenizers[1].pad_token == "!" and b.vae.config.force_upcast
-        assert b.unet.config.addition_embed_type == "text_time"
-    assert not any(p.requires_grad for p in b.unet.parameters())
+        assert b.denoiser.config.addition_embed_type == "text_time"
+    assert not any(p.requires_grad for p in b.denoiser.parameters())
 
 
 @pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
@@ -85,7 +86,7 @@ def test_pickle_checkpoint_with_weights_only_loads(tiny, tmp_path):
     torch.save({"state_dict": load_file(str(single)), "global_step": 7}, ckpt)
     a = load_base_model(ModelConfig(base=str(single), family="auto"), config_dir=configs)
     b = load_base_model(ModelConfig(base=str(ckpt), family="auto"), config_dir=configs)
-    _same_weights(a.unet, b.unet)
+    _same_weights(a.denoiser, b.denoiser)
 
 
 class _Evil:
@@ -152,7 +153,7 @@ def test_shipped_config_folders_are_complete():
     from transformers import CLIPTokenizer
 
     for fam in ("sd15", "sdxl"):
-        check_config_dir(RES / fam, fam)
+        check_config_dir(RES / fam, SDXL_CONFIG_FILES if fam == "sdxl" else CONFIG_FILES)
         index = json.loads((RES / fam / "model_index.json").read_text())
         for name, value in index.items():
             if isinstance(value, list) and value[0] is not None:
@@ -191,7 +192,7 @@ def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
         assert v.prediction_type == "v_prediction" and v.family == fam
         # only the prediction type differs from the config folder's scheduler
         assert v.noise_scheduler.config.num_train_timesteps == plain.noise_scheduler.config.num_train_timesteps
-        _same_weights(plain.unet, v.unet)
+        _same_weights(plain.denoiser, v.denoiser)
 
     # a diffusers folder whose scheduler says v_prediction keeps it
     vfolder = tmp_path / "vfolder"

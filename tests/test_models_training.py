@@ -10,7 +10,6 @@ import torch
 from PIL import Image
 
 from guitrainer.core.events import Control, NullReporter
-from guitrainer.engine.amp_step import AmpStep
 from guitrainer.engine.network.lora import read_lora
 from guitrainer.engine.trainer import Trainer
 
@@ -31,14 +30,16 @@ def _images(folder: Path) -> Path:
 def test_sdxl_trains_text_encoders_and_samples_every_n_steps(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     captured: list[torch.Tensor] = []
-    orig = AmpStep.added_cond
+    from guitrainer.engine.families import stable_diffusion
 
-    def spy(self, pooled, batch, dtype):
-        out = orig(self, pooled, batch, dtype)
+    orig = stable_diffusion.added_conditioning
+
+    def spy(pooled, time_ids, resolution, device, dtype):
+        out = orig(pooled, time_ids, resolution, device, dtype)
         captured.append(out["time_ids"].clone())
         return out
 
-    monkeypatch.setattr(AmpStep, "added_cond", spy)
+    monkeypatch.setattr(stable_diffusion, "added_conditioning", spy)
     model = build_tiny(tmp_path / "sdxl", "sdxl")
     cfg = demo_cfg(
         tmp_path / "out",

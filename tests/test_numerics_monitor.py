@@ -25,14 +25,14 @@ class Harness:
     def __init__(self) -> None:
         torch.manual_seed(0)
         m = load_base_model(ModelConfig(base="demo"))
-        self.unet, self.te, self.tok = m.unet, m.text_encoders[0], m.tokenizer
-        torch.nn.Module.to(self.unet, dtype=torch.float16)
+        self.denoiser, self.te, self.tok = m.denoiser, m.text_encoders[0], m.tokenizer
+        torch.nn.Module.to(self.denoiser, dtype=torch.float16)
         self.te.to(dtype=torch.float16)
-        L.inject_unet_lora(self.unet, 4, 4.0)
+        L.inject_unet_lora(self.denoiser, 4, 4.0)
         L.inject_text_encoder_lora(self.te, 4, 4.0)
         self.params = {
             f"{k}.{n}": p
-            for k, mod in (("unet", self.unet), ("te", self.te))
+            for k, mod in (("unet", self.denoiser), ("te", self.te))
             for n, p in mod.named_parameters()
             if p.requires_grad
         }
@@ -43,14 +43,14 @@ class Harness:
         self.ids = self.tok(["a red circle", "a blue square"], padding="max_length", max_length=77, return_tensors="pt").input_ids
 
     def monitor(self, every: int = 50) -> NumericsMonitor:
-        return NumericsMonitor({"unet": self.unet, "te": self.te}, self.params, "fp16", every=every)
+        return NumericsMonitor({"unet": self.denoiser, "te": self.te}, self.params, "fp16", every=every)
 
     def forward_backward(self, scale: float | None = None) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.float16):
             hidden = self.te(self.ids)[0]
             latents = torch.randn(2, 4, 8, 8)
             t = torch.randint(0, 1000, (2,))
-            pred = self.unet(latents, t, hidden).sample
+            pred = self.denoiser(latents, t, hidden).sample
             loss = torch.nn.functional.mse_loss(pred.float(), torch.randn_like(pred.float()))
         (loss * scale if scale is not None else self.scaler.scale(loss)).backward()
         return loss.detach()
@@ -85,7 +85,7 @@ def harness() -> Harness:
 
 def expected_blocks(h: Harness) -> set[str]:
     """Every block the demo model has, from its own module names (not from the monitor)."""
-    blocks = {block_of("unet", n) for n, _ in h.unet.named_modules() if n}
+    blocks = {block_of("unet", n) for n, _ in h.denoiser.named_modules() if n}
     blocks |= {block_of("te", n) for n, _ in h.te.named_modules() if n}
     return blocks
 
@@ -130,7 +130,7 @@ def test_clean_steps_report_every_block_and_no_alarm(harness):
 
 def test_headroom_is_the_limit_over_the_largest_activation(harness):
     """A hook scales one module's output to a known peak: its block's headroom is 65,504 / that peak."""
-    target = harness.unet.get_submodule("mid_block.attentions.0.transformer_blocks.0.ff.net.2")
+    target = harness.denoiser.get_submodule("mid_block.attentions.0.transformer_blocks.0.ff.net.2")
 
     def to_peak(_m, _a, out):
         return out / out.abs().amax() * 16000.0
@@ -146,7 +146,7 @@ def test_headroom_is_the_limit_over_the_largest_activation(harness):
 
 def test_injected_overflow_is_named_and_the_step_skipped(harness):
     """x1e6 under fp16 in attn2.to_v: the step is skipped and to_v is the first non-finite module."""
-    module = harness.unet.get_submodule(TO_V)
+    module = harness.denoiser.get_submodule(TO_V)
     peaks: list[float] = []
 
     def blow_up(_m, _a, out):
@@ -188,7 +188,7 @@ def test_diagnosis_leaves_the_random_streams_as_the_step_left_them(harness):
 
 def test_gradient_overflow_is_found_in_the_backward(harness):
     """Finite activations but an inf gradient: the module whose output's gradient went inf first is named."""
-    module = harness.unet.get_submodule("conv_out")
+    module = harness.denoiser.get_submodule("conv_out")
 
     class InfGrad(torch.autograd.Function):
         @staticmethod

@@ -33,7 +33,7 @@ class _Injecting:
         self.inner.on_status(text)
         if text.startswith("training "):
             tr = self.trainer
-            module = tr.session.model.unet.get_submodule(self.module)
+            module = tr.session.model.denoiser.get_submodule(self.module)
             module.register_forward_hook(
                 lambda _m, _a, out: out * self.factor if tr.progress.global_step + 1 == self.at else out
             )

@@ -44,7 +44,7 @@ class Inject(ConsoleReporter):
         super().on_status(text)
         self.statuses.append(text)
         if text.startswith("training ") and self.trainer is not None:
-            target = self.trainer.session.model.unet.get_submodule(self.module)
+            target = self.trainer.session.model.denoiser.get_submodule(self.module)
             target.register_forward_hook(lambda _m, _a, out: out * self.factor if self.armed else out)
 
     def on_step(self, metrics: StepMetrics) -> None:
@@ -104,7 +104,7 @@ def test_clean_run_reports_every_block_without_alarm(clean_runs):
     assert [m.step for m in sampled] == [1, 2, 4]
     assert tr.numerics.monitor.installed_steps == [1, 2, 4]  # the sampling steps are the only ones hooked
     m = tr.session.model
-    blocks = {block_of("unet", n) for n, _ in m.unet.named_modules() if n}
+    blocks = {block_of("unet", n) for n, _ in m.denoiser.named_modules() if n}
     blocks |= {block_of("te", n) for n, _ in m.text_encoders[0].named_modules() if n}
     for s in sampled:
         headroom = dict(s.headroom)

@@ -65,13 +65,13 @@ def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
 
     torch.set_num_threads(1)
     m = load_base_model(ModelConfig(base="demo"))
-    L.inject_unet_lora(m.unet, 4, 8.0)
+    L.inject_unet_lora(m.denoiser, 4, 8.0)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for p in L.lora_parameters(m.unet):
+        for p in L.lora_parameters(m.denoiser):
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     path = tmp_path / "check.safetensors"
-    X.export_lora(path, m.unet, save_precision="fp16", alpha=8.0)
+    X.export_lora(path, m.denoiser, save_precision="fp16", alpha=8.0)
     page.verify_path.setText(str(path))
     with qtbot.waitSignal(page.verified, timeout=60000) as sig:
         page.verify_button.click()

@@ -60,10 +60,10 @@ class _Spy:
 
     def on_status(self, text):
         model = trainer_model(self.rec.trainer)
-        if not self.stepped and model is not None and L.lora_layers(model.unet):
-            self.rec.initial[self.name] = {k: v.clone() for k, v in L.kohya_state_dict(model.unet).items()}
-            if not any(r() is model.unet for r in self.rec.unets):
-                self.rec.unets.append(weakref.ref(model.unet))
+        if not self.stepped and model is not None and L.lora_layers(model.denoiser):
+            self.rec.initial[self.name] = {k: v.clone() for k, v in L.kohya_state_dict(model.denoiser).items()}
+            if not any(r() is model.denoiser for r in self.rec.unets):
+                self.rec.unets.append(weakref.ref(model.denoiser))
         self.inner.on_status(text)
 
     def on_step(self, metrics):

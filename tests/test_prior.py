@@ -85,7 +85,7 @@ def run(cfg: TrainingConfig, reporter: NullReporter | None = None, control: Cont
 
 
 def lora_params(tr: Trainer) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in tr.session.model.unet.named_parameters() if p.requires_grad}
+    return {n: p.detach().clone() for n, p in tr.session.model.denoiser.named_parameters() if p.requires_grad}
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def test_loss_is_instance_plus_weight_times_class_and_matches_a_hand_run(tmp_pat
         n_tok = tok.model_max_length
         ids = tok(captions, padding="max_length", max_length=n_tok, truncation=True, return_tensors="pt")
         hidden = m.text_encoders[0](ids.input_ids)[0]
-        pred = m.unet(m.noise_scheduler.add_noise(lat, noise, t), t, hidden).sample
+        pred = m.denoiser(m.noise_scheduler.add_noise(lat, noise, t), t, hidden).sample
         by_hand = float(F.mse_loss(pred.float(), noise.float()))
     assert heavy_rep.steps[0].class_loss == pytest.approx(by_hand, rel=1e-5)
 

@@ -61,7 +61,7 @@ def test_nan_loss_in_bf16_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch)
 
     def nan_at_6(self, batch):
         loss = orig(self, batch)
-        seen.append(next(self.session.model.unet.parameters()).dtype)
+        seen.append(next(self.session.model.denoiser.parameters()).dtype)
         return loss * float("nan") if self.progress.global_step == 5 else loss
 
     monkeypatch.setattr(AmpStep, "forward_loss", nan_at_6)

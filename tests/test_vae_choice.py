@@ -162,7 +162,7 @@ def test_the_config_refuses_a_pickle_vae_by_its_value():
 
 
 def test_the_estimators_vae_part_drops_for_sdxl_fp16_with_an_fp16_safe_vae(tmp_path):
-    spec = specs.MODEL_SPECS["sdxl"]
+    spec = specs.spec_of("sdxl")
     original = estimate.estimate(sdxl_fp16())
     fixed_cfg = sdxl_fp16(model__vae=str(vae_folder(tmp_path / "fix", force_upcast=False)))
     fixed = estimate.estimate(fixed_cfg)

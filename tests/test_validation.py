@@ -38,7 +38,7 @@ def test_bucket_batches_keep_each_batch_in_one_bucket():
 
 
 def test_score_is_the_same_twice_and_leaves_the_rng_alone():
-    plan = V.make_plan([(8, 8)] * 3, 2, 0, 1000, seed=5)
+    plan = V.make_plan([(8, 8)] * 3, 2, V.fixed_timesteps(0, 1000), seed=5)
     assert plan.passes == 2 * 4
 
     def batch_loss(batch, t):

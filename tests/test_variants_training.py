@@ -30,7 +30,7 @@ def _base_copy(trainer: Trainer):
     from guitrainer.engine.models.loading import load_base_model
 
     m = load_base_model(trainer.config.model)
-    return m.unet.float(), [te.float() for te in m.text_encoders]
+    return m.denoiser.float(), [te.float() for te in m.text_encoders]
 
 
 @pytest.mark.parametrize("kind", TYPES)
@@ -44,7 +44,7 @@ def test_a_trained_variant_file_is_the_models_weights_and_resume_is_exact(tmp_pa
     merged, consumed = lycoris_reader.merged_weights(sd, unet, tes)
     assert consumed == set(sd)
     trained = straight.session.model
-    groups = [(unet, trained.unet), *zip(tes, trained.text_encoders)]
+    groups = [(unet, trained.denoiser), *zip(tes, trained.text_encoders)]
     count = 0
     for clean_model, model in groups:
         for name, layer in variants.adapter_layers(model).items():

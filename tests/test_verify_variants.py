@@ -25,11 +25,11 @@ def sd15(tmp_path_factory) -> tuple[Path, SimpleNamespace]:
     folder = build_tiny(tmp_path_factory.mktemp("sd15"), "sd15")
     unet = UNet2DConditionModel.from_pretrained(folder / "unet")
     te = CLIPTextModel.from_pretrained(folder / "text_encoder")
-    return folder, SimpleNamespace(unet=unet, text_encoders=[te])
+    return folder, SimpleNamespace(denoiser=unet, text_encoders=[te])
 
 
 def _trained(base: SimpleNamespace, kind: str) -> SimpleNamespace:
-    unet, te = copy.deepcopy(base.unet), copy.deepcopy(base.text_encoders[0])
+    unet, te = copy.deepcopy(base.denoiser), copy.deepcopy(base.text_encoders[0])
     net = NetworkConfig(type=kind, rank=4, alpha=2.0, conv_rank=2, conv_alpha=3.0)
     variants.inject_unet(unet, net)
     variants.inject_text_encoder(te, net)
@@ -41,7 +41,7 @@ def _trained(base: SimpleNamespace, kind: str) -> SimpleNamespace:
                     p.mul_(1 + 0.2 * torch.randn(p.shape, generator=gen))
                 elif any(k in name for k in variants.TRAINABLE_MARKERS):
                     p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-    return SimpleNamespace(unet=unet, text_encoders=[te])
+    return SimpleNamespace(denoiser=unet, text_encoders=[te])
 
 
 @pytest.mark.parametrize("kind", ["loha", "lokr", "dora"])
@@ -49,14 +49,14 @@ def test_lycoris_files_verify_against_the_trained_model_and_a_wrong_one_fails(sd
     folder, base = sd15
     trained = _trained(base, kind)
     path = tmp_path / "v.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="bf16")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="bf16")
     result = verify_lora(path, str(folder), reference=trained)
     assert result.ok, result.message
     assert not result.keys_unused and result.lora_effect > 0
     assert "ComfyUI and A1111/Forge read it" in result.message and "diffusers" in result.message
     other = _trained(base, kind)
     with torch.no_grad():
-        for p in variants.trainable_parameters(other.unet):
+        for p in variants.trainable_parameters(other.denoiser):
             p.mul_(1.5)
     assert not verify_lora(path, str(folder), reference=other).ok
 
@@ -65,7 +65,7 @@ def test_dora_says_diffusers_does_not_read_it_as_trained(sd15, tmp_path):
     folder, base = sd15
     trained = _trained(base, "dora")
     path = tmp_path / "d.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
     result = verify_lora(path, str(folder))
     assert result.ok, result.message  # every key read by the clients' rules, the merge changes the output
     assert "diffusers' outputs differ from the clients'" in result.message
@@ -80,11 +80,11 @@ def sdxl(tmp_path_factory) -> tuple[Path, SimpleNamespace]:
     unet = UNet2DConditionModel.from_pretrained(folder / "unet")
     tes = [CLIPTextModel.from_pretrained(folder / "text_encoder"),
            CLIPTextModelWithProjection.from_pretrained(folder / "text_encoder_2")]
-    return folder, SimpleNamespace(unet=unet, text_encoders=tes)
+    return folder, SimpleNamespace(denoiser=unet, text_encoders=tes)
 
 
 def _trained_all(base: SimpleNamespace, kind: str) -> SimpleNamespace:
-    first = _trained(SimpleNamespace(unet=base.unet, text_encoders=base.text_encoders[:1]), kind)
+    first = _trained(SimpleNamespace(denoiser=base.denoiser, text_encoders=base.text_encoders[:1]), kind)
     tes = list(first.text_encoders)
     for te in base.text_encoders[1:]:
         te = copy.deepcopy(te)
@@ -93,7 +93,7 @@ def _trained_all(base: SimpleNamespace, kind: str) -> SimpleNamespace:
             for p in variants.trainable_parameters(te):
                 p.copy_(0.1 * torch.randn(p.shape))
         tes.append(te)
-    return SimpleNamespace(unet=first.unet, text_encoders=tes)
+    return SimpleNamespace(denoiser=first.denoiser, text_encoders=tes)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
@@ -102,7 +102,7 @@ def test_locon_is_read_by_diffusers_and_matches_the_trained_model(request, tmp_p
     folder, base = request.getfixturevalue(family)
     trained = _trained_all(base, "locon")
     path = tmp_path / "c.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision=precision)
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision=precision)
     result = verify_lora(path, str(folder), reference=trained)
     assert result.ok and result.message.startswith("diffusers reads this file: every key used"), result.message
     assert result.max_abs_diff_te is not None and result.lora_effect > 0
@@ -117,7 +117,7 @@ def test_without_the_trained_model_the_clients_merge_is_compared_with_the_networ
     folder, base = request.getfixturevalue(family)
     trained = _trained_all(base, kind)
     path = tmp_path / "r.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp16")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp16")
     result = verify_lora(path, str(folder))
     assert result.ok, result.message
     assert result.reference == "our loader", result.message
@@ -134,7 +134,7 @@ def test_a_merge_rule_that_reads_the_file_otherwise_than_training_fails(sd15, tm
     folder, base = sd15
     trained = _trained(base, "loha")
     path = tmp_path / "s.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
     rule = client_merge.module_weight
 
     def unscaled(parts, weight):
@@ -163,7 +163,7 @@ def test_an_alpha_edited_in_the_file_fails_against_the_files_own_metadata(sd15, 
     folder, base = sd15
     trained = _trained(base, kind)
     path = tmp_path / "a.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp16")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp16")
     assert verify_lora(path, str(folder)).ok
 
     def double(sd):
@@ -186,7 +186,7 @@ def test_layouts_other_trainers_write_are_named_not_checked_and_never_crash(sd15
     folder, base = sd15
     trained = _trained(base, "loha")
     path = tmp_path / "l.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
     module = next(k.partition(".")[0] for k in _read(path) if k.startswith("lora_unet_") and k.endswith(".hada_w1_a"))
     result = verify_lora(_edited(path, tmp_path / "o.safetensors", lambda sd: edit(sd, module)), str(folder))
     assert not result.ok and "1 modules were not checked" in result.message and words in result.message
@@ -199,7 +199,7 @@ def test_a_loha_file_with_a_dora_scale_is_not_compared_falsely(sd15, tmp_path):
     folder, base = sd15
     trained = _trained(base, "loha")
     path = tmp_path / "h.safetensors"
-    export.export_lora(path, trained.unet, trained.text_encoders, save_precision="fp32")
+    export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
 
     def add_scale(sd):
         for key in [k for k in sd if k.endswith(".hada_w1_b")]:
@@ -222,6 +222,6 @@ def base_width(base: SimpleNamespace, module: str) -> int:
     """The input width of the base layer a kohya module name means."""
     from guitrainer.engine.network import lora
 
-    targets = lora.kohya_targets(base.unet, base.text_encoders, lambda m: {
+    targets = lora.kohya_targets(base.denoiser, base.text_encoders, lambda m: {
         n: x for n, x in m.named_modules() if isinstance(x, torch.nn.Linear | torch.nn.Conv2d)})
     return targets[module].weight.shape[1]

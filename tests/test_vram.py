@@ -22,9 +22,9 @@ cfg = config_with  # the default config with section__field=value overrides
 
 
 def test_reference_counts() -> None:
-    sd15, sdxl = specs.MODEL_SPECS["sd15"], specs.MODEL_SPECS["sdxl"]
-    assert sd15.unet == 859_520_964
-    assert sdxl.unet == 2_567_463_684
+    sd15, sdxl = specs.spec_of("sd15"), specs.spec_of("sdxl")
+    assert sd15.denoiser == 859_520_964
+    assert sdxl.denoiser == 2_567_463_684
     assert sd15.vae == sdxl.vae == 83_653_863
     assert sd15.text_encoders == (123_060_480,)
     assert sdxl.text_encoders == (123_060_480, 694_659_840)
@@ -35,7 +35,7 @@ def test_reference_counts() -> None:
 def test_tables_equal_recomputed(family: str) -> None:
     from guitrainer.engine.memory.model_spec import compute_model_spec
 
-    assert compute_model_spec(family) == specs.MODEL_SPECS[family]
+    assert compute_model_spec(family) == specs.spec_of(family)
 
 
 def test_lora_counts_match_peft_on_meta() -> None:
@@ -144,7 +144,7 @@ def test_hints_respect_what_the_device_can_run() -> None:
     fp16 = cfg(model__family="sdxl", precision__training="fp16", precision__gradient_checkpointing=True)
     fp8 = [h for h in hints.hints(fp16, device=turing) if h.label == "fp8 frozen weights"]
     # 1 byte a parameter saved, less the widened copies alive at the peak (0.15 of the UNet in fp16)
-    assert fp8 and fp8[0].saving >= 0.6 * specs.MODEL_SPECS["sdxl"].unet and fp8[0].changes == {"precision.base_weights": "fp8"}
+    assert fp8 and fp8[0].saving >= 0.6 * specs.spec_of("sdxl").denoiser and fp8[0].changes == {"precision.base_weights": "fp8"}
     assert "fp8 frozen weights" not in _labels(hints.hints(fp16, device=fake_device("mps")))
     # without checkpointing every widened copy is kept for the backward pass: fp8 saves nothing, so not offered
     no_ckpt = cfg(model__family="sdxl", precision__training="fp16", precision__gradient_checkpointing=False)
@@ -195,12 +195,12 @@ def test_fake_tracker_agrees_with_real_cpu_step() -> None:
     real = measure_training_step(c, method="cpu", block=1)
     assert real.static == fake.static
     assert abs(fake.peak - real.peak) / real.peak < 0.01
-    spec = specs.MODEL_SPECS["demo"]
+    spec = specs.spec_of("demo")
     n_lora = c.network.rank * spec.lora_params_per_rank("attention_ff")
     assert real.lora_weights == 4 * n_lora
-    n_tensors = 2 * sum(c for *_, c, _f in spec.unet_lora["attention_ff"])
+    n_tensors = 2 * sum(c for *_, c, _f in spec.denoiser_lora["attention_ff"])
     assert real.optimizer_state == 8 * n_lora + 4 * n_tensors  # two fp32 moments + a 0-dim fp32 step counter
-    assert real.frozen_weights == 4 * spec.unet
+    assert real.frozen_weights == 4 * spec.denoiser
     assert real.static == real.frozen_weights + real.lora_weights + real.optimizer_state
     assert real.peak > real.static
 
@@ -216,11 +216,11 @@ def test_peak_system_ram_loading() -> None:
 def test_fp8_base_weights_halve_the_frozen_weights_against_fp16() -> None:
     """fp8 stores 1 byte per frozen UNet / text-encoder parameter against fp16's 2; the VAE is not stored in fp8."""
     for family in ("sd15", "sdxl"):
-        spec = specs.MODEL_SPECS[family]
+        spec = specs.spec_of(family)
         fp16 = estimate.estimate(cfg(model__family=family, precision__training="fp16", precision__cache_latents=False))
         fp8 = estimate.estimate(cfg(model__family=family, precision__training="fp16", precision__cache_latents=False,
                                 precision__base_weights="fp8"))
-        assert fp8.get("unet") == -(-spec.unet // 512) * 512  # one byte per parameter, in 512-byte blocks
+        assert fp8.get("unet") == -(-spec.denoiser // 512) * 512  # one byte per parameter, in 512-byte blocks
         assert abs(fp8.get("unet") * 2 - fp16.get("unet")) <= 512
         assert abs(fp8.get("text_encoders") * 2 - fp16.get("text_encoders")) <= 1024
         assert fp8.get("vae") == fp16.get("vae") and fp8.get("activations") == fp16.get("activations")

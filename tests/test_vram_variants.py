@@ -14,8 +14,8 @@ from guitrainer.engine.network import variants
 
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_shipped_tables_are_the_models(family):
-    assert specs.CONV_TABLES[family] == variant_spec.conv_table(family)
-    assert specs.TEXT_ENCODER_MLP_TABLES[family] == variant_spec.text_encoder_mlp_tables(family)
+    assert specs.conv_table(family) == variant_spec.conv_table(family)
+    assert specs.text_encoder_mlp_tables(family) == variant_spec.text_encoder_mlp_tables(family)
 
 
 def _injected_count(family: str, network) -> int:
@@ -43,7 +43,7 @@ def test_counted_parameters_are_the_injected_ones_on_sd15(kind, rank, conv_rank,
     for key, value in (("type", kind), ("rank", rank), ("conv_rank", conv_rank), ("lokr_factor", factor),
                        ("train_text_encoder", te), ("target_modules", "attention_ff_proj")):
         cfg.set(f"network.{key}", value)
-    counted = sum(r * k * c for r, k, c in network.variant_tensor_shapes(specs.MODEL_SPECS["sd15"], cfg.network))
+    counted = sum(r * k * c for r, k, c in network.variant_tensor_shapes(specs.spec_of("sd15"), cfg.network))
     assert counted == _injected_count("sd15", cfg.network)
     est = estimate.estimate(cfg)
     assert est.get("lora_weights") >= 4 * counted  # fp32 master weights, in 512-byte blocks

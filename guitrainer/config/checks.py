@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guitrainer.base.constants import IMAGE_EXTENSIONS, PICKLE_SUFFIXES
+from guitrainer.config.families import FAMILY_LABELS, FLOW_FAMILIES
 from guitrainer.config.fields import ConfigError, short_repr
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ def check_all(cfg: TrainingConfig) -> list[ConfigError]:
         *_network_format(cfg.network.type, cfg.output.format),
         *_dropout_kinds(cfg.network),
         *_vae_value(cfg.model.vae),
+        *_text_encoder_files(cfg.model.text_encoders, cfg.model.base),
+        *_family_network(cfg),
     ]
 
 
@@ -153,4 +156,35 @@ def _vae_value(vae: str) -> list[ConfigError]:
     if text == "demo":
         return [ConfigError("model.vae", "'demo' is a base model, not a VAE; leave the VAE empty to use the base "
                                          "model's own")]
+    return []
+
+
+def _text_encoder_files(files: list[str], base: str) -> list[ConfigError]:
+    """Split installs name their text encoders' .safetensors files beside a base model that is one file."""
+    path = "model.text_encoders"
+    named = [f for f in files if str(f).strip()]
+    if not named:
+        return []
+    for f in named:
+        if not str(f).strip().lower().endswith(".safetensors"):
+            return [ConfigError(path, f"{short_repr(f)} is not a .safetensors file; a split install's text encoders "
+                                      "are .safetensors files (clip_l.safetensors, t5xxl_fp16.safetensors, …)")]
+    if not str(base).strip().lower().endswith(".safetensors"):
+        return [ConfigError(path, "text encoder files go with a base model that is one .safetensors file (the "
+                                  "transformer of a split install); clear them for a diffusers folder or the demo")]
+    return []
+
+
+def _family_network(cfg: TrainingConfig) -> list[ConfigError]:
+    """The transformer families train a plain LoRA and save it in kohya's layout (what their readers share)."""
+    family = cfg.model.family
+    if family not in FLOW_FAMILIES:
+        return []
+    label = FAMILY_LABELS[family]
+    if cfg.network.type != "lora":
+        return [ConfigError("network.type", f"{label} trains a plain LoRA here; LoCon, LoHa, LoKr and DoRA are for "
+                                            "SD 1.5 and SDXL: set Network type to LoRA")]
+    if cfg.output.format != "kohya":
+        return [ConfigError("output.format", f"{label} LoRAs are saved in kohya's layout, which ComfyUI, Forge, "
+                                             "sd-scripts and diffusers read: set the format to kohya")]
     return []

@@ -12,9 +12,9 @@ FAMILY_LABELS: dict[str, str] = {
     "demo": "Demo (tiny)",
     "sd15": "SD 1.5",
     "sdxl": "SDXL",
-    "flux1": "Flux.1",
-    "sd35": "SD 3.5",
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 #: the families trained with flow matching (the ``[flow]`` settings apply to them)
 FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35")
+#: the families trained on a DDPM schedule (epsilon / v-prediction: min-SNR-γ, noise offset and the like apply)
+DIFFUSION_FAMILIES: tuple[str, ...] = ("demo", "sd15", "sdxl")

@@ -11,7 +11,7 @@ from typing import Literal
 from guitrainer.config.families import FLOW_FAMILIES
 from guitrainer.config.fields import setting
 
-_FLOW = ("model.family", ("auto", *FLOW_FAMILIES))
+_FLOW = ("model.family", FLOW_FAMILIES)
 
 
 @dataclass
@@ -75,5 +75,5 @@ class FlowConfig:
         minimum=0.0,
         maximum=30.0,
         advanced=True,
-        applies=("model.family", ("auto", "flux1")),
+        applies=("model.family", ("flux1",)),
     )

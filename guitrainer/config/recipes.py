@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from guitrainer.base.paths import path_key
+from guitrainer.config.families import DIFFUSION_FAMILIES
 from guitrainer.config.fields import ConfigError, setting
+
+#: the loss weightings and loss types, the noise recipes: for the UNet families' DDPM objective (flow matching has
+#: its own settings, ``[flow]``)
+_DDPM = ("model.family", DIFFUSION_FAMILIES)
 
 if TYPE_CHECKING:
     from guitrainer.config.training import TrainingConfig
@@ -29,12 +34,14 @@ class LossConfig:
         minimum=0.0,
         maximum=100.0,
         advanced=True,
+        applies=_DDPM,
     )
     debiased_estimation: bool = setting(
         False,
         label="Debiased estimation",
         help="Weight each timestep's loss by 1/√SNR (1/(SNR+1) for v-prediction), as kohya's --debiased_estimation_loss.",
         advanced=True,
+        applies=_DDPM,
     )
     loss_type: Literal["l2", "l1", "huber", "smooth_l1"] = setting(
         "l2",
@@ -42,6 +49,7 @@ class LossConfig:
         help="l2 (MSE) is the standard. Huber and smooth L1 are less thrown by outliers: L2 near zero, L1 far out.",
         choice_labels={"l2": "L2 (MSE)", "l1": "L1", "huber": "Huber", "smooth_l1": "Smooth L1"},
         advanced=True,
+        applies=_DDPM,
     )
     huber_schedule: Literal["snr", "exponential", "constant"] = setting(
         "snr",
@@ -49,6 +57,7 @@ class LossConfig:
         help="How the Huber threshold changes over timesteps (Huber and smooth L1 only): snr (kohya's default), "
         "exponential (from the scale down to Huber c × scale), or constant (Huber c × scale).",
         advanced=True,
+        applies=_DDPM,
     )
     huber_c: float = setting(
         0.1,
@@ -57,9 +66,11 @@ class LossConfig:
         minimum=0.0001,
         maximum=10.0,
         advanced=True,
+        applies=_DDPM,
     )
     huber_scale: float = setting(
-        1.0, label="Huber scale", help="Scales the Huber threshold (constant and exponential schedules).", minimum=0.0001, maximum=100.0, advanced=True
+        1.0, label="Huber scale", help="Scales the Huber threshold (constant and exponential schedules).", minimum=0.0001, maximum=100.0, advanced=True,
+        applies=_DDPM,
     )
     min_timestep: int = setting(
         0,
@@ -91,9 +102,11 @@ class NoiseConfig:
         minimum=0.0,
         maximum=1.0,
         advanced=True,
+        applies=_DDPM,
     )
     noise_offset_random_strength: bool = setting(
-        False, label="Random offset strength", help="Draw the noise offset's strength between 0 and the value each step.", advanced=True
+        False, label="Random offset strength", help="Draw the noise offset's strength between 0 and the value each step.", advanced=True,
+        applies=_DDPM,
     )
     adaptive_noise_scale: float = setting(
         0.0,
@@ -102,6 +115,7 @@ class NoiseConfig:
         minimum=-1.0,
         maximum=1.0,
         advanced=True,
+        applies=_DDPM,
     )
     multires_noise_iterations: int = setting(
         0,
@@ -110,6 +124,7 @@ class NoiseConfig:
         minimum=0,
         maximum=64,
         advanced=True,
+        applies=_DDPM,
     )
     multires_noise_discount: float = setting(
         0.3,
@@ -118,6 +133,7 @@ class NoiseConfig:
         minimum=0.0,
         maximum=1.0,
         advanced=True,
+        applies=_DDPM,
     )
     ip_noise_gamma: float = setting(
         0.0,
@@ -127,15 +143,18 @@ class NoiseConfig:
         minimum=0.0,
         maximum=1.0,
         advanced=True,
+        applies=_DDPM,
     )
     ip_noise_gamma_random_strength: bool = setting(
-        False, label="Random perturbation strength", help="Draw the input perturbation's strength between 0 and the value each step.", advanced=True
+        False, label="Random perturbation strength", help="Draw the input perturbation's strength between 0 and the value each step.", advanced=True,
+        applies=_DDPM,
     )
     zero_terminal_snr: bool = setting(
         False,
         label="Zero terminal SNR",
         help="Rescale the noise schedule so the last timestep is pure noise (arXiv 2305.08891). For v-prediction models only.",
         advanced=True,
+        applies=_DDPM,
     )
 
 

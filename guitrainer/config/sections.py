@@ -79,6 +79,16 @@ class ModelConfig:
         kind="vae",
         advanced=True,
     )
+    text_encoders: list[str] = setting(
+        label="Text encoder files",
+        help="Only for a split install (ComfyUI's models/text_encoders folder): the text encoders' .safetensors files "
+        "that go with the transformer file chosen as the base model, e.g. clip_l.safetensors and "
+        "t5xxl_fp16.safetensors for Flux.1 (the VAE file, ae.safetensors, goes in VAE). Empty: the base model holds "
+        "its own text encoders.",
+        default_factory=list,
+        kind="files",
+        advanced=True,
+    )
     family: str = setting(
         "demo",
         label="Model family",

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from guitrainer.core.dataset import regularization
 from guitrainer.core.precision.numerics import nan_advice
 from guitrainer.engine import data
-from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine.errors import NAN_ADVICE, TrainingFailed
+from guitrainer.engine.families import registry
+from guitrainer.engine.families.base import Family
 from guitrainer.engine.numerics import StepNumerics, StepWatch
 from guitrainer.engine.optim import averaged_weights
 
@@ -114,18 +115,6 @@ def finish_step(
     return norm, skipped
 
 
-def added_conditioning(
-    pooled: torch.Tensor | None, time_ids: torch.Tensor | None, resolution: int, device: torch.device, dtype: torch.dtype
-) -> dict[str, torch.Tensor] | None:
-    """SDXL's added conditioning: pooled text embedding + add_time_ids (original size, crop, target)."""
-    if pooled is None:
-        return None
-    if time_ids is None:  # no geometry known: the square training resolution, uncropped
-        res = resolution
-        time_ids = torch.tensor([[res, res, 0, 0, res, res]], dtype=torch.float32).repeat(pooled.shape[0], 1)
-    return {"text_embeds": pooled, "time_ids": time_ids.to(device, dtype)}
-
-
 # --------------------------------------------------------------------------- the trainer's step
 
 
@@ -144,33 +133,28 @@ class AmpStep:
         self.progress = progress
         self.watch = watch
         self._replay_scale: float | None = None  # set while a skipped step is replayed for its diagnosis
+        self.family: Family = registry.family(session.model.family)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         s = self.session
         return autocast(s.precision, s.device.type, s.dtype)
 
-    def added_cond(self, pooled: torch.Tensor | None, batch: dict[str, Any], dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
-        s = self.session
-        return added_conditioning(pooled, batch.get("time_ids"), s.config.dataset.resolution, s.device, dtype)
-
     def forward_loss(self, batch: dict[str, Any], timesteps: torch.Tensor | None = None) -> torch.Tensor:
-        """The loss of one micro-batch. Runs under autocast.
+        """The loss of one micro-batch, as the model's family computes it (:mod:`guitrainer.engine.families`).
+        Runs under autocast.
 
-        Plain noise-prediction MSE on uniform timesteps by default; the run's ``[loss]`` and ``[noise]``
-        settings (min-SNR-γ, Huber, noise offset, ...) as :mod:`guitrainer.engine.recipes` computes them.
+        The UNet families: noise-prediction MSE on uniform timesteps by default, the run's ``[loss]`` and
+        ``[noise]`` settings (min-SNR-γ, Huber, noise offset, ...) as :mod:`guitrainer.engine.recipes` computes
+        them; the flow-matching ones: :mod:`guitrainer.engine.flow_matching` with the ``[flow]`` settings.
         ``timesteps`` given: those, not drawn (the validation loss).
         """
         s = self.session
-        sched = s.model.noise_scheduler
+        fam = self.family
         latents = batch["latents"]
-        drawn = recipe_math.noise_and_timesteps(s.recipe, sched, latents, timesteps)
-        hidden, pooled = self.caches.encode_text(batch["captions"])
-        added = self.added_cond(pooled, batch, hidden.dtype)
-        noise, t, noisy = drawn
-        pred = s.unet(noisy, t, hidden, added_cond_kwargs=added).sample
-        v_pred = s.model.prediction_type == "v_prediction"
-        target = sched.get_velocity(latents, noise, t) if v_pred else noise
-        return recipe_math.diffusion_loss(s.recipe, pred, target, t, sched, v_pred)
+        draw = fam.draw(s.config, s.model, latents, timesteps)
+        text = self.caches.encode_text(batch["captions"])
+        prediction = fam.predict(s.config, s.denoiser, s.model, draw, text, batch)
+        return fam.loss(s.config, s.model, prediction, draw, latents)
 
     def backward(self, loss: torch.Tensor) -> None:
         if self._replay_scale is not None:  # a diagnosis replay: the scale the step had, not the lowered one
@@ -182,7 +166,7 @@ class AmpStep:
         """DDP: all-reduce only on the step's last backward pass, and never in a diagnosis replay (each
         process looks at its own gradients)."""
         s = self.session
-        return s.processes.no_sync_unless(sync and self._replay_scale is None, s.unet)
+        return s.processes.no_sync_unless(sync and self._replay_scale is None, s.denoiser)
 
     def class_seed(self, micro_index: int) -> int:
         """The class half's RNG seed: fixed by (seed, epoch, step, micro-batch, process), so a resumed run
@@ -320,7 +304,7 @@ class AmpStep:
         Leaves every RNG as it was. ``adapters=False`` measures the base model (the LoRA switched off).
         """
         s = self.session
-        unet = s.model.unet
+        unet = s.model.denoiser
         devices = [s.device] if s.device.type == "cuda" else []
         losses: list[float] = []
         with torch.random.fork_rng(devices=devices), torch.no_grad(), averaged_weights(s.optimizer):

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 
 from guitrainer.base.fileio import WriteError, atomic_write_with
+from guitrainer.engine.families import registry
+from guitrainer.engine.families.base import Family, TextConditioning
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +163,8 @@ class RunCaches:
         self.validation_latents: LatentTable = {}  # the validation images' (engine/validation.py)
         self.latent_store: LatentCache | None = None
         self.text_store: TextCache | None = None
-        self._text_mem: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self._text_mem: dict[str, TextConditioning] = {}
+        self.family: Family = registry.family(session.model.family)
 
     def prepare(self) -> None:
         """Cache what the settings ask for (latents, then text embeddings) and prune the disk caches."""
@@ -265,10 +268,10 @@ class RunCaches:
         assert store is not None
         vae = s.model.vae
         px = ds.pixels(idx, flip).unsqueeze(0).to(s.device, vae.dtype)
-        dist = vae.encode(px).latent_dist
+        mean, std = self.family.latent_distribution(vae, px)
         g = torch.Generator(device="cpu").manual_seed(store.noise_seed(ds.items[idx].image, ds.geometry(idx), flip))
-        eps = torch.randn(dist.mean.shape, generator=g).to(s.device, dist.mean.dtype)
-        lat = ((dist.mean + dist.std * eps) * vae.config.scaling_factor)[0].to(s.dtype)
+        eps = torch.randn(mean.shape, generator=g).to(s.device, mean.dtype)
+        lat = self.family.to_model_latents(vae, mean + std * eps)[0].to(s.dtype)
         store.put(key, {"latent": lat})
         return lat
 
@@ -282,7 +285,8 @@ class RunCaches:
         vae = s.model.vae
         with torch.no_grad():
             px = batch["pixels"].to(s.device, vae.dtype)
-            lat = vae.encode(px).latent_dist.sample() * vae.config.scaling_factor
+            mean, std = self.family.latent_distribution(vae, px)
+            lat = self.family.to_model_latents(vae, mean + std * torch.randn_like(mean))
         return lat.to(s.dtype)
 
     # ------------------------------------------------------------------ text
@@ -304,8 +308,8 @@ class RunCaches:
         for te in s.model.text_encoders:
             self.park(te)
 
-    def text_entry(self, caption: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A caption's (hidden states, pooled embedding) from the text cache, encoding it on a miss."""
+    def text_entry(self, caption: str) -> TextConditioning:
+        """A caption's conditioning (each tensor without the batch axis) from the text cache, encoding it on a miss."""
         entry = self._text_mem.get(caption)
         if entry is not None:
             return entry
@@ -316,38 +320,21 @@ class RunCaches:
         if value is None:
             self.unpark()
             with torch.no_grad():
-                h, pooled = self.encode_text_uncached([caption])
-            value = {"hidden": h[0]} if pooled is None else {"hidden": h[0], "pooled": pooled[0]}
+                encoded = self.encode_text_uncached([caption])
+            value = {name: t[0] for name, t in encoded.items()}
             self.text_store.put(key, value)
-        hidden = value["hidden"].to(s.device, s.dtype)
-        pooled_t = value["pooled"].to(s.device, s.dtype) if "pooled" in value else None
-        self._text_mem[caption] = (hidden, pooled_t)
-        return hidden, pooled_t
+        found = {name: t.to(s.device, s.dtype if t.is_floating_point() else t.dtype) for name, t in value.items()}
+        self._text_mem[caption] = found
+        return found
 
-    def encode_text(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Encoder hidden states and (SDXL) pooled text embeddings for a batch of captions."""
+    def encode_text(self, captions: list[str]) -> TextConditioning:
+        """The denoiser's conditioning for a batch of captions (cached, or from the text encoders)."""
         if self.text_store is not None:
             entries = [self.text_entry(c) for c in captions]
-            hidden = torch.stack([e[0] for e in entries])
-            pooled = [e[1] for e in entries]
-            return hidden, (torch.stack(pooled) if pooled[0] is not None else None)  # type: ignore[arg-type]
+            return {name: torch.stack([e[name] for e in entries]) for name in entries[0]}
         with contextlib.nullcontext() if self.session.train_te else torch.no_grad():
             return self.encode_text_uncached(captions)
 
-    def encode_text_uncached(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def encode_text_uncached(self, captions: list[str]) -> TextConditioning:
         s = self.session
-        m = s.model
-        ids = [
-            tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True, return_tensors="pt")
-            .input_ids.to(s.device)
-            for tok in m.tokenizers
-        ]
-        if len(m.text_encoders) == 1:
-            return s.text_encoders[0](ids[0])[0], None
-        # SDXL: both encoders' penultimate hidden states side by side; the pooled embedding of the second
-        hidden, pooled = [], None
-        for te, i in zip(s.text_encoders, ids):
-            out = te(i, output_hidden_states=True)
-            hidden.append(out.hidden_states[-2])
-            pooled = getattr(out, "text_embeds", None)
-        return torch.cat(hidden, dim=-1), pooled
+        return self.family.encode_text(s.model, s.text_encoders, captions, s.device)

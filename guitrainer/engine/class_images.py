@@ -8,7 +8,7 @@ Existing images in the folder count toward ``count`` (any image, like diffusers'
 only the missing ones are made, lowest free index first.
 
 The pipeline (``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline``) is built by
-:func:`guitrainer.engine.sampling.build_pipeline` from the LoadedModel's own components, with a
+:meth:`~guitrainer.engine.families.base.Family.pipeline` from the LoadedModel's own components, with a
 DPM-Solver++ scheduler made from the model's scheduler config; no safety checker. On CUDA it runs in
 fp16 (SDXL's VAE upcasts itself, ``force_upcast``); on CPU in fp32. The built-in demo model makes a
 64 px image in well under a second on a CPU.
@@ -90,15 +90,16 @@ def _class_pipeline(model_cfg: Any, model: Any, device: Any, size: int, gpu_inde
     import torch
 
     from guitrainer.engine.compute_device import compute_device
-    from guitrainer.engine.sampling import build_pipeline
+    from guitrainer.engine.families import registry
 
     if model is None:
         from guitrainer.engine.models.loading import load_base_model
 
         model = load_base_model(model_cfg)
     dev = torch.device(device) if device is not None else compute_device(gpu_index)
-    pipe = build_pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
-    multiple = pipe.vae_scale_factor * 2 ** max(0, len(model.unet.config.block_out_channels) - 1)
+    fam = registry.family(model.family)
+    pipe = fam.pipeline(model, "dpm++", dev, torch.float16 if dev.type == "cuda" else None)
+    multiple = fam.size_multiple(model)
     side = max(multiple, int(size) // multiple * multiple)
     if side != size:
         log.info("class images: size %d rounded to %d (a multiple of %d)", size, side, multiple)

@@ -43,13 +43,6 @@ FP16_TINY = 2.0**-25
 UNDERFLOW_FRACTION = 1e-3
 #: the trainer's warning about an fp16 save starts with this, so the Output page can pick it out of the log
 FP16_WARNING_TAG = "[fp16 save]"
-ARCHITECTURES = {
-    "sd15": "stable-diffusion-v1/lora",
-    "sdxl": "stable-diffusion-xl-v1-base/lora",
-    "demo": "guitrainer-demo/lora",
-}
-BASE_VERSIONS = {"sd15": "sd_v1", "sdxl": "sdxl_base_v1-0", "demo": "guitrainer_demo"}
-IMPLEMENTATIONS = {"sd15": "diffusers", "sdxl": "https://github.com/Stability-AI/generative-models", "demo": "guitrainer"}
 #: the Demo LoRA's description: it fits only the app's tiny built-in model
 DEMO_NOTE = (
     "A demo LoRA of guitrainer's tiny built-in model, made to check that training works. "
@@ -126,10 +119,6 @@ def _fp16_report(findings: Sequence[TensorFinding], underflow_fraction: float = 
 # --------------------------------------------------------------------------- metadata
 
 
-def _family(family: str) -> str:
-    return family if family in ("sdxl", "demo") else "sd15"
-
-
 def _unix(t: float | datetime | None) -> float:
     if t is None:
         return datetime.now(UTC).timestamp()
@@ -164,7 +153,11 @@ def build_metadata(
         optimizer_name: the optimizer really used (after any fallback).
         num_reg_images: regularization (class) images, with repeats (``ss_num_reg_images``).
     """
-    fam = _family(family)
+    from guitrainer.engine.families import (
+        registry,  # torch: not at import (the Output page imports this module)
+    )
+
+    fam = registry.family(family)
     n, o, res = config.network, config.output, int(config.dataset.resolution)
     done = _unix(finished)
     meta: dict[str, Any] = {
@@ -172,8 +165,6 @@ def build_metadata(
         "ss_network_dim": n.rank,
         "ss_network_alpha": f"{float(n.alpha):g}",
         "ss_network_dropout": f"{float(n.dropout):g}",
-        "ss_base_model_version": BASE_VERSIONS[fam],
-        "ss_v2": "False",
         "ss_sd_model_name": Path(str(config.model.base)).name or str(config.model.base),
         "ss_vae_name": _vae_name(getattr(config.model, "vae", "")),
         "ss_mixed_precision": config.precision.training,
@@ -199,8 +190,6 @@ def build_metadata(
         "ss_training_finished_at": f"{done:.6f}",
         "ss_output_name": o.name,
         "modelspec.sai_model_spec": "1.0.0",
-        "modelspec.architecture": ARCHITECTURES[fam],
-        "modelspec.implementation": IMPLEMENTATIONS[fam],
         "modelspec.title": o.title or o.name,
         "modelspec.date": datetime.fromtimestamp(done, UTC).replace(microsecond=0).isoformat(),
         "modelspec.resolution": f"{res}x{res}",
@@ -208,7 +197,8 @@ def build_metadata(
     from guitrainer.engine.recipes import recipe_metadata
 
     meta.update(recipe_metadata(config))  # loss, noise, warm-up and validation settings, sd-scripts' names
-    meta.update(_user_modelspec(o, demo=fam == "demo"))
+    meta.update(fam.metadata(config, None))  # ss_base_model_version, modelspec.architecture, the family's settings
+    meta.update(_user_modelspec(o, demo=fam.name == "demo"))
     return {k: str(v) for k, v in meta.items() if str(v) != ""}
 
 
@@ -363,14 +353,17 @@ def export_lora(
     alpha: float | None = None,
     metadata: Mapping[str, str] | None = None,
     on_fp16_overflow: Fp16Overflow = "bf16",
+    family: str = "sd15",
 ) -> ExportResult:
-    """Write the peft LoRA of ``unet`` (and trained ``text_encoders``) atomically in ``fmt`` and ``save_precision``.
+    """Write the peft LoRA of ``unet`` (the denoiser, and trained ``text_encoders``) atomically in ``fmt`` and
+    ``save_precision``; ``family`` (the model's) decides the kohya layout's names.
 
     The fp16 check runs before anything is written. With values beyond ±65504, ``on_fp16_overflow`` decides:
     "bf16"/"fp32" write that precision instead (and say so), "write" writes fp16 anyway (infinities),
     "raise" raises :class:`Fp16OverflowError` and writes nothing. A failed write raises
     :class:`~guitrainer.base.fileio.WriteError` and leaves any previous file intact.
     """
+    from guitrainer.engine.families import registry
     from guitrainer.engine.network import lora, lycoris_keys
 
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
@@ -379,13 +372,18 @@ def export_lora(
             raise ValueError("LoCon, LoHa, LoKr and DoRA networks are saved in kohya's format only (`output.format`)")
         sd = lycoris_keys.variant_state_dict(unet, text_encoders)
         meta.update(lycoris_keys.network_metadata(unet, text_encoders))
+    elif fmt == "diffusers" and registry.family(family).facts.architecture != "unet":
+        raise ValueError(
+            f"{registry.family(family).facts.label} LoRAs are saved in kohya's layout (`output.format` \"kohya\"), "
+            "which ComfyUI, Forge, sd-scripts and diffusers all read"
+        )
     elif fmt == "diffusers":
         sd = lora.diffusers_state_dict(unet, text_encoders)
         adapter = lora.diffusers_adapter_metadata(unet, text_encoders, alpha)
         meta["format"] = "pt"
         meta["lora_adapter_metadata"] = json.dumps(adapter, indent=2, sort_keys=True)
     elif fmt == "kohya":
-        sd = lora.kohya_state_dict(unet, text_encoders, alpha)
+        sd = registry.family(family).kohya_state_dict(unet, text_encoders, alpha)
     else:
         raise ValueError(f"`output.format` must be 'kohya' or 'diffusers', not {fmt!r}")
     if not sd:

@@ -414,11 +414,13 @@ class StepWatch:
         return StepNumerics(snap.headroom, snap.grad_underflow, found, message)
 
 def monitor_for(session: Any) -> NumericsMonitor:
-    """The numerics monitor of a run (:class:`~guitrainer.engine.session.Session`): the UNet, the text
+    """The numerics monitor of a run (:class:`~guitrainer.engine.session.Session`): the denoiser, the text
     encoders and, when it computes in the training dtype, the VAE (a VAE kept in fp32 under fp16 has no
     fp16 limit to measure against). Unwrapped modules: hooks on DDP's inner model fire the same."""
+    from guitrainer.core.families.registry import facts
+
     m = session.model
-    models: dict[str, nn.Module] = {"unet": m.unet}
+    models: dict[str, nn.Module] = {facts(m.family).architecture: m.denoiser}  # "unet" or "transformer"
     tes = list(m.text_encoders)
     for i, te in enumerate(tes):
         models["te" if len(tes) == 1 else f"te{i + 1}"] = te

@@ -32,10 +32,10 @@ SCHEDULE_FREE = ("AdamWScheduleFree",)
 
 
 def param_groups(
-    unet_params: Sequence[torch.nn.Parameter], te_params: Sequence[torch.nn.Parameter], lr: float, te_lr: float
+    denoiser_params: Sequence[torch.nn.Parameter], te_params: Sequence[torch.nn.Parameter], lr: float, te_lr: float
 ) -> list[dict[str, Any]]:
     """One group for the UNet's LoRA, one for the text encoders' (when trained)."""
-    groups: list[dict[str, Any]] = [{"params": list(unet_params), "lr": lr, "name": "unet"}]
+    groups: list[dict[str, Any]] = [{"params": list(denoiser_params), "lr": lr, "name": "unet"}]
     if te_params:
         groups.append({"params": list(te_params), "lr": te_lr, "name": "text_encoder"})
     return groups

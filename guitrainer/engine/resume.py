@@ -68,7 +68,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def trainable_parameters(session: Any) -> dict[str, torch.nn.Parameter]:
     """The trainable parameters by their state name (``unet.<name>``, ``te<i>.<name>``)."""
     m = session.model
-    named = {f"unet.{n}": p for n, p in m.unet.named_parameters() if p.requires_grad}
+    named = {f"unet.{n}": p for n, p in m.denoiser.named_parameters() if p.requires_grad}
     if session.train_te:
         for i, te in enumerate(m.text_encoders):
             named.update({f"te{i}.{n}": p for n, p in te.named_parameters() if p.requires_grad})

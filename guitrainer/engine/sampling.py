@@ -1,7 +1,8 @@
 """Sample images during training, with the LoRA being trained active.
 
-A diffusers ``StableDiffusionPipeline`` / ``StableDiffusionXLPipeline`` is built around the loaded (and
-LoRA-injected) components with a DDIM scheduler made from the training scheduler's config. Each
+The model's family builds a diffusers pipeline around the loaded (and LoRA-injected) components
+(:meth:`~guitrainer.engine.families.base.Family.pipeline`: SD's with a DDIM scheduler made from the training
+scheduler's config, Flux's and SD 3.5's flow-matching Euler) and draws each image. Each
 prompt ``i`` uses its own CPU generator seeded ``sampling.seed + i`` (or its ``--d``), so samples are
 comparable over time. Prompts take kohya's per-prompt options (``--w``, ``--h``, ``--d``, ``--l``, ``--s``,
 ``--n``; :mod:`guitrainer.config.sample_prompts`). Every RNG (python, numpy, torch CPU and CUDA) and every module's train/eval mode is restored
@@ -23,6 +24,7 @@ import torch
 from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.events import SampleImage
+from guitrainer.engine.families import registry
 
 log = logging.getLogger(__name__)
 
@@ -51,58 +53,6 @@ def preserved_state(modules: Sequence[torch.nn.Module], device: torch.device) ->
         np.random.set_state(npy)
 
 
-def build_pipeline(
-    model: Any, scheduler: str = "ddim", device: Any = None, dtype: torch.dtype | None = None
-) -> Any:
-    """A diffusers text-to-image pipeline sharing ``model``'s modules (nothing is copied).
-
-    ``model`` is a :class:`~guitrainer.engine.models.types.LoadedModel`: one text encoder makes a
-    ``StableDiffusionPipeline`` (no safety checker), two a ``StableDiffusionXLPipeline`` (no watermark).
-    ``scheduler`` is "ddim" (samples during training) or "dpm++" (DPM-Solver++, class images), made
-    from the model's noise-scheduler config. ``device`` / ``dtype``: move the pipeline there (and cast
-    it); None leaves the modules where and as they are (the trainer's own dtypes).
-    """
-    from diffusers import (
-        DDIMScheduler,
-        DPMSolverMultistepScheduler,
-        StableDiffusionPipeline,
-        StableDiffusionXLPipeline,
-    )
-
-    kinds = {"ddim": DDIMScheduler, "dpm++": DPMSolverMultistepScheduler}
-    if scheduler not in kinds:
-        raise ValueError(f"scheduler must be one of {sorted(kinds)}, got {scheduler!r}")
-    from guitrainer.engine.recipes import sampler_options
-
-    sched = kinds[scheduler].from_config(model.noise_scheduler.config, **sampler_options(model.noise_scheduler))
-    if len(model.text_encoders) > 1:
-        pipe = StableDiffusionXLPipeline(
-            vae=model.vae,
-            text_encoder=model.text_encoders[0],
-            text_encoder_2=model.text_encoders[1],
-            tokenizer=model.tokenizers[0],
-            tokenizer_2=model.tokenizers[1],
-            unet=model.unet,
-            scheduler=sched,
-            add_watermarker=False,
-        )
-    else:
-        pipe = StableDiffusionPipeline(
-            vae=model.vae,
-            text_encoder=model.text_encoders[0],
-            tokenizer=model.tokenizers[0],
-            unet=model.unet,
-            scheduler=sched,
-            safety_checker=None,
-            feature_extractor=None,
-            requires_safety_checker=False,
-        )
-    if device is not None or dtype is not None:
-        pipe.to(*(x for x in (device, dtype) if x is not None))
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
 def generate_samples(
     model: Any,
     sampling_cfg: Any,
@@ -122,40 +72,22 @@ def generate_samples(
     if not lines:
         return []
     prompts = [parse(line, sampling_cfg, i) for i, line in enumerate(lines)]
-    unet = model.unet
-    mult = 2 ** (len(model.vae.config.block_out_channels) - 1) * 2 ** (len(unet.config.block_out_channels) - 1)
+    fam = registry.family(model.family)
+    mult = fam.size_multiple(model)
 
     def fit(n: int) -> int:
         return max(mult, n // mult * mult)
 
     out: list[SampleImage] = []
-    with preserved_state([unet, model.vae, *model.text_encoders], device), torch.no_grad():
-        pipe = build_pipeline(model)
+    with preserved_state([model.denoiser, model.vae, *model.text_encoders], device), torch.no_grad():
+        pipe = fam.pipeline(model)
         for i, sp in enumerate(prompts):
             gen = torch.Generator(device="cpu").manual_seed(sp.seed)
-            latents = pipe(
-                sp.prompt,
-                negative_prompt=sp.negative_prompt or None,
-                num_inference_steps=sp.steps,
-                guidance_scale=sp.guidance_scale,
-                height=fit(sp.height),
-                width=fit(sp.width),
-                generator=gen,
-                output_type="latent",
-            ).images
-            image = decode(model.vae, latents, pipe.image_processor)
+            image = fam.sample(pipe, model, sp, fit(sp.width), fit(sp.height), gen)
             path = sample_path(out_folder, name, step, i)
             atomic_write_with(path, lambda f, im=image: im.save(f, format="PNG"))
             out.append(SampleImage(str(path), sp.prompt, step))
     return out
-
-
-def decode(vae: Any, latents: torch.Tensor, processor: Any) -> Any:
-    """Latents -> PIL image, in the VAE's own dtype (an fp32 VAE stays fp32 under fp16 training)."""
-    lat = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor
-    image = vae.decode(lat).sample.float()
-    image = torch.nan_to_num(image)
-    return processor.postprocess(image, output_type="pil")[0]
 
 
 def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any, step: int) -> None:

@@ -96,13 +96,14 @@ class Saver:
             with averaged_weights(s.optimizer):  # schedule-free: the averaged weights are the LoRA
                 result = export_lora(
                     path,
-                    s.model.unet,
+                    s.model.denoiser,
                     tes,
                     fmt=o.format,
                     save_precision=self.config.precision.save,
                     alpha=self.config.network.alpha,
                     metadata=self.metadata(),
                     on_fp16_overflow="bf16",
+                    family=s.model.family,
                 )
         except Exception as e:  # noqa: BLE001 - any failure to write (safetensors' own errors too) is a save error
             err = explain_write_error(path, e)

@@ -22,10 +22,10 @@ from guitrainer.base.paths import expand
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core.dataset import regularization
 from guitrainer.engine import data
-from guitrainer.engine import recipes as recipe_math
 from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
+from guitrainer.engine.families import registry
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.models.demo import ensure_demo_dataset, ensure_demo_model
 from guitrainer.engine.models.loading import load_base_model
@@ -66,9 +66,9 @@ class Session:
     train_counts: list[tuple[int, int]]  # (item, repeats) of the training images (prior preservation)
     class_counts: list[tuple[int, int]]  # the same for the class images
     train_te: bool
-    unet: torch.nn.Module  # DDP-wrapped under several processes
+    denoiser: torch.nn.Module  # the UNet or transformer; DDP-wrapped under several processes
     text_encoders: list[torch.nn.Module]  # DDP-wrapped when trained under several processes
-    unet_params: list[torch.nn.Parameter]
+    denoiser_params: list[torch.nn.Parameter]
     te_params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     optimizer_name: str
@@ -79,13 +79,12 @@ class Session:
     steps_per_epoch: int
     total_steps: int
     setup_started: float  # cache entries touched from then on belong to this run
-    recipe: recipe_math.Recipe = recipe_math.Recipe()  # loss weighting, loss type, timesteps, noise
     validation_dataset: data.TrainDataset | None = None  # held-out images for the validation loss
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
         """Every trainable LoRA parameter (UNet, then text encoders)."""
-        return self.unet_params + self.te_params
+        return self.denoiser_params + self.te_params
 
     @property
     def main(self) -> bool:
@@ -189,11 +188,7 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
     dataset, held_out = _build_dataset(config, feedback)
     class_dataset = _build_class_dataset(config, feedback)
     validation_dataset = val.build_dataset(config, held_out, feedback)
-    recipe = recipe_math.Recipe.from_config(config)
-    if recipe.zero_terminal_snr:
-        recipe_math.rescale_zero_terminal_snr(model.noise_scheduler)
-        if model.prediction_type != "v_prediction":
-            feedback.warn("zero terminal SNR is meant for v-prediction models; this model predicts epsilon")
+    registry.family(model.family).prepare(config, model, feedback.warn)
     train_counts = [(i, max(1, it.repeats)) for i, it in enumerate(dataset.items)]
     class_counts = [(i, max(1, it.repeats)) for i, it in enumerate(class_dataset.items)] if class_dataset else []
     if class_dataset is not None:
@@ -203,10 +198,10 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
             + usage.describe()
         )
     train_te = _prepare_model(config, model, device, dtype, feedback)
-    unet_params = lora.lora_parameters(model.unet)
-    te_params = [p for te in model.text_encoders for p in lora.lora_parameters(te)] if train_te else []
+    denoiser_params = lora.lora_parameters(model.denoiser)
+    te_params = [p for te in model.text_encoders for p in lora.lora_parameters(te)]  # empty for the untrained ones
     opt = config.optimizer
-    groups = param_groups(unet_params, te_params, opt.lr, opt.text_encoder_lr)
+    groups = param_groups(denoiser_params, te_params, opt.lr, opt.text_encoder_lr)
     optimizer, optimizer_name = build_optimizer(opt, groups, warn=feedback.warn)
     pos_buckets = [dataset.bucket_of(i) for i in range(len(dataset))]
     s = config.schedule
@@ -227,9 +222,9 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         train_counts=train_counts,
         class_counts=class_counts,
         train_te=train_te,
-        unet=acc.prepare_model(model.unet) if ddp else model.unet,
+        denoiser=acc.prepare_model(model.denoiser) if ddp else model.denoiser,
         text_encoders=[acc.prepare_model(te) if ddp and train_te else te for te in model.text_encoders],
-        unet_params=unet_params,
+        denoiser_params=denoiser_params,
         te_params=te_params,
         optimizer=optimizer,
         optimizer_name=optimizer_name,
@@ -240,7 +235,6 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         setup_started=setup_started,
-        recipe=recipe,
         validation_dataset=validation_dataset,
     )
 
@@ -254,48 +248,54 @@ def _download_status(feedback: Feedback, what: str, done: int, total: int) -> No
 def _prepare_model(
     config: TrainingConfig, m: LoadedModel, device: torch.device, dtype: torch.dtype, feedback: Feedback
 ) -> bool:
-    """Place and cast the frozen weights, inject the LoRA (fp32 master weights), continue from
-    ``model.init_lora``, turn on checkpointing; returns whether the text encoders are trained."""
+    """Place and cast the frozen weights, inject the LoRA (fp32 master weights) on the layers the model's family
+    trains, continue from ``model.init_lora``, turn on checkpointing; returns whether text encoders are trained."""
     from diffusers.training_utils import cast_training_params
 
+    fam = registry.family(m.family)
     precision = config.precision.training
-    # DESIGN §4: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: SDXL's own VAE
-    # overflows in fp16 (its config says force_upcast; the fp16-fixed one does not), and CPUs have no fast
-    # fp16 convolutions (a 64 px demo step is 10x slower).
-    vae_fp32 = vae_needs_fp32(precision, m.family, force_upcast(m.vae), device.type)
+    # DESIGN §5: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: a family whose VAE
+    # overflows in fp16 (SDXL's own: its config says force_upcast; the fp16-fixed one does not), and CPUs have
+    # no fast fp16 convolutions (a 64 px demo step is 10x slower).
+    vae_fp32 = vae_needs_fp32(precision, fam.facts.precision.vae_upcast, force_upcast(m.vae), device.type)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
-    torch.nn.Module.to(m.unet, device, dtype)
+    torch.nn.Module.to(m.denoiser, device, dtype)
     torch.nn.Module.to(m.vae, device, torch.float32 if vae_fp32 else dtype)
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
     n = config.network
-    train_te = bool(n.train_text_encoder)
+    trained = [m.text_encoders[i] for i in fam.trainable_text_encoders(m)] if n.train_text_encoder else []
+    train_te = bool(trained)
+    denoiser_targets = fam.denoiser_targets(n)
+    te_targets = [fam.text_encoder_targets(m, m.text_encoders.index(te), n) for te in trained]
     if n.type != "lora":  # LoCon, LoHa, LoKr, DoRA (engine/network/variants.py)
-        variants.inject_unet(m.unet, n)
-        for te in m.text_encoders if train_te else []:
-            variants.inject_text_encoder(te, n)
+        variants.inject(m.denoiser, n, denoiser_targets)
+        for te, targets in zip(trained, te_targets):
+            variants.inject(te, n, targets)
     else:
-        lora.inject_unet_lora(m.unet, n.rank, n.alpha, n.dropout, n.target_modules)
-        for te in m.text_encoders if train_te else []:
-            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout)
-    cast_training_params([m.unet, *(m.text_encoders if train_te else [])], dtype=torch.float32)
+        lora.inject_lora(m.denoiser, n.rank, n.alpha, n.dropout, denoiser_targets)
+        for te, targets in zip(trained, te_targets):
+            lora.inject_text_encoder_lora(te, n.rank, n.alpha, n.dropout, targets)
+    cast_training_params([m.denoiser, *trained], dtype=torch.float32)
     if config.precision.base_weights == "fp8":
-        store_fp8([m.unet, *m.text_encoders], dtype, device, feedback)
+        store_fp8([m.denoiser, *m.text_encoders], dtype, device, feedback, fam.storage_skip_patterns)
     if config.model.init_lora and not config.schedule.resume_from:
-        _continue_from(config, m, train_te, feedback)
+        _continue_from(config, m, trained, feedback)
     if config.precision.gradient_checkpointing:
-        m.unet.enable_gradient_checkpointing()
-        if train_te:
-            for te in m.text_encoders:
-                enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
-                enable()
-    m.unet.train()
+        m.denoiser.enable_gradient_checkpointing()
+        for te in trained:
+            enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
+            enable()
+    m.denoiser.train()
     for te in m.text_encoders:
-        te.train(train_te)
+        te.train(te in trained)
     return train_te
 
 
-def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device: torch.device, feedback: Feedback) -> None:
+def store_fp8(
+    modules: list[torch.nn.Module], compute_dtype: torch.dtype, device: torch.device, feedback: Feedback,
+    skip: tuple[str, ...] = FP8_SKIP_PATTERNS,
+) -> None:
     """``precision.base_weights = "fp8"``: the frozen Linear / Conv weights of ``modules`` are stored in float8
     e4m3 and cast up to ``compute_dtype`` layer by layer around each forward (:mod:`.layer_casting`, as kohya's
     ``--fp8_base``). Norms, embeddings and the LoRA layers (trained, fp32) are left as they are."""
@@ -311,21 +311,15 @@ def store_fp8(modules: list[torch.nn.Module], compute_dtype: torch.dtype, device
             ("set precision.base_weights = \"auto\"", "or update PyTorch"),
         )
     for module in modules:
-        cast_layerwise(module, fp8, compute_dtype, FP8_SKIP_PATTERNS)
+        cast_layerwise(module, fp8, compute_dtype, (*skip, "lora_"))
     feedback.status("frozen weights stored in fp8 (e4m3), cast up layer by layer")
 
 
-def _continue_from(config: TrainingConfig, m: LoadedModel, train_te: bool, feedback: Feedback) -> None:
+def _continue_from(config: TrainingConfig, m: LoadedModel, trained: list[torch.nn.Module], feedback: Feedback) -> None:
     """Load ``model.init_lora`` into the fresh LoRA (the layers it shares with this network)."""
     left_out: list[str] = []
-    tes = m.text_encoders if train_te else []
     init = config.model.init_lora
-    if config.network.type != "lora":  # LoCon, LoHa, LoKr, DoRA (a plain LoRA continues LoCon and DoRA)
-        from guitrainer.engine.network.lycoris_keys import load_variant_file
-
-        count = load_variant_file(lora.read_lora_as_kohya(expand(init))[0], m.unet, tes, skipped=left_out)
-    else:
-        count = lora.load_kohya_lora(expand(init), m.unet, tes, strict=False, skipped=left_out)
+    count = registry.family(m.family).load_lora_file(expand(init), config.network, m.denoiser, trained, left_out)
     if not count:
         raise lora.LoraFormatError(f"{init}: none of its LoRA modules match the layers trained here")
     if left_out:

@@ -68,7 +68,7 @@ class ValidationPlan:
     """What one validation score runs: batches of item indices, the timesteps, the seed."""
 
     batches: tuple[tuple[int, ...], ...]
-    timesteps: tuple[int, ...]
+    timesteps: tuple[float, ...]  # the family's own units: DDPM steps, or noise levels σ
     seed: int
 
     @property
@@ -77,18 +77,15 @@ class ValidationPlan:
         return len(self.batches) * len(self.timesteps)
 
 
-def make_plan(buckets: Sequence[Any], batch_size: int, min_timestep: int, max_timestep: int, seed: int) -> ValidationPlan:
-    return ValidationPlan(
-        tuple(tuple(b) for b in bucket_batches(buckets, batch_size)),
-        tuple(fixed_timesteps(min_timestep, max_timestep)),
-        int(seed),
-    )
+def make_plan(buckets: Sequence[Any], batch_size: int, timesteps: Sequence[float], seed: int) -> ValidationPlan:
+    return ValidationPlan(tuple(tuple(b) for b in bucket_batches(buckets, batch_size)), tuple(timesteps), int(seed))
 
 
 def score(
     plan: ValidationPlan,
     batch_loss: Callable[[Sequence[int], torch.Tensor], torch.Tensor],
     device: torch.device,
+    as_tensor: Callable[[Sequence[float], torch.device], torch.Tensor] | None = None,
 ) -> float:
     """The mean of ``batch_loss(batch, timesteps)`` over the plan, weighted by batch size.
 
@@ -102,7 +99,8 @@ def score(
         torch.manual_seed(plan.seed)
         for batch in plan.batches:
             for t in plan.timesteps:
-                ts = torch.full((len(batch),), t, dtype=torch.long, device=device)
+                values = [t] * len(batch)
+                ts = as_tensor(values, device) if as_tensor else torch.tensor([int(v) for v in values], device=device)
                 total += float(batch_loss(batch, ts)) * len(batch)
                 count += len(batch)
     return total / max(1, count)
@@ -144,11 +142,12 @@ def validation_loss(session: Any, caches: Any, step: Any) -> float | None:
     vds = getattr(session, "validation_dataset", None)
     if vds is None:
         return None
-    from guitrainer.engine.recipes import timestep_range
+    from guitrainer.engine.families import registry
 
     cfg = session.config
-    lo, hi = timestep_range(session.recipe, int(session.model.noise_scheduler.config.num_train_timesteps))
-    plan = make_plan(vds.buckets, cfg.schedule.batch_size, lo, hi, cfg.validation.seed)
+    fam = registry.family(session.model.family)
+    timesteps = fam.validation_timesteps(cfg, session.model, NUM_TIMESTEPS)
+    plan = make_plan(vds.buckets, cfg.schedule.batch_size, timesteps, cfg.validation.seed)
     cached = caches.validation_latents
 
     def batch_loss(indices: Sequence[int], timesteps: torch.Tensor) -> torch.Tensor:
@@ -158,10 +157,10 @@ def validation_loss(session: Any, caches: Any, step: Any) -> float | None:
         with step.autocast():
             return step.forward_loss(batch, timesteps)
 
-    unet = session.model.unet
+    unet = session.model.denoiser
     with averaged_weights(session.optimizer):
         unet.eval()
         try:
-            return score(plan, batch_loss, session.device)
+            return score(plan, batch_loss, session.device, fam.timestep_tensor)
         finally:
             unet.train()

@@ -326,13 +326,24 @@ def follow_applies(binding: ConfigBinding, applies: tuple[str, tuple[Any, ...]],
     widgets = list(widgets)
     tips = {w: w.toolTip() for w in widgets}
 
+    # "model.family = auto" is what the base model's files say: a setting for Flux applies to an auto-detected Flux
+    watched = {other, "model.base"} if other == "model.family" else {other}
+
+    def current() -> Any:
+        value = binding.get(other)
+        if other == "model.family":
+            from guitrainer.core.memory.specs import resolve_family
+
+            value = resolve_family(str(value), str(binding.get("model.base")))
+        return value
+
     def update(*_args: object) -> None:
-        on = binding.get(other) in values
+        on = current() in values
         for w in widgets:
             w.setEnabled(on)
             w.setToolTip(tips[w] if on else f"{when}. {tips[w]}".strip())
 
-    binding.changed.connect(lambda path: update() if path == other else None)
+    binding.changed.connect(lambda path: update() if path in watched else None)
     binding.replaced.connect(update)
     update()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guitrainer.base.paths import expand
+from guitrainer.base.paths import expand, path_key
 
 SUBFOLDER_LOOK_LIMIT = 200  # folders visited at most when looking for images in subfolders (a hint only)
 
@@ -61,7 +61,6 @@ def _normalizer() -> Callable[[str | Path], str]:
     ``resolve(parent / name) == resolve(parent) / name`` whenever ``name`` itself is not a symlink,
     so only symlinks (and odd names) pay for a full resolve: 3,000 paths take ~10 ms instead of ~60 ms.
     """
-    from guitrainer.core.dataset import scan as core_ds
 
     parents: dict[str, str] = {}
 
@@ -69,9 +68,9 @@ def _normalizer() -> Callable[[str | Path], str]:
         text = os.path.expanduser(os.fspath(path))
         head, name = os.path.split(text)
         if name in ("", ".", "..") or os.path.islink(text):
-            return core_ds.normalized(text)
+            return path_key(text)
         if head not in parents:
-            parents[head] = core_ds.normalized(head or ".")
+            parents[head] = path_key(head or ".")
         return os.path.join(parents[head], name)
 
     return norm

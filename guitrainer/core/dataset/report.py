@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guitrainer.base.paths import path_key
 from guitrainer.core.dataset import scan as ds
 from guitrainer.core.dataset.scan import CaptionEdit, DatasetItem
 
@@ -249,8 +250,8 @@ def plan_and_write(
 
 def without_included(excluded: Sequence[str], added: Sequence[str | Path]) -> list[str]:
     """``dataset.exclude`` less the images (or images under the folders) the user adds again."""
-    roots = [ds.normalized(p) for p in added]
+    roots = [path_key(p) for p in added]
     return [
         e for e in excluded
-        if not any(ds.normalized(e) == r or ds.normalized(e).startswith(r.rstrip("/") + "/") for r in roots)
+        if not any(path_key(e) == r or path_key(e).startswith(r.rstrip("/") + "/") for r in roots)
     ]  # fmt: skip

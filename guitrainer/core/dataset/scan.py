@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guitrainer.base.constants import IMAGE_EXTENSIONS
+from guitrainer.base.paths import path_key
 from guitrainer.config.fields import repeats_from_name
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
 from guitrainer.core.dataset.captions import (  # re-exported: the caption helpers lived here before
@@ -89,7 +90,6 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "iter_items",
     "join_tags",
     "load_item",
-    "normalized",
     "plan_edit",
     "probe_image",
     "read_caption",
@@ -460,14 +460,6 @@ def scan(
     return ScanResult(items, col.rejected, col.duplicates)
 
 
-def normalized(path: str | Path) -> str:
-    """One spelling per file, for comparing paths from the config with paths on disk."""
-    p = Path(path).expanduser()
-    try:
-        return str(p.resolve())
-    except OSError:
-        return str(p.absolute())
-
 
 def scan_folders(
     folders: Iterable[tuple[str | Path, int]],
@@ -478,11 +470,11 @@ def scan_folders(
     """The images training uses: each ``(folder, repeats)`` read non-recursively, less ``exclude``."""
     result = ScanResult()
     known: set = set()
-    left_out = {normalized(p) for p in exclude}
+    left_out = {path_key(p) for p in exclude}
     for folder, reps in folders:
         col = collect([folder], caption_extension, known, recursive=False, repeats=max(1, int(reps)))
         if left_out:
-            col.candidates = [c for c in col.candidates if normalized(c.path) not in left_out]
+            col.candidates = [c for c in col.candidates if path_key(c.path) not in left_out]
         known |= {file_key(c.path) for c in col.candidates}
         result.items.extend(iter_items(col.candidates, caption_extension, resolution))
         result.rejected.extend(col.rejected)

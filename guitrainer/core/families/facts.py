@@ -19,18 +19,56 @@ FileDetector = Callable[[Mapping[str, Any], Mapping[str, str], str], FileVerdict
 FolderDetector = Callable[[Mapping[str, Any]], bool]
 
 
+LoraTable = tuple[tuple[int, int, int, float], ...]  # (in, out, count, tokens per latent pixel; 0 = text tokens)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Parameter counts of one model family, and the shapes of the layers each LoRA target set trains."""
+
+    family: str
+    denoiser: int  # the UNet or the transformer
+    text_encoders: tuple[int, ...]
+    vae_encoder: int  # encoder + quant_conv
+    vae_decoder: int  # decoder + post_quant_conv
+    vae_channels: int  # channels of the VAE's first (full-resolution) block
+    text_encoder_shapes: tuple[tuple[int, int, int], ...]  # (hidden, intermediate, layers) per text encoder
+    cross_attention_dim: int
+    denoiser_lora: dict[str, LoraTable] = field(default_factory=dict)
+    text_encoder_lora: dict[str, tuple[LoraTable, ...]] = field(default_factory=dict)
+
+    @property
+    def vae(self) -> int:
+        return self.vae_encoder + self.vae_decoder
+
+    def lora_params_per_rank(self, target: str, text_encoder: bool = False) -> int:
+        """Trainable parameters per unit of rank: sum of ``in + out`` over the targeted layers."""
+        n = sum(c * (i + o) for i, o, c, _ in self.denoiser_lora[target])
+        if text_encoder:
+            n += sum(c * (i + o) for table in self.text_encoder_lora[target] for i, o, c, _ in table)
+        return n
+
+
+#: ``(in channels, out, kernel side, count, positions per latent pixel)`` of conv layers the variants train
+ConvTable = tuple[tuple[int, int, int, int, float], ...]
+#: per text encoder, ``(in, out, count)`` of its MLP layers
+MlpTables = tuple[tuple[tuple[int, int, int], ...], ...]
+
+
 @dataclass(frozen=True)
 class PrecisionFacts:
     """What is known about a family's numerics, each with its source.
 
     ``released``: the dtype the authors published the weights in. ``fp16_overflows``: a sentence naming where
     fp16 overflows, with its source ("" when nothing is published). ``recommended``: the training precision
-    on hardware that has it (None: the device decides, as for the UNets).
+    on hardware that has it (None: the device decides, as for the UNets). ``vae_upcast``: the family's VAE
+    overflows in fp16 unless its config says otherwise (``force_upcast`` false, as SDXL's fp16-fixed VAE).
     """
 
     released: str = "fp16"
     fp16_overflows: str = ""
     recommended: str | None = None
+    vae_upcast: bool = False
     sources: tuple[str, ...] = ()
 
 
@@ -56,6 +94,8 @@ class FamilyFacts:
         split_files: whether users keep it as separate files (a transformer file, text encoders, a VAE).
         detect_file / detect_folder: recognise a single file's tensors / a diffusers folder's model_index.
         hub_patterns: lower-case substrings of hub ids that name this family ("flux.1", "flux1").
+        spec: the estimator's parameter counts and LoRA layer tables (:class:`ModelSpec`).
+        conv_table / text_encoder_mlp_tables: the layers the network variants add (UNet convs, CLIP MLPs).
     """
 
     name: str
@@ -76,6 +116,9 @@ class FamilyFacts:
     detect_file: FileDetector | None = None
     detect_folder: FolderDetector | None = None
     hub_patterns: tuple[str, ...] = ()
+    spec: ModelSpec | None = None
+    conv_table: ConvTable = ()
+    text_encoder_mlp_tables: MlpTables = ()
 
     def image_tokens(self, width: int, height: int) -> int:
         """How many image tokens (transformers) or latent pixels (UNets) a ``width`` × ``height`` image makes."""

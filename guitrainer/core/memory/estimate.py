@@ -13,15 +13,16 @@ from typing import Protocol
 from guitrainer.base.units import GiB, MiB
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
+from guitrainer.core.families.registry import facts
 from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
 from guitrainer.core.memory.specs import (
-    CONV_TABLES,
-    FAMILY_LABELS,
-    MODEL_SPECS,
     ModelSpec,
+    conv_table,
     detected_family,
+    family_label,
     resolve_family,
     spec_for,
+    spec_of,
 )
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 
@@ -78,6 +79,7 @@ class VramPart:
     tooltip: str = ""
     allocated: bool = True  # counted by torch.cuda.max_memory_allocated (False: context, allocator slack)
 
+
 @dataclass(frozen=True)
 class VramBreakdown:
     """The estimate: named parts, their total, and the device it is compared with."""
@@ -112,10 +114,13 @@ class VramBreakdown:
 def _bytes(dtype: str) -> int:
     return {"fp32": 4, "fp8": 1}.get(dtype, 2)
 
+
 def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
     """The VAE's precision as the trainer runs it on a GPU: SDXL's own VAE overflows in fp16, so it stays fp32
     there, unless the configured VAE is fp16-safe by its config (``force_upcast`` false, as the fp16-fixed one)."""
-    return "fp32" if (family == "sdxl" and training == "fp16" and not fp16_safe) else training
+    upcasts = facts(family).precision.vae_upcast
+    return "fp32" if (upcasts and training == "fp16" and not fp16_safe) else training
+
 
 def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
     """Bytes the fp32 SDXL VAE adds to the peak against an fp16 one (the fp16-fixed VAE), for ``config``.
@@ -125,24 +130,27 @@ def sdxl_vae_fp32_cost(config: TrainingConfig, spec: ModelSpec | None = None) ->
     """
     if spec is None:
         spec = spec_for(config)
-    if spec.family != "sdxl" or config.precision.training != "fp16":
+    if not facts(spec.family).precision.vae_upcast or config.precision.training != "fp16":
         return 0
     uncached = config.copy()
     uncached.precision.cache_latents = False
     return estimate(uncached, spec).total - estimate(uncached, spec, vae_dtype="fp16").total
 
+
 def _vae_fp16_safe(family: str, config: TrainingConfig) -> bool:
     """Whether the configured VAE runs in fp16 (read from its config.json only where it matters: SDXL, fp16)."""
-    return family == "sdxl" and config.precision.training == "fp16" and vae_fp16_safe(config)
+    return facts(family).precision.vae_upcast and config.precision.training == "fp16" and vae_fp16_safe(config)
+
 
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     p, net = config.precision, config.network
     px = (config.dataset.resolution // 8) ** 2
     key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
     a, k, c = ACTIVATION_FIT.get(key, (0.0, 0.0, 0.0))
-    tokens = sum(cnt * frac for _, _, cnt, frac in spec.unet_lora[net.target_modules])
+    tokens = sum(cnt * frac for _, _, cnt, frac in spec.denoiser_lora[net.target_modules])
     per_sample = px * (a + k * net.rank * tokens) + c
     return int(config.schedule.batch_size * max(per_sample, 0.0))
+
 
 def _text_encoder_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     """Saved activations of trained text encoders (not calibrated: ~16 hidden-sized tensors per layer)."""
@@ -155,6 +163,7 @@ def _text_encoder_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> i
         b * TEXT_TOKENS * (hidden * per_layer_factor + inter * 2) * layers * width
         for hidden, inter, layers in spec.text_encoder_shapes
     )
+
 
 def _vae_encode_bytes(spec: ModelSpec, config: TrainingConfig, vae_width: int) -> int:
     res = config.dataset.resolution
@@ -187,16 +196,16 @@ def extra_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
     width = 2 if p.training != "fp32" else 4
     per_sample = 0.0
     if net.type in ("locon", "dora"):
-        per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in CONV_TABLES.get(spec.family, ()) if k > 1)
+        per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in conv_table(spec.family) if k > 1)
     transient = 0.0
     if net.type == "dora":
-        layers = [(i, c, f) for i, _, c, f in spec.unet_lora[net.target_modules]]
-        layers += [(cin // 1, c, f) for cin, _, _, c, f in CONV_TABLES.get(spec.family, ())]
+        layers = [(i, c, f) for i, _, c, f in spec.denoiser_lora[net.target_modules]]
+        layers += [(cin // 1, c, f) for cin, _, _, c, f in conv_table(spec.family)]
         per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
-        transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in CONV_TABLES.get(spec.family, ((0, 0, 0, 0, 0.0),)))
+        transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in (conv_table(spec.family) or ((0, 0, 0, 0, 0.0),)))
     if net.type in ("loha", "lokr"):
-        rebuilt = sum(i * o * c for i, o, c, _ in spec.unet_lora[net.target_modules])
-        rebuilt += sum(cin * o * k * k * c for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()))
+        rebuilt = sum(i * o * c for i, o, c, _ in spec.denoiser_lora[net.target_modules])
+        rebuilt += sum(cin * o * k * k * c for cin, o, k, c, _ in conv_table(spec.family))
         per_weight = rebuilt * width
     else:
         per_weight = 0
@@ -228,8 +237,8 @@ def estimate(
     if spec is None:
         family = resolve_family(str(config.model.family), str(config.model.base))
         if config.model.family == "auto" and detected_family(str(config.model.base)) is None:
-            notes.append(f"model family not known yet: estimated as {FAMILY_LABELS[family]}")
-        spec = MODEL_SPECS[family]
+            notes.append(f"model family not known yet: estimated as {family_label(family)}")
+        spec = spec_of(family)
     p, net, opt = config.precision, config.network, config.optimizer
     wdt = p.training
     base_dt = "fp8" if p.base_weights == "fp8" else wdt
@@ -238,7 +247,7 @@ def estimate(
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.unet * w), f"{spec.unet / 1e6:.0f} M frozen parameters"
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.denoiser * w), f"{spec.denoiser / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
     ]
     if te_offloaded:
@@ -284,13 +293,15 @@ def estimate(
 #: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without
 FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
 
+
 def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> VramPart:
     ckpt = bool(config.precision.gradient_checkpointing)
     tip = f"fp8 weights widened to {compute} as layers compute; " + (
         "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
-    size = int(FP8_WIDENED_SHARE[ckpt] * spec.unet * _bytes(compute))
+    size = int(FP8_WIDENED_SHARE[ckpt] * spec.denoiser * _bytes(compute))
     return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
+
 
 def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:
     """The trainable network's weights, gradients and optimizer state; also the weights' bytes alone."""
@@ -320,6 +331,7 @@ _OPT_TIPS = {
     "CAME": "One fp32 moment (4 B/param) plus row and column statistics per matrix.",
 }
 
+
 def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
     """Peak system RAM while loading the base model (bytes).
 
@@ -329,8 +341,8 @@ def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = Non
     """
     if spec is None:
         spec = spec_for(config)
-    total = spec.unet + sum(spec.text_encoders) + spec.vae
-    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.unet, *spec.text_encoders, spec.vae)
+    total = spec.denoiser + sum(spec.text_encoders) + spec.vae
+    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.denoiser, *spec.text_encoders, spec.vae)
     if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
         peak += 2 * total
     return peak

@@ -10,6 +10,7 @@ from typing import Any
 from guitrainer.base.units import MiB, format_bytes
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
+from guitrainer.core.families.registry import facts
 from guitrainer.core.memory.estimate import Device, estimate
 from guitrainer.core.memory.specs import ModelSpec, spec_for
 from guitrainer.core.precision.advisor import advise
@@ -30,9 +31,11 @@ class Hint:
     def text(self) -> str:
         return f"{self.label} −{format_bytes(self.saving)}"
 
+
 def _is_device_info(device: Device) -> bool:
     """A probed :class:`DeviceInfo` (as opposed to None or a bare ``total_memory`` holder)."""
     return isinstance(device, DeviceInfo)
+
 
 def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) -> list[tuple[str, dict[str, Any]]]:
     p, net, opt, s = config.precision, config.network, config.optimizer, config.schedule
@@ -61,16 +64,18 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) 
         out.append((f"Batch {s.batch_size} → {b}", {"schedule.batch_size": b}))
     if net.rank >= 64:
         out.append((f"Rank {net.rank} → {net.rank // 2}", {"network.rank": net.rank // 2, "network.alpha": net.alpha / 2}))
-    native = {"sd15": 512, "sdxl": 1024}.get(spec.family)
+    native = facts(spec.family).native_resolution if spec.family != "demo" else None
     if native and config.dataset.resolution > native:
         out.append((f"Resolution {config.dataset.resolution} → {native}", {"dataset.resolution": native}))
     return out
+
 
 def _errors(device: Device, config: TrainingConfig) -> set[str]:
     """The error-level precision advice for ``config`` on ``device`` (none without a probed device)."""
     if not _is_device_info(device):
         return set()
     return {a.message for a in advise(device, config) if a.level == "error"}
+
 
 def hints(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, minimum: int = 16 * MiB) -> list[Hint]:
     """Changes that lower the estimate, biggest saving first; each is re-estimated on a modified copy.

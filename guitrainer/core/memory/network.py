@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from guitrainer.config import NetworkConfig
-from guitrainer.core.memory.specs import CONV_TABLES, TEXT_ENCODER_MLP_TABLES, ModelSpec
+from guitrainer.core.memory.specs import ModelSpec, conv_table, text_encoder_mlp_tables
 
 CUDA_BLOCK = 512  # the caching allocator rounds allocations up to this
 
@@ -29,7 +29,7 @@ def allocated(nbytes: float) -> int:
 
 def lora_tensor_shapes(spec: ModelSpec, target: str, rank: int, text_encoder: bool) -> list[Shape]:
     """``(rows, cols, count)`` of every trainable tensor: lora_A [rank, in] and lora_B [out, rank]."""
-    tables = [spec.unet_lora[target]]
+    tables = [spec.denoiser_lora[target]]
     if text_encoder:
         tables += list(spec.text_encoder_lora[target])
     out: list[Shape] = []
@@ -58,6 +58,7 @@ def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
         m, n = new_m, new_n
     return (m, n) if m <= n else (n, m)
 
+
 def _layer_shapes(kind: str, cin: int, out: int, k: int, rank: int, factor: int, count: int) -> list[Shape]:
     flat = cin * k * k
     if kind in ("lora", "locon", "dora"):
@@ -79,13 +80,13 @@ def variant_tensor_shapes(spec: ModelSpec, network: NetworkConfig) -> list[Shape
     kind, rank, factor = network.type, int(network.rank), int(network.lokr_factor)
     conv_rank = int(network.conv_rank)
     out: list[Shape] = []
-    for i, o, c, _ in spec.unet_lora[network.target_modules]:
+    for i, o, c, _ in spec.denoiser_lora[network.target_modules]:
         out += _layer_shapes(kind, i, o, 1, rank, factor, c)
-    for cin, o, k, c, _ in CONV_TABLES.get(spec.family, ()):
+    for cin, o, k, c, _ in conv_table(spec.family):
         out += _layer_shapes(kind, cin, o, k, conv_rank if k > 1 else rank, factor, c)
     if network.train_text_encoder:
         tables = list(spec.text_encoder_lora[network.target_modules])
-        tables += [tuple((i, o, c, 0.0) for i, o, c in t) for t in TEXT_ENCODER_MLP_TABLES.get(spec.family, ())]
+        tables += [tuple((i, o, c, 0.0) for i, o, c in t) for t in text_encoder_mlp_tables(spec.family)]
         for table in tables:
             for i, o, c, _ in table:
                 out += _layer_shapes(kind, i, o, 1, rank, factor, c)
@@ -112,6 +113,7 @@ def optimizer_state_bytes(name: str, shapes: Iterable[Sequence[int]]) -> int:
     row and two column vectors per matrix (exp_avg_sq_*, exp_avg_res_*) and a 0-dim RMS.
     """
     return sum(tensor_state_bytes(name, tuple(s), 1) for s in shapes)
+
 
 def tensor_state_bytes(name: str, shape: tuple[int, ...], count: int, param_bytes: int = 4) -> int:
     """One tensor's optimizer state. torch's AdamW keeps its states in the parameter's dtype (2 bytes for bf16

@@ -22,18 +22,24 @@ from typing import Any, Literal
 
 from guitrainer.base.constants import PICKLE_SUFFIXES
 from guitrainer.base.paths import expand
+from guitrainer.core.families.registry import all_facts, facts
 
 log = logging.getLogger(__name__)
 
-Family = Literal["sd15", "sdxl", "demo"]
+Family = str  # a name of guitrainer.config.families.FAMILY_NAMES
 Kind = Literal["diffusers_folder", "single_file", "hub_id", "demo", "missing", "unknown"]
 Level = Literal["info", "warning", "error"]
 
-FAMILY_LABELS: dict[str, str] = {"sd15": "SD 1.5", "sdxl": "SDXL", "demo": "Demo (tiny)"}
 SINGLE_FILE_SUFFIXES = (".safetensors",)
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_SUPPORTED = "This app trains LoRAs for SD 1.5 and SDXL base models."
+
+def _supported() -> str:
+    """The families this app trains, for refusals: "This app trains LoRAs for SD 1.5, SDXL and Flux.1 base models."."""
+    labels = [f.label for f in all_facts() if f.name != "demo"]
+    listed = ", ".join(labels[:-1]) + f" and {labels[-1]}" if len(labels) > 1 else labels[0]
+    return f"This app trains LoRAs for {listed} base models."
+
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class ModelDetection:
 
     @property
     def family_label(self) -> str:
-        return FAMILY_LABELS.get(self.family or "", "unknown")
+        return facts(self.family).label if self.family else "unknown"
 
 
 class CheckpointError(ValueError):
@@ -166,6 +172,12 @@ def classify_keys(
             f"{name} is a LoRA, not a base model ({n} LoRA tensors). Choose the checkpoint the LoRA was made for; "
             "to keep training this LoRA, set it as 'Continue from LoRA' instead."
         ), None
+    for known in all_facts():  # the transformer families recognise their own files (core/families/<name>.py)
+        if known.detect_file is not None:
+            verdict = known.detect_file(tensors, metadata, name)
+            if verdict is not None:
+                ok, level, message, prediction = verdict
+                return (known.name if ok else None), ok, level, message, prediction  # type: ignore[return-value]
     has = lambda prefix: any(k.startswith(prefix) for k in keys)  # noqa: E731
     pred = None
     if "v_pred" in tensors or metadata.get("modelspec.prediction_type", "").lower() in ("v", "v_prediction"):
@@ -183,7 +195,7 @@ def classify_keys(
         else:
             sample = ", ".join(repr(k) for k in keys[:2]) or "no tensors"
             what = f"not a Stable Diffusion checkpoint (no UNet keys; {n} tensors, e.g. {sample})"
-        return None, False, "error", f"{name} is {what}. {_SUPPORTED}", pred
+        return None, False, "error", f"{name} is {what}. {_supported()}", pred
     conv_in = _shape(tensors, "model.diffusion_model.input_blocks.0.0.weight")
     if conv_in and len(conv_in) == 4 and conv_in[1] != 4:
         kind = "an inpainting model" if conv_in[1] == 9 else f"a model with {conv_in[1]} input channels (e.g. instruct-pix2pix)"
@@ -199,15 +211,15 @@ def classify_keys(
         ), pred
     elif has("cond_stage_model.model."):
         return None, False, "error", (
-            f"{name} is a Stable Diffusion 2.x model (OpenCLIP text encoder), which is not supported. {_SUPPORTED}"
+            f"{name} is a Stable Diffusion 2.x model (OpenCLIP text encoder), which is not supported. {_supported()}"
         ), pred
     elif has("cond_stage_model.transformer."):
         family = "sd15"
     else:
         return None, False, "error", (
-            f"{name} has a UNet but no text encoder this app knows (no cond_stage_model / conditioner keys). {_SUPPORTED}"
+            f"{name} has a UNet but no text encoder this app knows (no cond_stage_model / conditioner keys). {_supported()}"
         ), pred
-    label = FAMILY_LABELS[family]
+    label = facts(family).label
     if pred == "v_prediction":
         return family, True, "warning", (
             f"{label} checkpoint that predicts v (v-prediction, marked in the file). The LoRA is trained with a "
@@ -274,9 +286,9 @@ def _detect_hub_id(text: str) -> ModelDetection:
     low = text.lower()
     note = "It is downloaded on first use (needs internet)."
     if "inpaint" in low or "refiner" in low:
-        return ModelDetection(None, "hub_id", f"{text} looks like an inpainting or refiner model, which cannot be trained here. {_SUPPORTED}", False, "error", text)
+        return ModelDetection(None, "hub_id", f"{text} looks like an inpainting or refiner model, which cannot be trained here. {_supported()}", False, "error", text)
     if re.search(r"stable-diffusion-2|sd-?2[.-]", low):
-        return ModelDetection(None, "hub_id", f"{text} looks like Stable Diffusion 2.x, which is not supported. {_SUPPORTED}", False, "error", text)
+        return ModelDetection(None, "hub_id", f"{text} looks like Stable Diffusion 2.x, which is not supported. {_supported()}", False, "error", text)
     if "xl" in low:
         return ModelDetection("sdxl", "hub_id", f"Hugging Face model {text}, probably SDXL. {note}", True, "info", text)
     if re.search(r"v1[-_.]?[45]|sd-?1[-_.]?5|stable-diffusion-v1", low):
@@ -310,6 +322,9 @@ def _detect_folder(folder: Path) -> ModelDetection:
             hint = "Choose a diffusers model folder (with model_index.json) or a .safetensors checkpoint."
         return ModelDetection(None, "unknown", f"{name} is not a diffusers model folder (no model_index.json). {hint}", False, "error", where)
     cls = str(index.get("_class_name", ""))
+    for known in all_facts():  # the transformer families recognise their own folders (core/families/<name>.py)
+        if known.detect_folder is not None and known.detect_folder(index):
+            return ModelDetection(known.name, "diffusers_folder", f"{known.label} diffusers model.", True, "info", where)  # type: ignore[arg-type]
     try:
         unet_cfg = _read_json(folder / "unet" / "config.json")
         te_cfg = _read_json(folder / "text_encoder" / "config.json")
@@ -329,7 +344,7 @@ def _detect_folder(folder: Path) -> ModelDetection:
     if cls == "StableDiffusionPipeline":
         if te_cfg is not None and int(te_cfg.get("hidden_size", 768)) == 1024:
             return ModelDetection(
-                None, "diffusers_folder", f"{name} is a Stable Diffusion 2.x model, which is not supported. {_SUPPORTED}",
+                None, "diffusers_folder", f"{name} is a Stable Diffusion 2.x model, which is not supported. {_supported()}",
                 False, "error", where,
             )
         family = "sd15"
@@ -342,10 +357,10 @@ def _detect_folder(folder: Path) -> ModelDetection:
         family = "sdxl"
     else:
         return ModelDetection(
-            None, "diffusers_folder", f"{name} is a {cls or 'unknown'} model, which is not supported. {_SUPPORTED}", False, "error", where
+            None, "diffusers_folder", f"{name} is a {cls or 'unknown'} model, which is not supported. {_supported()}", False, "error", where
         )
     pred = str((sched or {}).get("prediction_type", "epsilon"))
-    label = FAMILY_LABELS[family]
+    label = facts(family).label
     if pred == "v_prediction":
         return ModelDetection(
             family, "diffusers_folder",

@@ -30,6 +30,11 @@ HEADROOM_WARN = 4.0
 #: ... and so does a gradient underflow share over this
 UNDERFLOW_WARN = 0.05
 
+#: a transformer's repeated block lists (diffusers' attribute names) -> the name the Numerics tab shows
+_TRANSFORMER_STACKS = {
+    "transformer_blocks": "block", "single_transformer_blocks": "single", "layers": "block",
+    "noise_refiner": "refiner", "context_refiner": "refiner",
+}
 _UNET_KINDS = {"attentions": "attn", "resnets": "res", "downsamplers": "res", "upsamplers": "res"}
 KIND_TITLES = {"attn": "attention", "ff": "feed-forward", "res": "resnet", "io": "in/out"}
 
@@ -48,10 +53,20 @@ def block_of(model: str, path: str) -> str:
     and anything else: ``<model>.attn`` (``self_attn``), ``<model>.ff`` (``mlp``), else ``<model>.io``, all
     layers together (SDXL's second encoder alone has 32 layers: one line each would hide everything).
 
+    Transformers (diffusers names): place ``block.<i>`` per repeated block (``transformer_blocks``: Flux's
+    double-stream blocks, SD 3.5's joint blocks; ``layers``) and ``single.<i>`` for Flux's single-stream blocks,
+    kind ``ff`` (its feed-forward) or ``attn`` (the rest of the block), and ``<model>.io`` outside the blocks
+    (embedders, the final layer).
+
     >>> block_of("unet", "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v")
     'unet.up.1.attn'
+    >>> block_of("transformer", "single_transformer_blocks.3.proj_mlp")
+    'transformer.single.3.ff'
     """
     parts = path.split(".")
+    if model == "transformer" and len(parts) > 1 and parts[0] in _TRANSFORMER_STACKS and parts[1].isdigit():
+        kind = "ff" if any(p in ("ff", "ff_context", "mlp", "proj_mlp", "feed_forward") for p in parts[2:]) else "attn"
+        return f"{model}.{_TRANSFORMER_STACKS[parts[0]]}.{parts[1]}.{kind}"
     if model == "unet" and parts[0] in ("down_blocks", "up_blocks", "mid_block"):
         if parts[0] == "mid_block":
             place, rest = "mid", parts[1:]

@@ -3,7 +3,7 @@
 The trainer, the caches, sampling, validation, export, Verify, the numerics monitor and the memory
 measurement call a :class:`Family`; none of them names a family. A family package
 (``engine/families/<name>/``) subclasses it, and its torch-free facts (what its files look like, its
-parameter table for the estimator, its precision facts) are :class:`~guitrainer.core.families.FamilyFacts` in
+parameter table for the estimator, its precision facts) are :class:`~guitrainer.core.families.facts.FamilyFacts` in
 ``core/families/<name>.py`` — core must answer before torch loads (the window, the estimate, ``--check``).
 
 What flows through the seam:
@@ -18,7 +18,7 @@ What flows through the seam:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from guitrainer.config import NetworkConfig, TrainingConfig
-from guitrainer.core.families import FamilyFacts
+from guitrainer.config.sample_prompts import SamplePrompt
+from guitrainer.core.families.facts import FamilyFacts
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError
 
 #: a batch of captions as the denoiser takes it: name -> tensor, batch first
@@ -78,6 +79,11 @@ class Family(ABC):
     def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
         """One file in the original layout (``state`` its tensors), the missing parts' configs from ``config_dir``."""
 
+    def use_prediction_type(self, model: LoadedModel, prediction_type: str) -> None:
+        """A single file marked with another prediction type than its configs (SD's ``v_pred`` key): follow the file.
+        Families with one prediction type ignore it."""
+        return None
+
     def load_parts(self, parts: ModelParts, *, config_dir: Path) -> LoadedModel:
         """A split install (denoiser, text-encoder and VAE files). Families whose users keep one file refuse."""
         raise ModelLoadError(
@@ -115,13 +121,18 @@ class Family(ABC):
         return (sample - shift) * cfg.scaling_factor
 
     # ------------------------------------------------------------------ objective
+    def prepare(self, config: TrainingConfig, model: LoadedModel, warn: Callable[[str], None]) -> None:
+        """Once before training: anything the objective changes in the loaded model (SD's zero terminal SNR)."""
+        return None
+
     @abstractmethod
     def draw(self, config: TrainingConfig, model: LoadedModel, latents: torch.Tensor, timesteps: torch.Tensor | None) -> Draw:
         """Noise, timesteps (drawn from torch's RNG unless given) and noisy latents of one micro-batch."""
 
     @abstractmethod
     def predict(
-        self, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning, batch: Mapping[str, Any]
+        self, config: TrainingConfig, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning,
+        batch: Mapping[str, Any],
     ) -> torch.Tensor:
         """The denoiser's prediction for ``draw`` (shaped like the latents); runs under the caller's autocast."""
 
@@ -130,8 +141,12 @@ class Family(ABC):
         """The micro-batch's loss (fp32 scalar) from the prediction and the draw."""
 
     @abstractmethod
-    def validation_timesteps(self, config: TrainingConfig, count: int) -> list[float]:
+    def validation_timesteps(self, config: TrainingConfig, model: LoadedModel, count: int) -> list[float]:
         """``count`` fixed timesteps (the family's own units) a validation loss is scored at."""
+
+    @abstractmethod
+    def timestep_tensor(self, values: Sequence[float], device: torch.device) -> torch.Tensor:
+        """Timesteps as :meth:`draw` takes them (integer DDPM steps, or noise levels σ)."""
 
     # ------------------------------------------------------------------ network
     @abstractmethod
@@ -149,7 +164,16 @@ class Family(ABC):
         """The trained LoRA in the layout the readers share (kohya's names, the original model's layers)."""
 
     @abstractmethod
-    def metadata(self, config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
+    def load_lora_file(
+        self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
+        skipped: list[str],
+    ) -> int:
+        """Continue from a LoRA file: copy it into the injected network (its modules matching none go to
+        ``skipped``); returns the modules set. Raises :class:`~guitrainer.engine.network.lora.LoraFormatError`
+        for a file of another type or rank, naming the setting to change."""
+
+    @abstractmethod
+    def metadata(self, config: TrainingConfig, model: LoadedModel | None) -> dict[str, str]:
         """The family's part of the file's metadata (``ss_base_model_version``, ``modelspec.architecture`` …)."""
 
     #: frozen layers that keep their dtype when the others are stored in fp8 / int8 / nf4
@@ -158,13 +182,13 @@ class Family(ABC):
     # ------------------------------------------------------------------ sampling
     @abstractmethod
     def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:
-        """A diffusers pipeline sharing ``model``'s modules (nothing copied), its progress bar off."""
+        """A diffusers pipeline sharing ``model``'s modules (nothing copied), its progress bar off. ``scheduler``:
+        "default" (samples during training) or "dpm++" (class images), where the family has a choice."""
 
-    def pipeline_kwargs(self, width: int, height: int, steps: int, guidance_scale: float) -> dict[str, Any]:
-        """Keyword arguments of one sample call besides the prompt, negative prompt and generator."""
-        return {"width": width, "height": height, "num_inference_steps": steps, "guidance_scale": guidance_scale}
-
-    # ------------------------------------------------------------------ numerics
     @abstractmethod
-    def block_of(self, module_name: str) -> str | None:
-        """The block a denoiser module belongs to on the Numerics tab ("down 1", "double 3", …), None for none."""
+    def size_multiple(self, model: LoadedModel) -> int:
+        """Sample sides are rounded down to a multiple of this (the VAE's and the denoiser's downscaling)."""
+
+    @abstractmethod
+    def sample(self, pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+        """One PIL image for ``prompt`` at ``width`` × ``height`` from ``pipe`` (made by :meth:`pipeline`)."""

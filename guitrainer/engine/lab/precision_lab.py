@@ -134,7 +134,7 @@ class _LabReporter:
         """An fp8 candidate whose UNet holds no float8 weights measured nothing new: stop it, say why."""
         if self.candidate.base_weights != "fp8" or self.fp8_ignored or self.control is None:
             return
-        unet = trainer_model(self.trainer).unet
+        unet = trainer_model(self.trainer).denoiser
         dtypes = {t.dtype for t in (*unet.parameters(), *unet.buffers())}
         if not dtypes & FLOAT8_DTYPES:
             stored = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
@@ -221,13 +221,15 @@ class _Lab:
         self.memory.steps_begin()
         if self.init_path is None or self.init_written:
             return
+        from guitrainer.engine.families import registry
         from guitrainer.engine.network import lora as L
 
         model = trainer_model(trainer)
-        if not L.lora_layers(model.unet):
+        if not L.lora_layers(model.denoiser):
             return
         tes = model.text_encoders if trainer.config.network.train_text_encoder else []
-        sd = {k: v.float() for k, v in L.kohya_state_dict(model.unet, tes, alpha=trainer.config.network.alpha).items()}
+        kohya = registry.family(model.family).kohya_state_dict(model.denoiser, tes, trainer.config.network.alpha)
+        sd = {k: v.float() for k, v in kohya.items()}
         from safetensors.torch import save_file
 
         save_file({k: v.contiguous() for k, v in sd.items()}, str(self.init_path))  # a temp file: no metadata needed

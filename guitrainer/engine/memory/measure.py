@@ -52,9 +52,11 @@ import torch
 import torch.utils.checkpoint
 
 from guitrainer.base.units import format_bytes
+from guitrainer.core.families.registry import facts
 from guitrainer.core.memory import network, specs
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 from guitrainer.engine import amp_step
+from guitrainer.engine.families.stable_diffusion import added_conditioning
 from guitrainer.engine.memory.model_spec import build_on_meta, component_configs
 from guitrainer.engine.memory.modes import (
     CUDA_BLOCK,
@@ -222,7 +224,7 @@ def measure_training_step(config: Any, *, method: str = "auto", block: int = CUD
 
 @dataclass
 class _Run:
-    unet: torch.nn.Module
+    denoiser: torch.nn.Module
     vae: torch.nn.Module | None
     text_encoders: list[torch.nn.Module]
     params: list[torch.nn.Parameter]
@@ -240,7 +242,8 @@ def _build(config: Any, emulate_autocast: bool = False) -> tuple[list[Any], dict
     p, net = config.precision, config.network
     wdtype = _DTYPES[p.training]
     # as the trainer on a GPU: SDXL's own VAE stays fp32 under fp16, an fp16-safe one (force_upcast false) does not
-    vae_dtype = torch.float32 if vae_needs_fp32(p.training, family, not vae_fp16_safe(config), "cuda") else wdtype
+    upcasts = facts(family).precision.vae_upcast
+    vae_dtype = torch.float32 if vae_needs_fp32(p.training, upcasts, not vae_fp16_safe(config), "cuda") else wdtype
     cfgs = component_configs(family)
     ckpt_kwargs: dict[str, Any] = {"use_reentrant": False}
     if emulate_autocast and p.training != "fp32":
@@ -310,9 +313,9 @@ def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: A
         if ucfg.get("addition_embed_type") == "text_time" and pooled is None:
             n_pooled = ucfg["projection_class_embeddings_input_dim"] - 6 * ucfg["addition_time_embed_dim"]
             pooled = torch.randn(b, n_pooled, device=device, dtype=wdtype)
-        added = amp_step.added_conditioning(pooled, None, res, torch.device(device), text.dtype)
+        added = added_conditioning(pooled, None, res, torch.device(device), text.dtype)
         drawn = amp_step.draw_noise(info["scheduler"], latents)
-        loss = amp_step.prediction_loss(run.unet, info["scheduler"], "epsilon", latents, drawn, text, added)
+        loss = amp_step.prediction_loss(run.denoiser, info["scheduler"], "epsilon", latents, drawn, text, added)
         del drawn, text, pooled, added
         amp_step.backward(loss, run.scaler)
     del loss
@@ -355,7 +358,7 @@ def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int =
 def _randomise(run: _Run) -> None:
     """to_empty leaves garbage; NaNs / infs would only change the numbers, not the allocations."""
     with torch.no_grad():
-        for m in (run.unet, run.vae, *run.text_encoders):
+        for m in (run.denoiser, run.vae, *run.text_encoders):
             if m is not None:
                 for prm in m.parameters():
                     prm.normal_(0.0, 0.02)
@@ -394,7 +397,7 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
         if not fake:
             _randomise(run)
         # parameters materialised before the tracker saw an op (to_empty runs under it; this is a safety net)
-        for m in (run.unet, run.vae, *run.text_encoders):
+        for m in (run.denoiser, run.vae, *run.text_encoders):
             if m is not None:
                 for prm in m.parameters():
                     tracker.track(prm)
@@ -406,8 +409,8 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
             if isinstance(t, torch.Tensor)  # moments and the 0-dim step counters
         )
         # the stored weights, before a forward casts any of them up (fp8 storage)
-        frozen = _param_bytes([run.unet, run.vae, *run.text_encoders], lora=False, block=block)
-        lora = _param_bytes([run.unet, *run.text_encoders], lora=True, block=block)
+        frozen = _param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False, block=block)
+        lora = _param_bytes([run.denoiser, *run.text_encoders], lora=True, block=block)
         tracker.reset_peak()
         static = tracker.live
         autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
@@ -497,8 +500,8 @@ def _measure_cuda_here(config: Any) -> MemoryMeasurement:
     result = MemoryMeasurement(
         peak=peak,
         static=static,
-        frozen_weights=_param_bytes([run.unet, run.vae, *run.text_encoders], lora=False),
-        lora_weights=_param_bytes([run.unet, *run.text_encoders], lora=True),
+        frozen_weights=_param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False),
+        lora_weights=_param_bytes([run.denoiser, *run.text_encoders], lora=True),
         optimizer_state=state,
         lora_parameter_count=sum(prm.numel() for prm in run.params),
         reserved=reserved,

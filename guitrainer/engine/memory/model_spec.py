@@ -135,11 +135,11 @@ def compute_model_spec(family: str) -> specs.ModelSpec:
             groups[(i, o, frac)] = groups.get((i, o, frac), 0) + 1
         return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
 
-    unet_lora = {t: table(unet, s, seen) for t, s in UNET_LORA_TARGETS.items()}
+    denoiser_lora = {t: table(unet, s, seen) for t, s in UNET_LORA_TARGETS.items()}
     te_lora = {t: tuple(table(te, s, None) for te in tes) for t, s in TEXT_ENCODER_LORA_TARGETS.items()}
     return specs.ModelSpec(
         family=family,
-        unet=_count(unet),
+        denoiser=_count(unet),
         text_encoders=tuple(_count(te) for te in tes),
         vae_encoder=_count(vae.encoder) + _count(vae.quant_conv) if vae.quant_conv is not None else _count(vae.encoder),
         vae_decoder=_count(vae) - _count(vae.encoder) - (_count(vae.quant_conv) if vae.quant_conv is not None else 0),
@@ -148,6 +148,6 @@ def compute_model_spec(family: str) -> specs.ModelSpec:
             (te.config.hidden_size, te.config.intermediate_size, te.config.num_hidden_layers) for te in tes
         ),
         cross_attention_dim=int(ucfg["cross_attention_dim"]),
-        unet_lora=unet_lora,
+        denoiser_lora=denoiser_lora,
         text_encoder_lora=te_lora,
     )

@@ -1,11 +1,16 @@
-"""Base models: a diffusers folder, a single-file checkpoint (offline), a hub id, or the tiny built-in demo.
+"""Base models: a diffusers folder, a single-file checkpoint (offline), split files, a hub id, or the built-in demo.
 
-* diffusers folder (SD 1.5 or SDXL layout): :func:`load_diffusers_folder`.
-* single file ``.safetensors`` (the civitai kind): :func:`load_single_file`. The family comes from the
-  file's keys (:func:`guitrainer.core.model.checkpoint.detect_model`); the architecture configs, tokenizers
-  and scheduler come from a local config folder (``resources/models/<family>``, no weights), so
+Which family a base model is comes from its files (:func:`guitrainer.core.model.checkpoint.detect_model`:
+a folder's model_index.json, a file's tensor names); the family's engine side
+(:mod:`guitrainer.engine.families`) then loads it:
+
+* diffusers folder: :meth:`~guitrainer.engine.families.base.Family.load_folder`.
+* single file ``.safetensors`` (the civitai kind): :func:`load_single_file`; the architecture configs,
+  tokenizers and scheduler come from a local config folder (``resources/models/<family>``, no weights), so
   nothing is downloaded. ``.ckpt`` / ``.pt`` pickles are read only with ``torch.load(weights_only=True)``:
   anything but tensors is refused and never executed.
+* split files (a transformer file with ``model.text_encoders`` and ``model.vae``, as ComfyUI users keep them):
+  :meth:`~guitrainer.engine.families.base.Family.load_parts`.
 * hub id: downloaded (online) with progress reported through a callback, then loaded as a folder.
 
 The demo model (:mod:`~guitrainer.engine.models.demo`) is built on first use and loaded like any other folder;
@@ -15,7 +20,6 @@ The demo model (:mod:`~guitrainer.engine.models.demo`) is built on first use and
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,10 @@ import torch
 
 from guitrainer.base.constants import PICKLE_SUFFIXES
 from guitrainer.base.errors import first_line
-from guitrainer.base.paths import expand, resources_dir
+from guitrainer.base.paths import expand
+from guitrainer.engine.families import registry
+from guitrainer.engine.families.base import ModelParts
+from guitrainer.engine.families.stable_diffusion import has_second_text_encoder
 from guitrainer.engine.models.demo import DEMO_NAME, ensure_demo_model
 from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, Progress, model_identity
@@ -48,7 +55,7 @@ def load_base_model(
     when set (:func:`~guitrainer.engine.models.vae.use_configured_vae`); arguments as :func:`_load_base`."""
     m = _load_base(model_cfg, offline=offline, config_dir=config_dir, progress=progress)
     vae = str(getattr(model_cfg, "vae", "") or "").strip()
-    if vae:
+    if vae and not m.extra.get("split_vae"):  # a split install's VAE file was loaded with it
         use_configured_vae(m, vae, offline=offline, progress=progress)
     return m
 
@@ -60,11 +67,12 @@ def _load_base(
     config_dir: str | Path | None = None,
     progress: Progress | None = None,
 ) -> LoadedModel:
-    """Load the base model with its own VAE.
+    """Load the base model with its own VAE (split files: with the VAE file given, as one model).
 
     Args:
         model_cfg: ``base`` is "demo", a diffusers folder, a single-file checkpoint or a hub id;
-            ``family`` is "auto" or the family to expect.
+            ``family`` is "auto" or the family to expect; ``text_encoders`` the text-encoder files of a split
+            install.
         offline: no downloads (default: from ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``).
         config_dir: for single files, the folder with the architecture configs, tokenizers and
             scheduler (default ``resources/models/<family>``).
@@ -73,23 +81,27 @@ def _load_base(
         ModelLoadError: naming the file and what is wrong with it.
     """
     base = str(model_cfg.base).strip()
-    family = str(getattr(model_cfg, "family", "auto"))
+    configured = str(getattr(model_cfg, "family", "auto"))
     if not base:
         raise ModelLoadError("no base model chosen: pick a diffusers folder, a .safetensors checkpoint or 'demo'")
     if base == DEMO_NAME:
-        m = load_diffusers_folder(ensure_demo_model(), family="demo")
+        m = registry.family(DEMO_NAME).load_folder(ensure_demo_model())
         m.source = "demo"
         return m
     path = expand(base)
     if path.is_dir():
-        return load_diffusers_folder(path, family=family)
+        return load_folder(path, configured)
     if path.is_file() or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
-        return load_single_file(path, family=family, config_dir=config_dir)
+        parts = [str(p) for p in getattr(model_cfg, "text_encoders", []) or [] if str(p).strip()]
+        if parts:
+            vae = str(getattr(model_cfg, "vae", "") or "").strip()
+            return load_split_files(path, parts, vae, configured, config_dir=config_dir)
+        return load_single_file(path, family=configured, config_dir=config_dir)
     if offline is None:
         offline = is_offline()
     if offline:
         try:
-            m = load_diffusers_folder(base, family=family, local_files_only=True)
+            m = load_folder(base, configured, local_files_only=True)
         except (ModelLoadError, OSError, ValueError) as e:
             raise ModelLoadError(
                 f"could not load the base model {base!r}: working offline, and it is not in the Hugging Face cache",
@@ -97,88 +109,38 @@ def _load_base(
             ) from e
     else:
         folder = download_model(base, progress)
-        m = load_diffusers_folder(folder, family=family)
+        m = load_folder(folder, configured)
     m.source = "hub"
     return m
 
 
-def load_diffusers_folder(path: str | Path, *, family: str = "auto", local_files_only: bool = True) -> LoadedModel:
-    """Load unet / vae / text encoder(s) / tokenizer(s) / scheduler from a diffusers layout (folder or hub id)."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+def folder_family(path: str | Path, configured: str = "auto") -> str:
+    """The family of a diffusers folder (or a hub id's cached snapshot): what its files say; SD 1.5 or SDXL by its
+    second text encoder where they say nothing; ``configured`` (the settings' family) only warned about when
+    it disagrees."""
+    from guitrainer.core.model.checkpoint import detect_model
 
-    src = str(path)
-    kw: dict[str, Any] = {"local_files_only": local_files_only}
+    found = detect_model(path).family if Path(str(path)).is_dir() else None
+    if found is None:
+        found = "sdxl" if has_second_text_encoder(path) else configured if configured not in ("auto", "") else "sd15"
+    if configured not in ("auto", "", found):
+        log.warning("%s: the settings say %s but the model is %s; using %s", path, configured, found, found)
+    return found
+
+
+def load_folder(path: str | Path, configured: str = "auto", *, local_files_only: bool = True) -> LoadedModel:
+    """A diffusers folder (or a cached hub id) loaded by its family (:func:`folder_family`)."""
     try:
-        index = _read_model_index(path)
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"{Path(src) / 'model_index.json'} cannot be read: {e}") from e
-    has_te2 = "text_encoder_2" in index and index["text_encoder_2"][0] is not None if index else Path(src, "text_encoder_2").is_dir()
-    if family in ("auto", ""):
-        family = "sdxl" if has_te2 else "sd15"
-    part = "unet"
-    try:
-        unet = UNet2DConditionModel.from_pretrained(src, subfolder="unet", **kw)
-        part = "vae"
-        vae = AutoencoderKL.from_pretrained(src, subfolder="vae", **kw)
-        part = "text_encoder"
-        text_encoders = [CLIPTextModel.from_pretrained(src, subfolder="text_encoder", **kw)]
-        part = "tokenizer"
-        tokenizers = [CLIPTokenizer.from_pretrained(src, subfolder="tokenizer", **kw)]
-        if has_te2:
-            part = "text_encoder_2"
-            text_encoders.append(CLIPTextModelWithProjection.from_pretrained(src, subfolder="text_encoder_2", **kw))
-            part = "tokenizer_2"
-            tokenizers.append(CLIPTokenizer.from_pretrained(src, subfolder="tokenizer_2", **kw))
-        part = "scheduler"
-        scheduler = DDPMScheduler.from_pretrained(src, subfolder="scheduler", **kw)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise ModelLoadError(f"{src} is not a complete diffusers model folder ({part}/ is missing or broken): {e}") from e
-    _freeze(unet, vae, *text_encoders)
-    ident = model_identity(src) if Path(src).is_dir() else hashlib.sha256(src.encode()).hexdigest()[:24]
-    return LoadedModel(unet, vae, text_encoders, tokenizers, scheduler, family=family, path=src, identity=ident)
-
-
-def _freeze(*modules: Any) -> None:
-    for m in modules:
-        m.requires_grad_(False)
-        m.eval()
-
-
-def _read_model_index(path: str | Path) -> dict[str, Any] | None:
-    f = Path(path) / "model_index.json"
-    if f.is_file():
-        return json.loads(f.read_text(encoding="utf-8"))
-    return None
+        name = folder_family(path, configured)
+    except (OSError, ValueError) as e:  # a model_index.json that is not JSON
+        raise ModelLoadError(f"{Path(str(path)) / 'model_index.json'} cannot be read: {e}") from e
+    return registry.family(name).load_folder(str(path), local_files_only=local_files_only)
 
 
 # --------------------------------------------------------------------------- single-file checkpoints
 
-#: what a config folder for single-file loading must hold, per family
-CONFIG_FILES: dict[str, tuple[str, ...]] = {
-    "sd15": (
-        "unet/config.json",
-        "vae/config.json",
-        "text_encoder/config.json",
-        "tokenizer/vocab.json|tokenizer/tokenizer.json",
-        "tokenizer/merges.txt|tokenizer/tokenizer.json",
-        "scheduler/scheduler_config.json",
-    ),
-}
-CONFIG_FILES["sdxl"] = CONFIG_FILES["sd15"] + (
-    "text_encoder_2/config.json",
-    "tokenizer_2/vocab.json|tokenizer_2/tokenizer.json",
-    "tokenizer_2/merges.txt|tokenizer_2/tokenizer.json",
-)
-
-
-def default_config_dir(family: str) -> Path:
-    """``resources/models/<family>``: the shipped architecture configs (no weights)."""
-    return resources_dir() / "models" / family
-
-
-def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str | Path | None = None) -> LoadedModel:
-    """Load a single-file SD 1.5 / SDXL checkpoint (original layout) without any download.
+def read_checkpoint(path: str | Path) -> tuple[str, dict[str, torch.Tensor], str | None]:
+    """(family, tensors, prediction type) of a single-file checkpoint, its family from its tensor names.
 
     ``.safetensors`` is read directly; ``.ckpt`` / ``.pt`` only through ``torch.load(weights_only=True)``.
     """
@@ -197,35 +159,65 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
         detected, ok, _level, message, pred = classify_keys(header, meta, name=name)
         if not ok or detected is None:
             raise ModelLoadError(message)
-        state = _load_safetensors(p)
-    elif suffix in PICKLE_SUFFIXES:
+        return detected, _load_safetensors(p), pred
+    if suffix in PICKLE_SUFFIXES:
         state = load_pickle_weights(p)
         shapes = {k: {"shape": list(v.shape)} for k, v in state.items()}
         detected, ok, _level, message, pred = classify_keys(shapes, name=name)
         if not ok or detected is None:
             raise ModelLoadError(message)
-    else:
-        raise ModelLoadError(f"{name} is not a model file: choose a .safetensors checkpoint or a diffusers folder.")
-    if family in ("sd15", "sdxl") and family != detected:
-        log.warning("%s: the settings say %s but the file is %s; using %s", name, family, detected, detected)
-    cfg_dir = Path(config_dir) if config_dir else default_config_dir(detected)
-    check_config_dir(cfg_dir, detected)
+        return detected, state, pred
+    raise ModelLoadError(f"{name} is not a model file: choose a .safetensors checkpoint or a diffusers folder.")
+
+
+def _config_dir(detected: str, config_dir: str | Path | None) -> Path:
+    return Path(config_dir) if config_dir else registry.family(detected).default_config_dir()
+
+
+def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str | Path | None = None) -> LoadedModel:
+    """Load a single-file checkpoint (original layout) without any download, by the family its tensors name."""
+    p = Path(path)
+    detected, state, pred = read_checkpoint(p)
+    if family not in ("auto", "", detected):
+        log.warning("%s: the settings say %s but the file is %s; using %s", p.name, family, detected, detected)
+    fam = registry.family(detected)
+    cfg_dir = _config_dir(detected, config_dir)
     try:
-        m = _components_from_state(state, detected, cfg_dir, prediction_type=pred)
+        m = fam.load_single_file(p, state, config_dir=cfg_dir)
     except ModelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
-        raise ModelLoadError(f"{name} does not match the {detected} architecture in {cfg_dir}: {e}") from e
+        raise ModelLoadError(f"{p.name} does not match the {fam.facts.label} architecture in {cfg_dir}: {e}") from e
+    if pred:
+        fam.use_prediction_type(m, pred)
     m.path, m.identity, m.source = str(p), model_identity(p), "single_file"
     return m
 
 
-def check_config_dir(folder: Path, family: str) -> None:
-    """Raise :class:`ModelLoadError` naming the first file a config folder lacks."""
-    for choices in CONFIG_FILES[family]:
-        rels = choices.split("|")
-        if not any((folder / rel).is_file() for rel in rels):
-            raise ModelLoadError(f"the model config folder {folder} is incomplete: {rels[0]} is missing (reinstall the app)")
+def load_split_files(
+    path: str | Path, text_encoders: list[str], vae: str, configured: str = "auto", *, config_dir: str | Path | None = None
+) -> LoadedModel:
+    """A split install: the denoiser's file ``path``, its ``text_encoders`` files and the ``vae`` file (or "")."""
+    from guitrainer.core.model.checkpoint import CheckpointError, classify_keys, read_safetensors_header
+
+    p = Path(path)
+    try:
+        header, meta = read_safetensors_header(p)
+    except CheckpointError as e:
+        raise ModelLoadError(str(e)) from e
+    detected, ok, _level, message, _pred = classify_keys(header, meta, name=p.name)
+    if not ok or detected is None:
+        raise ModelLoadError(message)
+    if configured not in ("auto", "", detected):
+        log.warning("%s: the settings say %s but the file is %s; using %s", p.name, configured, detected, detected)
+    fam = registry.family(detected)
+    parts = ModelParts(denoiser=p, text_encoders=tuple(expand(t) for t in text_encoders), vae=expand(vae) if vae else None)
+    m = fam.load_parts(parts, config_dir=_config_dir(detected, config_dir))
+    files = [p, *parts.text_encoders, *([parts.vae] if parts.vae else [])]
+    m.path, m.source = str(p), "split_files"
+    m.identity = hashlib.sha256("|".join(model_identity(f) for f in files).encode()).hexdigest()[:24]
+    m.extra["split_vae"] = bool(parts.vae)
+    return m
 
 
 def _load_safetensors(p: Path) -> dict[str, torch.Tensor]:
@@ -270,36 +262,3 @@ def load_pickle_weights(p: Path) -> dict[str, torch.Tensor]:
     if not state:
         raise ModelLoadError(f"{p.name} holds no weights")
     return state
-
-
-def _components_from_state(
-    state: dict[str, torch.Tensor], family: str, cfg_dir: Path, *, prediction_type: str | None = None
-) -> LoadedModel:
-    """Build the diffusers parts from an original-layout state dict and the configs in ``cfg_dir``.
-
-    ``prediction_type`` (detected from the file, e.g. its ``v_pred`` key) overrides the config folder's
-    scheduler, whose shipped value is "epsilon": the trainer takes its target from the scheduler.
-    """
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
-    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
-
-    cfg = str(cfg_dir)
-    kw: dict[str, Any] = {"config": cfg, "local_files_only": True}
-    unet = UNet2DConditionModel.from_single_file(state, subfolder="unet", **kw)
-    vae = AutoencoderKL.from_single_file(state, subfolder="vae", **kw)
-    tes = [create_diffusers_clip_model_from_ldm(CLIPTextModel, state, subfolder="text_encoder", **kw)]
-    toks = [CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer", local_files_only=True)]
-    if family == "sdxl":
-        tes.append(create_diffusers_clip_model_from_ldm(CLIPTextModelWithProjection, state, subfolder="text_encoder_2", **kw))
-        toks.append(CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer_2", local_files_only=True))
-    sched_kw: dict[str, Any] = {"prediction_type": prediction_type} if prediction_type else {}
-    scheduler = DDPMScheduler.from_pretrained(cfg, subfolder="scheduler", local_files_only=True, **sched_kw)
-    for te in tes:
-        te.to(torch.float32)
-    unet.to(torch.float32)
-    vae.to(torch.float32)
-    _freeze(unet, vae, *tes)
-    return LoadedModel(unet, vae, tes, toks, scheduler, family=family)
-
-

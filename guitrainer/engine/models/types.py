@@ -36,7 +36,7 @@ class LoadedModel:
     latent cache keys on it too. ``source`` is "demo", "folder", "single_file" or "hub".
     """
 
-    unet: Any
+    denoiser: Any  # the UNet or the transformer
     vae: Any
     text_encoders: list[Any]
     tokenizers: list[Any]

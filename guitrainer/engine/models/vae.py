@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 VAE_HUB_PATTERNS = ["config.json", vae_choice.VAE_WEIGHTS, "vae/config.json", f"vae/{vae_choice.VAE_WEIGHTS}"]
 
 
-def vae_needs_fp32(precision: str, family: str, force_upcast: bool, device_type: str) -> bool:
+def vae_needs_fp32(precision: str, family_upcasts: bool, force_upcast: bool, device_type: str) -> bool:
     """Whether the frozen VAE stays fp32 while the rest runs in ``precision``.
 
-    Only under fp16: on a CPU (no fast fp16 convolutions: a 64 px demo step is 10x slower), and for an SDXL
-    VAE whose config asks for it (``force_upcast``: SDXL's own VAE overflows in fp16; the fp16-fixed one says
-    false). SD 1.5's VAE runs in fp16 whatever its config says (diffusers' default is true), as before.
+    Only under fp16: on a CPU (no fast fp16 convolutions: a 64 px demo step is 10x slower), and for a family
+    whose VAE overflows in fp16 (``family_upcasts``, :attr:`~guitrainer.core.families.facts.PrecisionFacts.vae_upcast`:
+    SDXL's) when the VAE's config asks for it (``force_upcast``; the fp16-fixed SDXL VAE says false). SD 1.5's VAE
+    runs in fp16 whatever its config says (diffusers' default is true), as before.
     """
-    return precision == "fp16" and (device_type == "cpu" or (family == "sdxl" and force_upcast))
+    return precision == "fp16" and (device_type == "cpu" or (family_upcasts and force_upcast))
 
 
 def force_upcast(vae: Any) -> bool:
@@ -60,7 +61,7 @@ def use_configured_vae(m: LoadedModel, value: str, *, offline: bool | None = Non
         folder = _hub_folder(text, offline, progress) if facts.kind == "hub" else Path(facts.path)
         vae = _load_folder(folder, text)
         identity = model_identity(folder)
-    wanted = int(m.unet.config.in_channels)
+    wanted = int(m.denoiser.config.in_channels)
     if int(vae.config.latent_channels) != wanted:
         raise ModelLoadError(
             f"model.vae: {text} makes {vae.config.latent_channels}-channel latents, but the base model's UNet takes "

@@ -39,17 +39,25 @@ def _lora_config(rank: int, alpha: float, dropout: float, targets: Sequence[str]
     )
 
 
+def inject_lora(denoiser: nn.Module, rank: int, alpha: float, dropout: float, targets: Sequence[str]) -> None:
+    """Add a trainable LoRA adapter to the denoiser's layers whose names end with one of ``targets`` (peft's rule),
+    through diffusers' ``add_adapter`` (UNets and transformers alike)."""
+    denoiser.add_adapter(_lora_config(rank, alpha, dropout, targets))
+
+
 def inject_unet_lora(unet: nn.Module, rank: int, alpha: float, dropout: float = 0.0, targets: str = "attention") -> None:
     """Add a trainable LoRA adapter to the UNet's layers chosen by ``targets`` (a key of
     :data:`~guitrainer.core.model.lora_format.UNET_LORA_TARGETS`)."""
-    unet.add_adapter(_lora_config(rank, alpha, dropout, UNET_LORA_TARGETS[targets]))
+    inject_lora(unet, rank, alpha, dropout, UNET_LORA_TARGETS[targets])
 
 
-def inject_text_encoder_lora(text_encoder: nn.Module, rank: int, alpha: float, dropout: float = 0.0) -> None:
-    """Add a LoRA adapter to a CLIP text encoder's attention projections."""
+def inject_text_encoder_lora(
+    text_encoder: nn.Module, rank: int, alpha: float, dropout: float = 0.0, targets: Sequence[str] = TEXT_ENCODER_TARGETS
+) -> None:
+    """Add a LoRA adapter to a text encoder's layers ``targets`` (by default a CLIP's attention projections)."""
     from peft import inject_adapter_in_model
 
-    inject_adapter_in_model(_lora_config(rank, alpha, dropout, TEXT_ENCODER_TARGETS), text_encoder, adapter_name=ADAPTER)
+    inject_adapter_in_model(_lora_config(rank, alpha, dropout, targets), text_encoder, adapter_name=ADAPTER)
 
 
 def lora_parameters(model: nn.Module) -> list[nn.Parameter]:

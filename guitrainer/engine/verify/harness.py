@@ -68,7 +68,7 @@ def fresh_base_model(base: Any) -> LoadedModel:
         ValueError: ``base`` already has LoRA layers (the trained model belongs in ``reference``).
     """
     if isinstance(base, LoadedModel):
-        if lora.lora_layers(base.unet):
+        if lora.lora_layers(base.denoiser):
             raise ValueError("verify_lora needs the base model without LoRA layers; pass the trained one as `reference`")
         m = copy.deepcopy(base)
     elif isinstance(base, (str, Path)):
@@ -77,7 +77,7 @@ def fresh_base_model(base: Any) -> LoadedModel:
         m = load_base_model(ModelConfig(base=str(base), family="auto"))
     else:
         m = load_base_model(getattr(base, "model", base))  # a TrainingConfig or a ModelConfig
-    for mod in (m.unet, *m.text_encoders):
+    for mod in (m.denoiser, *m.text_encoders):
         torch.nn.Module.to(mod, "cpu", torch.float32)
         mod.eval()
     return m
@@ -94,7 +94,7 @@ def diffusers_pipeline(m: LoadedModel) -> Any:
             text_encoder_2=m.text_encoders[1],
             tokenizer=m.tokenizers[0] if m.tokenizers else None,
             tokenizer_2=m.tokenizers[1] if len(m.tokenizers) > 1 else None,
-            unet=m.unet,
+            unet=m.denoiser,
             scheduler=m.noise_scheduler,
         )
     from diffusers import StableDiffusionPipeline
@@ -103,7 +103,7 @@ def diffusers_pipeline(m: LoadedModel) -> Any:
         vae=m.vae,
         text_encoder=m.text_encoders[0],
         tokenizer=m.tokenizers[0] if m.tokenizers else None,
-        unet=m.unet,
+        unet=m.denoiser,
         scheduler=m.noise_scheduler,
         safety_checker=None,
         feature_extractor=None,

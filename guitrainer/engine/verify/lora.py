@@ -74,8 +74,8 @@ def verify_with_diffusers(
     precision = file_dtype(raw)
     m = fresh_base_model(base)
     pipe = diffusers_pipeline(m)
-    x = fixed_inputs(m.unet, m.text_encoders, seed)
-    base_unet = unet_output(m.unet, x)
+    x = fixed_inputs(m.denoiser, m.text_encoders, seed)
+    base_unet = unet_output(m.denoiser, x)
     base_te = text_encoder_outputs(m.text_encoders, x)
 
     file_modules = sorted({lora.module_of(k)[0] for k in sd_kohya if k.endswith(".lora_down.weight")})
@@ -85,25 +85,25 @@ def verify_with_diffusers(
     except Exception as e:  # noqa: BLE001 - any refusal by diffusers is the verdict
         msg = f"diffusers could not read this file: {first_line(e, 300)}"
         return VerifyResult(float("inf"), None, len(raw), tuple(sorted(raw)), False, msg, save_precision=precision)
-    loaded = _loaded_layer_names(m.unet, m.text_encoders)
+    loaded = _loaded_layer_names(m.denoiser, m.text_encoders)
     unused_modules = [n for n in file_modules if lora.resolve_module(n, dict.fromkeys(loaded), len(m.text_encoders)) is None]
     unused_keys = _original_keys(raw, sd_kohya, unused_modules)
-    theirs_unet = unet_output(m.unet, x)
+    theirs_unet = unet_output(m.denoiser, x)
     theirs_te = text_encoder_outputs(m.text_encoders, x)
     effect = float((theirs_unet - base_unet).abs().max())
 
     if reference is not None:
         ref_name = "trained model"
-        with EvalMode([reference.unet, *reference.text_encoders]):
-            ours_unet = unet_output(reference.unet, x)
+        with EvalMode([reference.denoiser, *reference.text_encoders]):
+            ours_unet = unet_output(reference.denoiser, x)
             ours_te = text_encoder_outputs(list(reference.text_encoders), x)
         rel = ROUNDING.get(precision, 0.0)
     else:
         ref_name = "our loader"
         pipe.unload_lora_weights()
-        lora.inject_for_file(m.unet, m.text_encoders, sd_kohya)
-        lora.load_kohya_lora(sd_kohya, m.unet, m.text_encoders, strict=False)
-        ours_unet = unet_output(m.unet, x)
+        lora.inject_for_file(m.denoiser, m.text_encoders, sd_kohya)
+        lora.load_kohya_lora(sd_kohya, m.denoiser, m.text_encoders, strict=False)
+        ours_unet = unet_output(m.denoiser, x)
         ours_te = text_encoder_outputs(m.text_encoders, x)
         rel = 0.0  # both readers apply the same rounded numbers
     diff_unet = float((theirs_unet - ours_unet).abs().max())

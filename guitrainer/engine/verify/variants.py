@@ -139,12 +139,12 @@ def _reference_outputs(
 ) -> tuple[tuple[torch.Tensor, list[torch.Tensor]] | None, str]:
     """The rebuilt network's outputs on ``x`` ((unet, text encoders), "") or (None, why not); ``m`` is left plain."""
     try:
-        rebuild_from_file(sd, m.unet, list(m.text_encoders))
-        return (unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)), ""
+        rebuild_from_file(sd, m.denoiser, list(m.text_encoders))
+        return (unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)), ""
     except (lora.LoraFormatError, ValueError, RuntimeError) as e:
         return None, str(e).split(";")[0][:200]
     finally:
-        for model in (m.unet, *m.text_encoders):
+        for model in (m.denoiser, *m.text_encoders):
             variants.remove_adapters(model)
 
 
@@ -158,13 +158,13 @@ def verify_variant_file(
     sd, meta = lora.read_lora(lora.lora_weights_file(path))
     kind, precision = file_kind(sd), file_dtype(sd)
     m = fresh_base_model(base)
-    x = fixed_inputs(m.unet, m.text_encoders, seed)
-    base_unet, base_te = unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)
+    x = fixed_inputs(m.denoiser, m.text_encoders, seed)
+    base_unet, base_te = unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)
     notes = [f"{kind}: {CLIENTS[kind]}."]
     if reference is not None:
         ref_name = "trained model"
-        with EvalMode([reference.unet, *reference.text_encoders]):
-            ours = (unet_output(reference.unet, x), text_encoder_outputs(list(reference.text_encoders), x))
+        with EvalMode([reference.denoiser, *reference.text_encoders]):
+            ours = (unet_output(reference.denoiser, x), text_encoder_outputs(list(reference.text_encoders), x))
     else:
         ours, why = _reference_outputs(sd, m, x)
         ref_name = "our loader" if ours is not None else "none"
@@ -172,11 +172,11 @@ def verify_variant_file(
             notes.append(f"Not compared with the network as trained: guitrainer cannot rebuild it from this file ({why}).")
     dora_theirs = _diffusers_outputs(path, m, x) if kind == "dora" else None
     try:
-        _count, unread, skipped = merge_file(sd, m.unet, m.text_encoders)
+        _count, unread, skipped = merge_file(sd, m.denoiser, m.text_encoders)
     except (RuntimeError, KeyError, ValueError) as e:
         message = f"Could not merge this file by the clients' rules: {type(e).__name__}: {str(e)[:200]}."
         return VerifyResult(float("inf"), None, len(sd), tuple(sorted(sd)), False, message, save_precision=precision)
-    merged_unet, merged_te = unet_output(m.unet, x), text_encoder_outputs(m.text_encoders, x)
+    merged_unet, merged_te = unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)
     effect = float((merged_unet - base_unet).abs().max())
     finite = bool(torch.isfinite(merged_unet).all())
     te_effect = max_diff(merged_te, base_te)
@@ -192,7 +192,7 @@ def verify_variant_file(
         against = "the trained model" if ref_name == "trained model" else "the network as trained, rebuilt from the file"
         notes.append(f"The clients' merge {'matches' if close else 'differs from'} {against} (up to {diff_unet:.1g}).")
     if ref_name != "trained model":
-        odd, said = alpha_mismatches(sd, meta, m.unet, list(m.text_encoders))
+        odd, said = alpha_mismatches(sd, meta, m.denoiser, list(m.text_encoders))
         if odd:
             ok = False
             notes.append(f"{len(odd)} modules have another alpha than the file's metadata states ({said}), e.g. "
@@ -227,7 +227,7 @@ def _diffusers_outputs(path: str | Path, m: LoadedModel, x: Inputs) -> torch.Ten
     except Exception as e:  # noqa: BLE001 - a refusal is the answer
         return f"diffusers refuses it ({first_line(e, 120)})."
     try:
-        return unet_output(m.unet, x)
+        return unet_output(m.denoiser, x)
     finally:
         pipe.unload_lora_weights()
 

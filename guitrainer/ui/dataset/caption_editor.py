@@ -19,7 +19,6 @@ from PySide6.QtGui import QImage, QKeyEvent, QKeySequence, QPainter, QPixmap, QU
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
-    QMessageBox,
     QPlainTextEdit,
     QSizePolicy,
     QToolButton,
@@ -43,7 +42,8 @@ from guitrainer.ui.dataset.caption_jobs import (  # noqa: F401 - the page import
     Report,
 )
 from guitrainer.ui.dataset.thumbnails import ThumbnailLoader
-from guitrainer.ui.training.dialogs import fit_title
+from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.messages import Button, MessageBox
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class CaptionEditor(QWidget):
         self._encoding: str = "utf-8"  # the codec of the current item's caption file (core.captions)
         self._declined: set[Path] = set()  # files whose owner said "keep the encoding" to a conversion
         #: the open "save as UTF-8?" question, if any (non-modal; tests answer it)
-        self.convert_box: QMessageBox | None = None
+        self.convert_box: MessageBox | None = None
         self._loading = False
         self._dirty = False
         self._locked = False
@@ -396,20 +396,10 @@ class CaptionEditor(QWidget):
             return
         self._pending = (item, new_text)
         label = encoding_label(self._encoding)
-        box = QMessageBox(QMessageBox.Icon.Question, "Save the caption as UTF-8?", "", QMessageBox.StandardButton.NoButton, self)
-        box.setObjectName("caption_convert_box")
-        box.setText(f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.")
-        box.setInformativeText(
-            "Save this caption as UTF-8 (training reads both)? Or keep the file in "
-            f"{label} and take those characters out; nothing is written until you choose."
-        )
-        convert = box.addButton("Save as UTF-8", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(f"Keep {label}", QMessageBox.ButtonRole.RejectRole)
-        box.setDefaultButton(convert)
 
-        def answered() -> None:
+        def answered(answer: str) -> None:
             pending_item, pending_text = self._pending
-            if box.clickedButton() is convert:
+            if answer == "convert":
                 self._declined.discard(pending_item.caption_path)
                 self._write(pending_item, pending_text, "utf-8")
             else:
@@ -418,10 +408,17 @@ class CaptionEditor(QWidget):
                     self._set_state("error")
             self.convert_box = None
 
-        box.finished.connect(lambda _r: answered())
-        self.convert_box = box
-        fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-        box.open()
+        self.convert_box = messages.ask(
+            self,
+            "Save the caption as UTF-8?",
+            f"“{''.join(bad[:10])}” cannot be saved in {label}, the encoding of {item.caption_path.name}.",
+            (Button("accept", "Save as UTF-8", "convert"), Button("reject", f"Keep {label}", "keep")),
+            answered,
+            info="Save this caption as UTF-8 (training reads both)? Or keep the file in "
+            f"{label} and take those characters out; nothing is written until you choose.",
+            default="convert",
+            name="caption_convert_box",
+        )
 
     def _fail(self, message: str) -> bool:
         log.warning("caption not saved: %s", message)

@@ -1,40 +1,105 @@
 """Caption writes of the Dataset page: tag operations (one undo step each), auto-captioning, reloads.
 
-A mixin of :class:`~guitrainer.ui.dataset.page.DatasetPage` (the caption concern in its own file); it uses
-the page's ``model``, ``proxy``, ``editor``, ``tag_tools``, ``captioning``, ``caption_jobs``, ``undo_stack``,
-``binding``, ``items``, ``selected_items``, ``show_status`` and ``_schedule_summary``.
+:class:`CaptionOperations` does them for the page, which owns it: it is given the widgets and models it works
+with and the page's callbacks in its constructor, and listens to the widgets' requests itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QAction, QUndoStack
 
 from guitrainer.core.dataset import scan as ds
 from guitrainer.core.dataset.report import edit_bytes, plan_and_write, plural
 from guitrainer.core.dataset.scan import CaptionEdit, DatasetItem
-from guitrainer.ui.dataset.caption_editor import CaptionEditCommand
+from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.dataset.caption_editor import CaptionEditor
+from guitrainer.ui.dataset.caption_jobs import CaptionEditCommand, CaptionJobRunner
+from guitrainer.ui.dataset.captioning import CaptioningPanel
+from guitrainer.ui.dataset.model import DatasetFilterProxy, DatasetModel
+from guitrainer.ui.dataset.tag_tools import TagToolsPanel
+
+if TYPE_CHECKING:
+    from guitrainer.engine.captioners import CaptionRunResult
 
 
-class CaptionOps:
-    """Tag operations, caption reloads and auto-captioning results, applied to the page's images."""
+class CaptionOperations:
+    """Tag operations, caption reloads and auto-captioning results, applied to the page's images.
+
+    It answers the tag tools' ``operation_requested``, the auto-captioning panel's ``start_requested``,
+    ``captioned`` and ``run_finished``, the editor's ``caption_saved`` and the job runner's ``busy_changed``
+    (while captions are written, nothing else edits them: the editor, the tag tools and ``undo_actions`` are
+    off). What it changes on disk is one step on ``undo_stack`` each.
+
+    Args:
+        model, proxy: the page's images and the grid's filter over them.
+        editor, tag_tools, captioning: the Caption, Tags and Auto-caption tabs.
+        jobs: where big caption writes run (off the GUI thread).
+        undo_stack, undo_actions: the page's caption undo stack, and its Undo / Redo actions.
+        binding: the config (``dataset.caption_extension``).
+        selected_items: the images selected in the grid, in grid order.
+        show_status: says what happened on the page's status line (and in its log).
+        schedule_summary: the page's summary is out of date.
+        tag_operation_finished: called once per :meth:`apply_tag_operation`, when it is done, with its edit
+            (None: no images, or it failed).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: DatasetModel,
+        proxy: DatasetFilterProxy,
+        editor: CaptionEditor,
+        tag_tools: TagToolsPanel,
+        captioning: CaptioningPanel,
+        jobs: CaptionJobRunner,
+        undo_stack: QUndoStack,
+        undo_actions: Sequence[QAction],
+        binding: ConfigBinding,
+        selected_items: Callable[[], list[DatasetItem]],
+        show_status: Callable[[str], None],
+        schedule_summary: Callable[[], None],
+        tag_operation_finished: Callable[[CaptionEdit | None], None],
+    ) -> None:
+        self.model, self.proxy = model, proxy
+        self.editor, self.tag_tools, self.captioning = editor, tag_tools, captioning
+        self.jobs, self.undo_stack, self.undo_actions = jobs, undo_stack, tuple(undo_actions)
+        self.binding = binding
+        self._selected_items = selected_items
+        self._show_status = show_status
+        self._schedule_summary = schedule_summary
+        self._finished = tag_operation_finished
+        self._when_idle: list[Callable[[], None]] = []  # waits for the caption jobs to finish
+
+        tag_tools.operation_requested.connect(self.apply_tag_operation)
+        captioning.start_requested.connect(self.start_captioning)
+        captioning.captioned.connect(self._on_auto_caption)
+        captioning.run_finished.connect(self._on_captioning_finished)
+        editor.caption_saved.connect(self._on_caption_saved)
+        jobs.busy_changed.connect(self._on_jobs_busy)
+
+    def _items(self, scope: str) -> list[DatasetItem]:
+        return self._selected_items() if scope == "selection" else list(self.model.items)
 
     def apply_tag_operation(self, description: str, op: Callable[[str], str], scope: str = "selection") -> CaptionEdit | None:
         """Run a tag operation on the selection or all images as ONE undo step; reports how many changed.
 
-        An edit of ``caption_jobs.min_captions`` images or more is read, changed and written in a worker
-        thread: this returns None at once, the status line shows the progress, and the tag tools, caption
-        box and undo / redo are disabled until it is done. A smaller one is done before this returns (and
-        returns the edit). Either way ``tag_operation_finished(edit or None)`` says when it is done.
+        An edit of ``jobs.min_captions`` images or more is read, changed and written in a worker thread:
+        this returns None at once, the status line shows the progress, and the tag tools, caption box and
+        undo / redo are disabled until it is done. A smaller one is done before this returns (and returns
+        the edit). Either way ``tag_operation_finished(edit or None)`` says when it is done.
         """
-        items = self.selected_items() if scope == "selection" else list(self.items)
+        items = self._items(scope)
         if not items:
-            self.show_status("Select images first, or choose “All images”.")
-            self.tag_operation_finished.emit(None)
+            self._show_status("Select images first, or choose “All images”.")
+            self._finished(None)
             return None
         self.editor.flush()
-        if self.caption_jobs.in_background(len(items)):
-            self.caption_jobs.submit(
+        if self.jobs.in_background(len(items)):
+            self.jobs.submit(
                 description,
                 lambda report: plan_and_write(items, op, description, report),
                 lambda result: self._tag_operation_done(description, *result),
@@ -48,47 +113,41 @@ class CaptionOps:
     ) -> CaptionEdit | None:
         """The edit is planned and written (or failed with ``error``): push it, refresh, report."""
         if edit is None or error is not None:
-            self.show_status(f"{description}: nothing changed, {error}.")
-            self.tag_operation_finished.emit(None)
+            self._show_status(f"{description}: nothing changed, {error}.")
+            self._finished(None)
             return None
         note = f" {edit.skipped_not_utf8} not UTF-8, left unchanged." if edit.skipped_not_utf8 else ""
         if not edit.count:
-            self.show_status(f"{description}: no caption needed a change.{note}")
+            self._show_status(f"{description}: no caption needed a change.{note}")
         else:
             self.undo_stack.push(self._command(edit))
-            self._on_captions_changed([ch.caption_path for ch in edit.changes], edit_bytes(edit))
+            self.captions_changed([ch.caption_path for ch in edit.changes], edit_bytes(edit))
             n = edit.count
-            plural = "s" if n != 1 else ""
-            self.show_status(f"{description}: changed {n} caption{plural} (Ctrl+Z undoes it).{note}")
-        self.tag_operation_finished.emit(edit)
+            s = "s" if n != 1 else ""
+            self._show_status(f"{description}: changed {n} caption{s} (Ctrl+Z undoes it).{note}")
+        self._finished(edit)
         return edit
 
     def _command(self, edit: CaptionEdit) -> CaptionEditCommand:
         """The undo step of an edit already written; its undo / redo run as caption jobs when big."""
-        return CaptionEditCommand(edit, self._on_captions_changed, self.show_status, self.caption_jobs)
+        return CaptionEditCommand(edit, self.captions_changed, self._show_status, self.jobs)
 
-    def _on_caption_jobs_busy(self, busy: bool) -> None:
+    def _on_jobs_busy(self, busy: bool) -> None:
         """Nothing else edits captions while a bulk edit (or its undo / redo) is being written."""
         self.editor.set_locked(busy)
         self.tag_tools.set_busy(busy)
-        self.undo_action.setEnabled(not busy)
-        self.redo_action.setEnabled(not busy)
+        for action in self.undo_actions:
+            action.setEnabled(not busy)
         if not busy:
             waiting, self._when_idle = self._when_idle, []
             for fn in waiting:
                 fn()
 
-    def _show_progress(self, text: str) -> None:
-        """Progress of a caption job: the status line (and window) show it; not logged, unlike show_status."""
-        self.status.setText(text)
-        self.status.setToolTip("")
-        self.status_changed.emit(text)
-
-
-    def _reload_captions(self) -> None:
+    def reload(self) -> None:
+        """Read every image's caption again, from the file ``dataset.caption_extension`` names now."""
         ext = self.binding.get("dataset.caption_extension")
         self.editor.flush()
-        for it in self.items:
+        for it in self.model.items:
             it.caption_path = ds.caption_path_for(it.image_path, ext)
             it.reload_caption()
         self.model.refresh_all()
@@ -98,16 +157,13 @@ class CaptionOps:
             self.editor.set_item(cur)
         self._schedule_summary()
 
-
-    def _on_captions_changed(
-        self, paths: list[Path], written: Mapping[Path, bytes | None] | None = None
-    ) -> None:
+    def captions_changed(self, paths: list[Path], written: Mapping[Path, bytes | None] | None = None) -> None:
         """Caption files changed on disk; ``written``: their bytes now (then the files are not read again)."""
         if written is None:
             touched = self.model.refresh_paths(paths)
         else:  # a bulk edit: decode the known bytes, one repaint for all (2,000 captions: ~10 ms, not ~100)
             touched = []
-            for it in self.items:
+            for it in self.model.items:
                 if it.caption_path in written:
                     it.set_caption(ds.decode_caption(written[it.caption_path]))
                     touched.append(it)
@@ -126,11 +182,12 @@ class CaptionOps:
         self.model.refresh_item(item)
         self._schedule_summary()
 
-    def _start_captioning(self, scope: str) -> None:
-        if self.caption_jobs.busy:  # it would write the captions being edited
-            self.show_status("Captions are being written; start auto-captioning when that is done.")
+    def start_captioning(self, scope: str) -> None:
+        """Auto-caption the selection or all images (the panel's Start)."""
+        if self.jobs.busy:  # it would write the captions being edited
+            self._show_status("Captions are being written; start auto-captioning when that is done.")
             return
-        items = self.selected_items() if scope == "selection" else list(self.items)
+        items = self._items(scope)
         self.editor.flush()
         self.captioning.start(
             [it.image_path for it in items], self.binding.get("dataset.caption_extension"), self.binding.get("precision.gpu_index")
@@ -140,15 +197,14 @@ class CaptionOps:
         row = self.model.row_of(image_path)
         if row is not None:
             item = self.model.item(row)
-            self._on_captions_changed([item.caption_path])
+            self.captions_changed([item.caption_path])
 
-    def _on_captioning_finished(self, result) -> None:
+    def _on_captioning_finished(self, result: CaptionRunResult) -> None:
         if not result.changes:
             return
-        if self.caption_jobs.busy:  # an undo / redo in flight must not lose its place on the stack
+        if self.jobs.busy:  # an undo / redo in flight must not lose its place on the stack
             self._when_idle.append(lambda: self._on_captioning_finished(result))
             return
         edit = CaptionEdit(f"Auto-caption {plural(len(result.changes), 'image')}", list(result.changes))
         self.undo_stack.push(self._command(edit))
-        self.show_status(f"Auto-caption wrote {plural(edit.count, 'caption')} (Ctrl+Z undoes all of them).")
-
+        self._show_status(f"Auto-caption wrote {plural(edit.count, 'caption')} (Ctrl+Z undoes all of them).")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QCloseEvent
@@ -28,9 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guitrainer.base.paths import expand
+from guitrainer.base.paths import expand, path_key
 from guitrainer.config import ModelConfig
-from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.folders import training_images
 from guitrainer.core.dataset.regularization import class_usage
 from guitrainer.core.dataset.report import plural
 from guitrainer.ui import start_dirs
@@ -40,31 +39,9 @@ from guitrainer.ui.workers import BaseWorker, run_in_thread
 log = logging.getLogger(__name__)
 
 
-def _norm(path: str) -> str:
-    try:
-        return str(expand(path).resolve())
-    except OSError:
-        return path
-
-
-
-def list_images(folder: str, caption_extension: str = ".txt") -> list[Path]:
-    """Images directly in ``folder``, as training reads them (directory listing only)."""
-    return [c.path for c in ds.collect([folder], caption_extension, recursive=False, repeats=1).candidates]
-
-
-def _train_counts(binding: ConfigBinding) -> list[tuple[str, int]]:
-    ext = binding.get("dataset.caption_extension")
-    return [(str(p), f.repeats) for f in binding.get("dataset.folders") for p in list_images(f.path, ext)]
-
-
 def _slug(text: str) -> str:
     s = re.sub(r"[^A-Za-z0-9]+", "_", text.strip().lower()).strip("_")
     return s[:48] or "class"
-
-
-
-
 
 
 class ClassImageWorker(BaseWorker):
@@ -125,7 +102,8 @@ class GenerateClassImagesDialog(QDialog):
         self._folder = ""
         self.result_value: object | None = None
         g = binding.get
-        train_draws = class_usage(_train_counts(binding), []).train_draws
+        training = training_images(g("dataset.folders"), g("dataset.caption_extension"))
+        train_draws = class_usage(training, []).train_draws
 
         self.prompt = QLineEdit(g("dataset.class_prompt"))
         self.prompt.setPlaceholderText("e.g. a photo of a dog")
@@ -222,7 +200,7 @@ class GenerateClassImagesDialog(QDialog):
         if not folder:
             self.status.setText("Choose a folder for the class images.")
             return False
-        if _norm(folder) in {_norm(f.path) for f in self.binding.get("dataset.folders")}:
+        if path_key(folder) in {path_key(f.path) for f in self.binding.get("dataset.folders")}:
             self.status.setText("That folder holds training images; choose a separate folder for class images.")
             return False
         self._stop.clear()

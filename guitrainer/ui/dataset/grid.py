@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QFile, QModelIndex, QSize, Qt
-from PySide6.QtWidgets import QAbstractItemView, QFrame, QLabel, QListView, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QFrame, QLabel, QListView, QVBoxLayout, QWidget
 
 from guitrainer.core.dataset.scan import DatasetItem
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.dataset.model import ThumbnailDelegate
 from guitrainer.ui.dataset.thumbnails import GRID_SIZE
+from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.messages import Button
 
 DATASET_OPTIONS = (
     "resolution", "bucketing", "min_bucket_resolution", "max_bucket_resolution", "bucket_step",
@@ -76,15 +78,15 @@ def options_form(binding: ConfigBinding, parent: QWidget) -> QWidget:
 
 
 def confirm_delete(parent: QWidget, count: int) -> bool:
-    answer = QMessageBox.question(
+    answer = messages.question(
         parent,
         "Delete files",
         f"Move {count} image file{'s' if count != 1 else ''} and their captions to the trash?\n"
         "This changes the folders on disk.",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel,
+        (Button("yes"), Button("cancel")),
+        default="cancel",
     )
-    return answer == QMessageBox.StandardButton.Yes
+    return answer == "yes"
 
 
 def move_to_trash(items: Sequence[DatasetItem]) -> tuple[list[DatasetItem], list[str]]:

@@ -11,8 +11,10 @@ from a thread pool; the summary (buckets, steps, tag counts) is computed in slic
 (:class:`~guitrainer.ui.dataset.summary.SummaryRunner`). Removing images from the dataset never deletes
 files; "Delete files…" asks first and moves them to the trash.
 
-Split by concern: the tool bar (``dataset_toolbar``), scanning (``dataset_scan``), the summary
-(``dataset_summary``); the numbers and reports themselves live in ``core.dataset_report`` (no Qt).
+Split by concern: the tool bar (``toolbar``), scanning (``scan``), the summary (``summary``), caption writes
+(``captions``: :class:`~guitrainer.ui.dataset.captions.CaptionOperations`, which the page owns); the numbers
+and reports themselves live in ``core.dataset.report``, the folder list's sync with the config in
+``core.dataset.folder_sync`` (no Qt).
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ from PySide6.QtWidgets import (
 
 from guitrainer.config import DatasetFolder
 from guitrainer.core.dataset import scan as ds
+from guitrainer.core.dataset.folder_sync import (
+    folders_of,
+    images_per_folder,
+    left_out_on_removal,
+    reconcile,
+    with_left_out,
+)
 from guitrainer.core.dataset.report import (
     CollectRequest,
     ImportReport,
@@ -55,7 +64,7 @@ from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset.caption_editor import CaptionEditor, CaptionJobRunner
 from guitrainer.ui.dataset.captioning import CaptioningPanel
-from guitrainer.ui.dataset.captions import CaptionOps
+from guitrainer.ui.dataset.captions import CaptionOperations
 from guitrainer.ui.dataset.folder_table import FolderTable
 from guitrainer.ui.dataset.grid import (
     confirm_delete,
@@ -88,7 +97,7 @@ _SUMMARY_KEYS = {
 }
 
 
-class DatasetPage(CaptionOps, Page):
+class DatasetPage(Page):
     """The dataset workspace. The main window forwards drops to :meth:`add_paths`."""
 
     title = "Dataset"
@@ -97,7 +106,7 @@ class DatasetPage(CaptionOps, Page):
     import_finished = Signal(object)  # ImportReport, when its images are all in the grid
     items_changed = Signal()  # images added or removed
     status_changed = Signal(str)
-    #: once per :meth:`apply_tag_operation`, when it is done: its CaptionEdit, or None (no images, failed)
+    #: once per ``captions.apply_tag_operation``, when it is done: its CaptionEdit, or None (no images, failed)
     tag_operation_finished = Signal(object)
 
     def __init__(self, binding: ConfigBinding, parent: QWidget | None = None):
@@ -105,7 +114,6 @@ class DatasetPage(CaptionOps, Page):
         self.undo_stack = QUndoStack(self)
         # bulk caption writes (tag operations, their undo / redo) run here, off the GUI thread
         self.caption_jobs = CaptionJobRunner(self.undo_stack, self)
-        self._when_idle: list[Callable[[], None]] = []  # waits for caption_jobs to finish
         self.loader = ThumbnailLoader(self)
         self.model = DatasetModel(self.loader, self)
         self.proxy = DatasetFilterProxy(self)
@@ -131,8 +139,22 @@ class DatasetPage(CaptionOps, Page):
         self.summary_runner.failed.connect(lambda why: self.strip.setText(f"Buckets: {why}"))
         self._shown_frequencies: list[tuple[str, int]] | None = None
         self._build_actions()
+        self.captions = CaptionOperations(
+            model=self.model,
+            proxy=self.proxy,
+            editor=self.editor,
+            tag_tools=self.tag_tools,
+            captioning=self.captioning,
+            jobs=self.caption_jobs,
+            undo_stack=self.undo_stack,
+            undo_actions=(self.undo_action, self.redo_action),
+            binding=binding,
+            selected_items=self.selected_items,
+            show_status=self.show_status,
+            schedule_summary=self._schedule_summary,
+            tag_operation_finished=self.tag_operation_finished.emit,
+        )
         self.editor.runner = self.caption_jobs
-        self.caption_jobs.busy_changed.connect(self._on_caption_jobs_busy)
         self.caption_jobs.progress.connect(self._show_progress)
 
         self.setAcceptDrops(True)
@@ -181,18 +203,16 @@ class DatasetPage(CaptionOps, Page):
         self.strip.setObjectName("summary_strip")
         ll.addWidget(self.strip)
 
-        self.editor = CaptionEditor(self.undo_stack, self.loader, self._on_captions_changed, self)
+        # its autosaves' undo steps report through the caption operations (made once the actions exist)
+        self.editor = CaptionEditor(
+            self.undo_stack, self.loader, lambda paths, written: self.captions.captions_changed(paths, written), self
+        )
         self.editor.status_message.connect(self.show_status)
-        self.editor.caption_saved.connect(self._on_caption_saved)
         self.editor.next_requested.connect(lambda: self.step_current(1))
         self.editor.previous_requested.connect(lambda: self.step_current(-1))
         self.tag_tools = TagToolsPanel(self)
-        self.tag_tools.operation_requested.connect(self.apply_tag_operation)
         self.tag_tools.tag_clicked.connect(self.filter_by_tag)
         self.captioning = CaptioningPanel(self)
-        self.captioning.start_requested.connect(self._start_captioning)
-        self.captioning.captioned.connect(self._on_auto_caption)
-        self.captioning.run_finished.connect(self._on_captioning_finished)
         self.summary = SummaryPanel(self)
         self.tabs = QTabWidget(self)
         self.tabs.setObjectName("dataset_tabs")
@@ -272,8 +292,7 @@ class DatasetPage(CaptionOps, Page):
                 self._syncing = False
 
     def _exclude(self, paths: Iterable[str]) -> None:
-        current = self._excluded()
-        self._set_excluded(current + sorted(set(paths) - set(current)))
+        self._set_excluded(with_left_out(self._excluded(), paths))
 
     def _include(self, paths: Sequence[str | Path]) -> None:
         """Images (or folders of images) the user adds are no longer left out of training."""
@@ -338,8 +357,7 @@ class DatasetPage(CaptionOps, Page):
         for it in items:
             self._known.discard(ds.file_key(it.image_path))
         n = self.model.remove_items(items)
-        folders = {it.folder for it in self.items}
-        self._exclude(ds.normalized(it.image_path) for it in items if it.folder in folders)
+        self._exclude(left_out_on_removal(items, self.items))
         self._after_items_changed()
         self.show_status(f"Removed {n} image{'s' if n != 1 else ''} from training; no files were deleted.")
         return n
@@ -364,6 +382,12 @@ class DatasetPage(CaptionOps, Page):
             msg += f" Could not move {len(failed)} (e.g. {failed[0]})."
         self.show_status(msg)
         return len(gone)
+
+    def _show_progress(self, text: str) -> None:
+        """Progress of a caption job: the status line (and window) show it; not logged, unlike show_status."""
+        self.status.setText(text)
+        self.status.setToolTip("")
+        self.status_changed.emit(text)
 
     def show_status(self, text: str, details: str = "") -> None:
         self.last_status = text
@@ -464,10 +488,7 @@ class DatasetPage(CaptionOps, Page):
     # ------------------------------------------------------------------ config sync
     def folder_list(self) -> list[DatasetFolder]:
         """The folders of the imported images, in import order, with their repeats."""
-        seen: dict[Path, int] = {}
-        for it in self.items:
-            seen.setdefault(it.folder, it.repeats)
-        return [DatasetFolder(path=str(p), repeats=r) for p, r in seen.items()]
+        return [DatasetFolder(path=path, repeats=repeats) for path, repeats in folders_of(self.items)]
 
     def _after_items_changed(self) -> None:
         self._sync_config()
@@ -489,10 +510,7 @@ class DatasetPage(CaptionOps, Page):
 
     def _rebuild_folders_table(self) -> None:
         folders = self.folder_list()
-        counts: dict[str, int] = {}
-        for it in self.items:
-            counts[str(it.folder)] = counts.get(str(it.folder), 0) + 1
-        self.folders_table.set_folders(folders, counts)
+        self.folders_table.set_folders(folders, images_per_folder(self.items))
         self.folders_table.setVisible(bool(folders))
 
     def set_folder_repeats(self, folder: str, repeats: int) -> None:
@@ -520,7 +538,7 @@ class DatasetPage(CaptionOps, Page):
         elif path == "dataset.exclude" and not self._syncing:
             self._reconcile_from_config(rescan=True)  # edited by hand: drop and bring back images to match
         elif path == "dataset.caption_extension":
-            self._reload_captions()
+            self.captions.reload()
         elif path == "dataset.resolution":
             res = self.binding.get(path)
             for it in self.items:
@@ -535,25 +553,17 @@ class DatasetPage(CaptionOps, Page):
     def _reconcile_from_config(self, rescan: bool = False) -> None:
         """Make the grid match ``dataset.folders`` less ``dataset.exclude`` (a preset or file was loaded, or
         another editor changed them). ``rescan`` lists folders already shown again, for re-included images."""
-        wanted = {str(Path(f.path).expanduser()): f.repeats for f in self.binding.get("dataset.folders")}
-        have = set() if rescan else {f.path for f in self.folder_list()}
-        left_out = frozenset(ds.normalized(p) for p in self._excluded())
-        gone = [it for it in self.items if str(it.folder) not in wanted or ds.normalized(it.image_path) in left_out]
-        if gone:
-            if self.editor.item in gone:
+        plan = reconcile(self.items, self.binding.get("dataset.folders"), self._excluded(), rescan=rescan)
+        if plan.gone:
+            if self.editor.item in plan.gone:
                 self.editor.set_item(None)
-            for it in gone:
+            for it in plan.gone:
                 self._known.discard(ds.file_key(it.image_path))
-            self.model.remove_items(gone)
+            self.model.remove_items(plan.gone)
         for it in self.items:
-            it.repeats = wanted.get(str(it.folder), it.repeats)
-        requests = [
-            CollectRequest((Path(folder),), recursive=False, repeats=reps, exclude=left_out)
-            for folder, reps in wanted.items()
-            if folder not in have
-        ]
-        if requests:
-            self._start_scan(requests, ImportReport())
+            it.repeats = plan.repeats_of(it)
+        if plan.to_read:
+            self._start_scan(plan.to_read, ImportReport())
         self._rebuild_folders_table()
         self._schedule_summary()
         self.empty_hint.setVisible(not self.items and not self._scans)

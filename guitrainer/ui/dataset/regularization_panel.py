@@ -26,16 +26,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.paths import path_key
 from guitrainer.config import DatasetFolder, repeats_from_name
+from guitrainer.core.dataset.folders import list_images, training_images
 from guitrainer.core.dataset.regularization import class_usage
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, make_editor
-from guitrainer.ui.dataset.class_images_dialog import (
-    GenerateClassImagesDialog,
-    _norm,
-    _train_counts,
-    list_images,
-)
+from guitrainer.ui.dataset.class_images_dialog import GenerateClassImagesDialog
 from guitrainer.ui.dataset.folder_table import FolderTable
 from guitrainer.ui.dataset.thumbnails import ThumbnailLoader
 from guitrainer.ui.widgets.drops import local_paths
@@ -166,8 +163,8 @@ class RegularizationPanel(QWidget):
     def add_folders(self, paths: Sequence[str | Path]) -> list[str]:
         """Add folders (an image file adds its folder); kohya ``N_name`` sets repeats. Returns those added."""
         current = self.folders()
-        have = {_norm(f.path) for f in current}
-        training = {_norm(f.path) for f in self.binding.get("dataset.folders")}
+        have = {path_key(f.path) for f in current}
+        training = {path_key(f.path) for f in self.binding.get("dataset.folders")}
         added: list[str] = []
         refused: list[str] = []
         for raw in paths:
@@ -177,7 +174,7 @@ class RegularizationPanel(QWidget):
             if not p.is_dir():
                 refused.append(f"{p.name}: not a folder")
                 continue
-            key = _norm(str(p))
+            key = path_key(str(p))
             if key in training:
                 refused.append(f"{p.name}: it is a training folder")
                 continue
@@ -237,7 +234,8 @@ class RegularizationPanel(QWidget):
         if folders:
             # Only with class folders: counting the training draws lists the training folders again.
             class_counts = [(str(p), f.repeats) for f in folders for p in images[f.path]]
-            usage = class_usage(_train_counts(self.binding), class_counts)
+            training = training_images(self.binding.get("dataset.folders"), ext)
+            usage = class_usage(training, class_counts)
             n = usage.class_images
             head = f"<b>{n}</b> class image{'s' if n != 1 else ''} in {len(folders)} folder{'s' if len(folders) != 1 else ''}."
             self.count_label.setText(f"{head} {usage.describe() if n else ''}")
@@ -274,7 +272,7 @@ class RegularizationPanel(QWidget):
     def _on_generated(self, folder: str, result: object) -> None:
         for p in getattr(result, "paths", ()):
             self.loader.forget(p)
-        if _norm(folder) not in {_norm(f.path) for f in self.folders()}:
+        if path_key(folder) not in {path_key(f.path) for f in self.folders()}:
             self.add_folders([folder])
         else:
             self.refresh()

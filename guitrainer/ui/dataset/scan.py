@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from guitrainer.base.paths import path_key
 from guitrainer.core.dataset import scan as ds
 from guitrainer.core.dataset.report import CollectRequest, ImportReport
 from guitrainer.core.dataset.scan import DatasetItem
@@ -63,7 +64,7 @@ class ScanWorker(BaseWorker):
                 req.paths, self.caption_extension, seen, recursive=req.recursive, repeats=req.repeats
             )
             if req.exclude:
-                col.candidates = [c for c in col.candidates if ds.normalized(c.path) not in req.exclude]
+                col.candidates = [c for c in col.candidates if path_key(c.path) not in req.exclude]
             keys = [ds.file_key(c.path) for c in col.candidates]
             with self.lock:  # another drop may have taken some of these files meanwhile
                 for c, key in zip(col.candidates, keys):
@@ -85,7 +86,7 @@ class ScanWorker(BaseWorker):
             known = set(self.known)
         for folder in sorted(loose):
             on_disk = ds.collect([folder], self.caption_extension, recursive=False).candidates
-            others = [ds.normalized(c.path) for c in on_disk if ds.file_key(c.path) not in known]
+            others = [path_key(c.path) for c in on_disk if ds.file_key(c.path) not in known]
             if others:
                 out.append((str(folder), others))
         return out

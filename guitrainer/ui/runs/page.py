@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
@@ -45,6 +44,8 @@ from guitrainer.core.runs.compare import config_diff, format_value
 from guitrainer.core.runs.store import STATUSES, RunRow, RunStore, RunStoreError
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.runs.model import ID_ROLE, RunsFilter, RunsTableModel
+from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.messages import Button, MessageBox
 from guitrainer.ui.widgets.pages import Page
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class RunsPage(Page):
         self._store: RunStore | None = None
         self.store_error = ""
         self.chart: Any = None  # RunsChart, built after the first paint
-        self.interrupted_box: QMessageBox | None = None
+        self.interrupted_box: MessageBox | None = None
         self.delete_dialog: Any = None
         self._loaded = False
         self._build()
@@ -515,19 +516,16 @@ class RunsPage(Page):
         if offer is None:
             self._say(f"Interrupted runs found: {names}. None of them saved a state to resume from.")
             return dead
-        box = QMessageBox(QMessageBox.Icon.Question, "Resume interrupted training?", "", QMessageBox.StandardButton.NoButton, self)
-        box.setObjectName("interrupted_box")
-        box.setText(
+        self.interrupted_box = messages.ask(
+            self,
+            "Resume interrupted training?",
             f"The training “{offer.name}” (started {offer.date_text}) was interrupted at step {offer.steps}: "
-            "the app or the computer stopped while it ran."
+            "the app or the computer stopped while it ran.",
+            (Button("accept", "Resume", "resume", name="interrupted_resume"), Button("reject", "Not now", "later")),
+            lambda answer: self.resume_run(offer.id) if answer == "resume" else None,
+            info=f"Its last saved state is at step {offer.state_step}. Resume it from there?",
+            name="interrupted_box",
         )
-        box.setInformativeText(f"Its last saved state is at step {offer.state_step}. Resume it from there?")
-        resume = box.addButton("Resume", QMessageBox.ButtonRole.AcceptRole)
-        resume.setObjectName("interrupted_resume")
-        box.addButton("Not now", QMessageBox.ButtonRole.RejectRole)
-        box.buttonClicked.connect(lambda b: self.resume_run(offer.id) if b is resume else None)
-        self.interrupted_box = box
-        box.open()
         return dead
 
 

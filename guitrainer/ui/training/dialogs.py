@@ -1,7 +1,8 @@
 """The dialogs the Training page opens: start problems, "start anyway?", a failed run, a run still going at close.
 
 Each is non-blocking (``open()``) except the close question, which must be answered before the window
-closes. Messages are plain words; a traceback goes under "Show Details…", never into a tooltip.
+closes. Messages are plain words; a traceback goes under "Show Details…", never into a tooltip. The message
+boxes are made by :mod:`guitrainer.ui.widgets.messages`; this module says what they say.
 """
 
 from __future__ import annotations
@@ -10,106 +11,65 @@ import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl
+from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
-    QMessageBox,
-    QSizePolicy,
-    QSpacerItem,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-
-def fit_title(box: QMessageBox) -> QMessageBox:
-    """Make a message box at least as wide as its title, so window managers do not cut the title off.
-
-    A spacer row in the box's own grid widens it (Qt's documented way); a style-sheet minimum width on the
-    message label instead made Qt lay the text out for one width and show it at another, cutting lines off.
-    """
-    need = box.fontMetrics().horizontalAdvance(box.windowTitle()) + 160  # buttons and frame of the title bar
-    grid = box.layout()
-    if isinstance(grid, QGridLayout):
-        spacer = QSpacerItem(need, 0, QSizePolicy.Policy.Minimum, QSizePolicy.Policy.Expanding)
-        grid.addItem(spacer, grid.rowCount(), 0, 1, grid.columnCount())
-    return box
+from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.messages import Button, MessageBox
 
 
 def bullets(lines: Sequence[str]) -> str:
     return "<ul style='margin-left:-20px'>" + "".join(f"<li>{html.escape(s)}</li>" for s in lines) + "</ul>"
 
 
-def start_problems_box(parent: QWidget, errors: Sequence[str]) -> QMessageBox:
+def start_problems_box(parent: QWidget, errors: Sequence[str]) -> MessageBox:
     """"Training cannot start yet:" and the problems (opened)."""
-    box = QMessageBox(
-        QMessageBox.Icon.Warning, "Cannot start training", "Training cannot start yet:", QMessageBox.StandardButton.Ok, parent
+    return messages.warning(
+        parent, "Cannot start training", "Training cannot start yet:", info=bullets(errors), name="start_problems_box"
     )
-    box.setObjectName("start_problems_box")
-    box.setInformativeText(bullets(errors))
-    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-    box.open()
-    return box
 
 
-def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable[[bool], None]) -> QMessageBox:
+def start_confirm_box(parent: QWidget, points: Sequence[str], answered: Callable[[bool], None]) -> MessageBox:
     """"Before you start:" the points, and Start anyway / Cancel (opened); ``answered(yes)`` follows."""
-    box = QMessageBox(
-        QMessageBox.Icon.Question,
+    return messages.ask(
+        parent,
         "Start anyway?",
         "Before you start:",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        parent,
+        (Button("yes", "Start anyway"), Button("cancel")),
+        lambda answer: answered(answer == "yes"),
+        info=bullets(points) + "Start training anyway?",
+        default="cancel",
+        name="start_confirm_box",
     )
-    box.setObjectName("start_confirm_box")
-    box.setInformativeText(bullets(points) + "Start training anyway?")
-    box.button(QMessageBox.StandardButton.Yes).setText("Start anyway")
-    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-    box.finished.connect(lambda result: answered(result == QMessageBox.StandardButton.Yes))
-    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-    box.open()
-    return box
 
 
-def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], details: str) -> QMessageBox:
+def error_box(parent: QWidget, title: str, message: str, advice: Sequence[str], details: str) -> MessageBox:
     """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
-    box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Ok, parent)
-    box.setObjectName("training_error_box")
-    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    if advice:
-        box.setInformativeText("<b>What to try:</b>" + bullets(list(advice)))
-    if details:
-        box.setDetailedText(details)
-    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-    box.open()
-    return box
+    info = "<b>What to try:</b>" + bullets(list(advice)) if advice else ""
+    return messages.error(parent, title, message, info=info, details=details, name="training_error_box")
 
 
 def ask_close(parent: QWidget) -> str:
     """Ask what to do with a running training: "stop", "keep" or "cancel" (modal)."""
-    box = QMessageBox(parent)
-    box.setObjectName("close_box")
-    box.setIcon(QMessageBox.Icon.Question)
-    box.setWindowTitle("Training is running")
-    box.setText("Training is still running.")
-    box.setInformativeText("Stop it now? The LoRA and a resumable state are saved first.")
-    stop = box.addButton("Stop and save", QMessageBox.ButtonRole.AcceptRole)
-    keep = box.addButton("Keep training", QMessageBox.ButtonRole.RejectRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.setDefaultButton(keep)
-    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-    box.exec()
-    clicked = box.clickedButton()
-    if clicked is stop:
-        return "stop"
-    if clicked is keep:
-        return "keep"
-    return "cancel"
+    answer = messages.question(
+        parent,
+        "Training is running",
+        "Training is still running.",
+        (Button("accept", "Stop and save", "stop"), Button("reject", "Keep training", "keep"), Button("cancel")),
+        info="Stop it now? The LoRA and a resumable state are saved first.",
+        default="keep",
+        name="close_box",
+    )
+    return answer if answer in ("stop", "keep") else "cancel"
 
 
 def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callable[[int], None]) -> QDialog:

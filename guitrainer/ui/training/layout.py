@@ -18,7 +18,8 @@ CHARTS_MIN_HEIGHT = 290
 TABS_MIN_HEIGHT = 96
 SETTINGS_SECTIONS = (
     ("network", "LoRA network"), ("optimizer", "Optimizer"), ("schedule", "Schedule"),
-    ("loss", "Loss weighting and timesteps"), ("noise", "Noise"), ("validation", "Validation loss"),
+    ("loss", "Loss weighting and timesteps"), ("noise", "Noise"), ("flow", "Flow matching (Flux, SD 3.5)"),
+    ("validation", "Validation loss"),
 )  # fmt: skip
 
 

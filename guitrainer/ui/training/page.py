@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QDialog,
     QLabel,
-    QMessageBox,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -51,6 +50,7 @@ from guitrainer.ui.training.dialogs import (
 from guitrainer.ui.training.layout import run_split, settings_column
 from guitrainer.ui.training.log_panel import LogPanel
 from guitrainer.ui.training.sample_gallery import SampleGallery, sampling_note
+from guitrainer.ui.widgets.messages import MessageBox
 from guitrainer.ui.widgets.pages import Page
 from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
 
@@ -100,9 +100,9 @@ class TrainingPage(Page):
         self.run_config: TrainingConfig | None = None
         self.last_summary: RunSummary | None = None
         self.last_state_path: str | None = None
-        self.error_box: QMessageBox | None = None
-        self.problems_box: QMessageBox | None = None
-        self.confirm_box: QMessageBox | None = None
+        self.error_box: MessageBox | None = None
+        self.problems_box: MessageBox | None = None
+        self.confirm_box: MessageBox | None = None
         self.finished_box: QDialog | None = None  # "the last run is complete: train more epochs?"
         self._charts: TrainingCharts | None = None
         self._metrics: StepMetrics | None = None
@@ -501,7 +501,7 @@ class TrainingPage(Page):
         if self._charts is not None:
             self._charts.redraw()
 
-    def show_error(self, title: str, message: str, advice: tuple[str, ...] | list[str], details: str) -> QMessageBox:
+    def show_error(self, title: str, message: str, advice: tuple[str, ...] | list[str], details: str) -> MessageBox:
         """A non-blocking error dialog: the message, what to try, and the traceback under "Show Details…"."""
         self.error_box = error_box(self, title, message, advice, details)
         return self.error_box

@@ -4,18 +4,24 @@ Qt gives every combo and spin box the wheel as soon as the pointer passes over i
 settings changed whichever setting slid under the pointer (a tester's Save precision went fp16 -> bf16, "Save
 every" never -> 1 epoch, without a click). The guard, an event filter on each such widget, hands such a wheel to the
 scroll area around the widget instead, and keeps wheel focus off those widgets (a click or Tab gives focus).
+
+Each widget is guarded as it is made, wherever that is: the application's style is a :class:`GuardingStyle`,
+and Qt polishes every widget with the application's style before the widget is first shown (and again when its
+style sheet changes). A sweep of the window when it was built missed every widget made later: the Repeats box
+of a folder added to the Dataset page, the class-images table's, a generated editor added afterwards.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QWheelEvent
+from PySide6.QtGui import QPalette, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSlider,
     QAbstractSpinBox,
     QApplication,
     QComboBox,
+    QProxyStyle,
     QScrollBar,
     QWidget,
 )
@@ -39,36 +45,71 @@ class WheelGuard(QObject):
 
 
 def _scroll_around(widget: QWidget, event: QWheelEvent) -> None:
-    """Send the wheel to the nearest scroll area holding ``widget`` (nothing when there is none)."""
-    parent = widget.parentWidget()
-    while parent is not None and not isinstance(parent, QAbstractScrollArea):
-        parent = parent.parentWidget()
-    if parent is None:
-        return
-    viewport = parent.viewport()
-    local = viewport.mapFromGlobal(event.globalPosition().toPoint())
-    forwarded = QWheelEvent(
-        local.toPointF(), event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
-        event.modifiers(), event.phase(), event.inverted(),
-    )
-    QApplication.sendEvent(viewport, forwarded)
+    """Send the wheel to the scroll areas holding ``widget``, innermost first, until one of them scrolls.
 
-
-def guard(root: QWidget) -> int:
-    """Guard every combo box, spin box and slider (not scroll bars) under ``root``; returns how many.
-
-    Call it once the widgets are built; they take focus by click or Tab only, not by the wheel.
+    A folder table that cannot scroll further hands the wheel on to its page, as Qt hands on a wheel that
+    nobody takes (Qt does not do so for a sent event, so this does it).
     """
-    app = QApplication.instance()
-    keeper = app.findChild(WheelGuard, "wheel_guard") if app is not None else None
-    if keeper is None:
-        keeper = WheelGuard(app)
-        keeper.setObjectName("wheel_guard")
-    count = 0
-    for widget in root.findChildren(QWidget):
-        if isinstance(widget, GUARDED) and not isinstance(widget, QScrollBar):
-            widget.installEventFilter(keeper)  # installing twice is harmless: Qt keeps one
-            if widget.focusPolicy() == Qt.FocusPolicy.WheelFocus:
-                widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-            count += 1
-    return count
+    parent = widget.parentWidget()
+    while parent is not None:
+        if isinstance(parent, QAbstractScrollArea):
+            viewport = parent.viewport()
+            local = viewport.mapFromGlobal(event.globalPosition().toPoint())
+            forwarded = QWheelEvent(
+                local.toPointF(), event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+                event.modifiers(), event.phase(), event.inverted(),
+            )  # fmt: skip
+            forwarded.ignore()  # a scroll bar accepts it only when it moved
+            QApplication.sendEvent(viewport, forwarded)
+            if forwarded.isAccepted():
+                return
+        parent = parent.parentWidget()
+
+
+def guard_widget(widget: QWidget, keeper: WheelGuard) -> bool:
+    """Guard ``widget`` if it is a combo box, spin box or slider (not a scroll bar); True when it is one.
+
+    It takes focus by click or Tab only, not by the wheel. Guarding twice is harmless: Qt keeps one filter.
+    """
+    if not isinstance(widget, GUARDED) or isinstance(widget, QScrollBar):
+        return False
+    widget.installEventFilter(keeper)
+    if widget.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+    return True
+
+
+class GuardingStyle(QProxyStyle):
+    """The application's style as it was (``base``: its name), and each widget it polishes is guarded.
+
+    Only ``polish`` is written in Python: Qt calls it once per widget (and on a style-sheet change), never
+    per event or per paint. The style's other methods stay in C++ and take no GIL, so painting goes on
+    while a worker thread holds the GIL.
+    """
+
+    def __init__(self, base: str) -> None:
+        super().__init__(base)
+        self.keeper = WheelGuard(self)
+        self.keeper.setObjectName("wheel_guard")
+
+    def polish(self, target: QWidget | QApplication | QPalette) -> None:  # type: ignore[override]  # all 3 overloads
+        super().polish(target)
+        if isinstance(target, QWidget):
+            guard_widget(target, self.keeper)
+
+
+def install(app: QApplication | None = None) -> GuardingStyle | None:
+    """Make the application's style a :class:`GuardingStyle` of the style it has; the same one on later calls.
+
+    Widgets already shown are polished again, so guarded too. Call it before the widgets are made (the main
+    window does, first thing); a style set on the application later replaces the guard.
+    """
+    app = app or QApplication.instance()  # type: ignore[assignment]
+    if not isinstance(app, QApplication):
+        return None
+    style = app.style()
+    if isinstance(style, GuardingStyle):
+        return style
+    guarding = GuardingStyle(style.name())
+    app.setStyle(guarding)
+    return guarding

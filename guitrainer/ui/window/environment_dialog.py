@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QHBoxLayout,
     QLabel,
-    QMessageBox,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -25,6 +24,7 @@ from guitrainer.base.units import format_bytes
 from guitrainer.core import cache_store
 from guitrainer.core.dataset.report import plural
 from guitrainer.ui.device_service import DeviceService
+from guitrainer.ui.widgets import messages
 from guitrainer.ui.widgets.icons import level_icon
 from guitrainer.ui.workers import call_in_thread
 
@@ -128,14 +128,14 @@ class EnvironmentDialog(QDialog):
         """Remove the cached latents, text embeddings and thumbnails (asks first; runs in the background)."""
         total = sum(u.bytes for u in self.cache_usage)
         if confirm:
-            answer = QMessageBox.question(
+            answer = messages.question(
                 self,
                 "Clear the disk cache?",
                 f"Remove {format_bytes(total)} of cached latents, text embeddings and thumbnails?\n\n"
                 "Nothing you made is removed: the next run encodes its images again, and the dataset grid "
                 "makes its thumbnails again.",
             )
-            if answer != QMessageBox.StandardButton.Yes:
+            if answer != "yes":
                 return
         self.clear_cache_button.setEnabled(False)
         self.cache_label.setText("Disk cache: clearing…")

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMessageBox,
+    QMenu,
     QStackedWidget,
     QStyle,
     QToolBar,
@@ -40,8 +40,9 @@ from guitrainer.config import ConfigError, TrainingConfig
 from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
-from guitrainer.ui.widgets import wheel_guard
+from guitrainer.ui.widgets import messages, wheel_guard
 from guitrainer.ui.widgets.drops import local_paths
+from guitrainer.ui.widgets.messages import MessageBox
 from guitrainer.ui.window.preset_files import PresetFileActions
 from guitrainer.ui.window.workspace import (
     DATASET_KEYS,
@@ -60,21 +61,22 @@ log = logging.getLogger(__name__)
 STATUS_TIMEOUT_MS = 6000  # how long a page's status message stays in the window's status bar
 
 
-class MainWindow(PresetFileActions, QMainWindow):
+class MainWindow(QMainWindow):
     """Pages on the left, the current page on the right, presets in the tool bar."""
 
     preset_loaded = Signal(str)
 
     def __init__(self, store: PresetStore | None = None, settings: QSettings | None = None):
         super().__init__()
+        wheel_guard.install()  # first: every widget made from now on is guarded as it is first shown
         self.settings = settings or QSettings()
         self.store = store or PresetStore()
         self.binding = ConfigBinding(TrainingConfig(), self)
         self.current_preset: str = ""
         self._dirty = False
         self._quit_answered = False  # the unsaved-settings question on quit was answered
-        self.preset_box: QMessageBox | None = None  # the open "save before another preset?" question
-        self.quit_box: QMessageBox | None = None  # the open "save before quitting?" question
+        self.preset_box: MessageBox | None = None  # the open "save before another preset?" question
+        self.quit_box: MessageBox | None = None  # the open "save before quitting?" question
         self.setWindowTitle(APP_NAME)
         icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
         if icon_path.exists():
@@ -82,11 +84,21 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.setAcceptDrops(True)
         self._build_pages()
         self._build_toolbar()
+        self.preset_files = PresetFileActions(
+            self,
+            self.store,
+            self.binding,
+            self.settings,
+            QMenu("Open &recent", self),
+            current_preset=lambda: self.current_preset,
+            show_preset=self._show_preset,
+            load_preset=self.load_preset,
+            error=self._error,
+        )
         self._build_menus()
         self.statusBar().showMessage("Ready")
         self.binding.changed.connect(self._on_config_changed)
         self._restore_state()
-        wheel_guard.guard(self)  # the wheel scrolls pages; it changes a setting only once focused
         for err in self.store.errors:
             self.statusBar().showMessage(f"Skipped a broken preset: {err}", 10000)
 
@@ -232,22 +244,22 @@ class MainWindow(PresetFileActions, QMainWindow):
         self.preset_combo.blockSignals(False)
 
     def _build_menus(self) -> None:
+        files = self.preset_files
         m = self.menuBar().addMenu("&File")
         self.act_add_folder = m.addAction("Add image &folder…", self._add_folder)
         self.act_add_folder.setShortcut(QKeySequence("Ctrl+Shift+O"))
         m.addSeparator()
-        self.act_open = m.addAction("&Open preset or config…", self.open_file_dialog)
+        self.act_open = m.addAction("&Open preset or config…", files.open_file_dialog)
         self.act_open.setShortcut(QKeySequence.StandardKey.Open)
-        self.recent_menu = m.addMenu("Open &recent")
-        self._fill_recent()
-        self.act_save = m.addAction("&Save preset", self.save_preset)
+        m.addMenu(files.recent_menu)
+        self.act_save = m.addAction("&Save preset", files.save_preset)
         self.act_save.setShortcut(QKeySequence.StandardKey.Save)
-        self.act_save_as = m.addAction("Save preset &as…", self.save_preset_as)
+        self.act_save_as = m.addAction("Save preset &as…", files.save_preset_as)
         self.act_save_as.setShortcut(QKeySequence.StandardKey.SaveAs)
-        m.addAction("&Rename preset…", self.rename_preset)
-        m.addAction("&Delete preset…", self.delete_preset)
-        m.addAction("&Import preset file…", self.import_preset_dialog)
-        m.addAction("E&xport config as TOML…", self.export_config_dialog)
+        m.addAction("&Rename preset…", files.rename_preset)
+        m.addAction("&Delete preset…", files.delete_preset)
+        m.addAction("&Import preset file…", files.import_preset_dialog)
+        m.addAction("E&xport config as TOML…", files.export_config_dialog)
         m.addSeparator()
         quit_act = QAction("&Quit", self)
         quit_act.setShortcut(QKeySequence.StandardKey.Quit)
@@ -317,6 +329,15 @@ class MainWindow(PresetFileActions, QMainWindow):
         self._dirty = True
         self._update_title()
 
+    def _show_preset(self, name: str, saved: bool) -> None:
+        """``name`` ("" for none) is the current preset: the picker and the title follow. ``saved``: nothing is
+        unsaved any more (the settings were just saved in it, or read from a file); else the mark stays."""
+        self.current_preset = name
+        if saved:
+            self._dirty = False
+        self._fill_preset_combo()
+        self._update_title()
+
     def _update_title(self) -> None:
         mark = " •" if self._dirty else ""
         name = self.current_preset or "untitled"
@@ -338,7 +359,7 @@ class MainWindow(PresetFileActions, QMainWindow):
         def answered(answer: str) -> None:
             self.preset_box = None
             if answer == "save":
-                self.save_preset()
+                self.preset_files.save_preset()
                 if self._dirty:  # the name dialog was cancelled: nothing is thrown away
                     return
             if answer in ("save", "discard"):
@@ -364,11 +385,8 @@ class MainWindow(PresetFileActions, QMainWindow):
             self._error("Cannot load preset", str(e))
             return False
         self.binding.replace(keep_dataset(cfg, self.binding.config))
-        self.current_preset = name
-        self._dirty = False
         self.settings.setValue("last_preset", name)
-        self._fill_preset_combo()
-        self._update_title()
+        self._show_preset(name, True)
         self.statusBar().showMessage(f"Loaded preset “{name}”", 4000)
         self.preset_loaded.emit(name)
         return True
@@ -388,7 +406,7 @@ class MainWindow(PresetFileActions, QMainWindow):
         tomls = [p for p in paths_ if p.lower().endswith(".toml")]
         rest = [p for p in paths_ if not p.lower().endswith(".toml")]
         for p in tomls:
-            self.open_file(p)
+            self.preset_files.open_file(p)
         if not rest:
             return
         self.nav.setCurrentRow(0)
@@ -418,9 +436,7 @@ class MainWindow(PresetFileActions, QMainWindow):
     # ------------------------------------------------------------------ misc
     def _error(self, title: str, text: str) -> None:
         log.warning("%s: %s", title, text)
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
-        box.setObjectName("error_box")
-        box.open()
+        messages.warning(self, title, text, name="error_box")
 
     def show_environment(self, first_run: bool = False):  # noqa: ANN201
         """Help ▸ Environment: the machine's facts, each problem with its fix (probe in the background)."""
@@ -455,7 +471,7 @@ class MainWindow(PresetFileActions, QMainWindow):
             self.show_environment(first_run=True)
 
     def _about(self) -> None:
-        QMessageBox.about(
+        messages.about(
             self,
             f"About {APP_NAME}",
             f"<b>{APP_NAME}</b> {__version__}<br>Train a Stable Diffusion LoRA on your own GPU, "
@@ -486,7 +502,7 @@ class MainWindow(PresetFileActions, QMainWindow):
         def answered(answer: str) -> None:
             self.quit_box = None
             if answer == "save":
-                self.save_preset()
+                self.preset_files.save_preset()
                 if self._dirty:
                     return
             if answer in ("save", "discard"):

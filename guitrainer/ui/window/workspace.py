@@ -15,11 +15,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QRect, QSettings, QSize
 from PySide6.QtGui import QScreen
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QWidget
 
 from guitrainer.base.fileio import atomic_write_bytes
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay
-from guitrainer.ui.training.dialogs import fit_title
+from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.messages import Button, MessageBox
 
 log = logging.getLogger(__name__)
 
@@ -120,21 +121,15 @@ def keep_dataset(new: TrainingConfig, current: TrainingConfig) -> TrainingConfig
 
 def ask_save(
     parent: QWidget, title: str, text: str, info: str, discard_text: str, name: str, answered: Callable[[str], None]
-) -> QMessageBox:
+) -> MessageBox:
     """Save / discard / cancel, non-modal: ``answered("save" | "discard" | "cancel")`` follows."""
-    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
-    box.setObjectName(name)
-    box.setInformativeText(info)
-    save = box.addButton("Save as preset…", QMessageBox.ButtonRole.AcceptRole)
-    discard = box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.setDefaultButton(save)
-
-    def finished(_result: int) -> None:
-        clicked = box.clickedButton()
-        answered("save" if clicked is save else "discard" if clicked is discard else "cancel")
-
-    box.finished.connect(finished)
-    fit_title(box)  # last: a later setText/setInformativeText rebuilds the box's layout
-    box.open()
-    return box
+    return messages.ask(
+        parent,
+        title,
+        text,
+        (Button("accept", "Save as preset…", "save"), Button("destructive", discard_text, "discard"), Button("cancel")),
+        lambda answer: answered(answer if answer in ("save", "discard") else "cancel"),
+        info=info,
+        default="save",
+        name=name,
+    )

@@ -1,0 +1,7 @@
+"""The demo on the seam: :class:`~guitrainer.engine.families.stable_diffusion.StableDiffusion` with the demo's facts
+(its model is built by :mod:`guitrainer.engine.models.demo`)."""
+
+from guitrainer.core.families.demo import FACTS
+from guitrainer.engine.families.stable_diffusion import StableDiffusion
+
+FAMILY = StableDiffusion(FACTS)
