@@ -207,11 +207,19 @@ def _fresh_split(tiny, target_modules: str, seed: int):
     return transformer, clip
 
 
-def test_continue_from_lora_reads_our_file_back_exactly(tiny, trained):
+def test_continue_from_lora_reads_our_file_back_exactly(tiny, trained, tmp_path):
+    from helpers import config_with
+    from safetensors.torch import save_file
+
     transformer, clip, _bt, _bc = trained
     sd = FAMILY.kohya_state_dict(transformer, [clip], alpha=None)
+    path = tmp_path / "flux_lora.safetensors"
+    save_file(sd, str(path))
     again, again_clip = _fresh_split(tiny, "attention_ff_proj", seed=5)
-    assert FAMILY.load_kohya_lora(sd, again, [again_clip, tiny.t5]) == len(sd) // 3
+    network_cfg = config_with(network__target_modules="attention_ff_proj").network
+    skipped: list[str] = []
+    assert FAMILY.load_lora_file(path, network_cfg, again, [again_clip, tiny.t5], skipped) == len(sd) // 3
+    assert skipped == []
     for a, b in zip(lora_parameters(transformer) + lora_parameters(clip), lora_parameters(again) + lora_parameters(again_clip)):
         assert torch.equal(a, b)
     assert torch.equal(_forward(again), _forward(transformer))
@@ -254,3 +262,16 @@ def test_continue_from_lora_says_what_does_not_fit(tiny, trained):
           "lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_up.weight": torch.zeros(32, RANK)}
     with pytest.raises(LoraFormatError, match="lora_te3_encoder_block_0_layer_0_SelfAttention_q"):
         FAMILY.load_kohya_lora(t5, narrow, [narrow_clip])
+
+
+def test_a_lora_file_of_another_kind_is_refused_naming_the_setting(tiny, tmp_path):
+    from helpers import config_with
+    from safetensors.torch import save_file
+
+    narrow, narrow_clip = _fresh_split(tiny, "attention", seed=4)
+    with pytest.raises(LoraFormatError, match="set network.type to lora"):
+        FAMILY.load_lora_file(tmp_path / "x.safetensors", config_with(network__type="loha").network, narrow, [], [])
+    peft_file = tmp_path / "pytorch_lora_weights.safetensors"
+    save_file({"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(RANK, 64)}, str(peft_file))
+    with pytest.raises(LoraFormatError, match="diffusers-format Flux LoRA"):
+        FAMILY.load_lora_file(peft_file, config_with().network, narrow, [narrow_clip], [])

@@ -1,4 +1,4 @@
-"""The rest of Flux's seam: the Numerics tab's blocks, which layers fp8 storage leaves alone, the file's
+"""The rest of Flux's seam: which layers fp8 storage leaves alone, the file's
 metadata, sampling through FluxPipeline, and the estimator's table for full-size FLUX.1 dev."""
 
 from __future__ import annotations
@@ -6,27 +6,19 @@ from __future__ import annotations
 import copy
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from helpers import config_with
 
+from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.engine.families.flux1 import FAMILY
 from guitrainer.engine.families.flux1.loading import denoiser_of
 
 
-def test_blocks_of_the_numerics_tab():
-    assert FAMILY.block_of("transformer_blocks.3.attn.to_q") == "double 3"
-    assert FAMILY.block_of("single_transformer_blocks.12.proj_out.lora_A.default") == "single 12"
-    assert FAMILY.block_of("base_model.model.transformer_blocks.0.ff.net.2") == "double 0"
-    assert FAMILY.block_of("double_blocks.18.img_attn.qkv") == "double 18"
-    assert FAMILY.block_of("single_blocks.37.linear1") == "single 37"
-    for outside in ("x_embedder", "proj_out", "norm_out.linear", "time_text_embed.timestep_embedder.linear_1"):
-        assert FAMILY.block_of(outside) is None
-
-
 def test_metadata_under_sd_scripts_names():
     transformer = SimpleNamespace(config=SimpleNamespace(guidance_embeds=True))  # only its config is read
-    model = SimpleNamespace(unet=transformer, denoiser=transformer)  # LoadedModel's field, before and after its rename
+    model = SimpleNamespace(denoiser=transformer)
     meta = FAMILY.metadata(config_with(flow__guidance_scale=1.0), model)
     assert meta["ss_base_model_version"] == "flux1"
     assert meta["modelspec.architecture"] == "flux-1-dev/lora"
@@ -40,6 +32,22 @@ def test_metadata_under_sd_scripts_names():
     meta = FAMILY.metadata(chosen, model)
     assert meta["modelspec.architecture"] == "flux-1-schnell/lora"
     assert (meta["ss_timestep_sampling"], meta["ss_discrete_flow_shift"]) == ("flux_shift", "1.0")
+
+
+def test_metadata_without_a_model_reads_dev_or_schnell_from_the_base_models_files(tmp_path):
+    """The export passes no model: the transformer file's header (guidance_in) or the folder's config says."""
+    from safetensors.torch import save_file
+
+    dev, schnell = tmp_path / "dev.safetensors", tmp_path / "schnell.safetensors"
+    fingerprint = {"double_blocks.0.img_attn.norm.key_norm.scale": torch.ones(2), "img_in.weight": torch.zeros(2, 64)}
+    save_file(fingerprint | {"guidance_in.in_layer.bias": torch.zeros(2)}, str(dev))
+    save_file(fingerprint, str(schnell))
+    folder = tmp_path / "folder" / "transformer"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"guidance_embeds": false}')
+    for base, arch in ((dev, "dev"), (schnell, "schnell"), (folder.parent, "schnell"), ("black-forest-labs/FLUX.1-dev", "dev")):
+        meta = FAMILY.metadata(config_with(model__base=str(base)), None)
+        assert meta["modelspec.architecture"] == f"flux-1-{arch}/lora", base
 
 
 @pytest.mark.slow
@@ -74,17 +82,17 @@ def test_samples_come_from_flux_pipeline_with_the_trained_t5_length_and_leave_th
     t5 = model.text_encoders[1]
     hook = t5.register_forward_pre_hook(lambda _m, args, kwargs: lengths.append(kwargs.get("input_ids", args[0] if args else None).shape[1]), with_kwargs=True)
     before = copy.deepcopy(model.noise_scheduler.__dict__.get("timesteps"))
-    pipe = FAMILY.pipeline(model, "ddim")
-    kwargs = FAMILY.pipeline_kwargs(32, 32, 2, 3.5)
+    pipe = FAMILY.pipeline(model, "default")
+    assert FAMILY.size_multiple(model) == 4  # the tiny VAE downscales 2x (two blocks), times the 2x2 packing
+    prompt = SamplePrompt("a photo of sks", "", 32, 32, 2, 3.5, 0)
 
-    def sample(seed: int) -> torch.Tensor:
-        out = pipe("a photo of sks", generator=torch.Generator().manual_seed(seed), output_type="pt", **kwargs)
-        return out.images
+    def sample(seed: int) -> np.ndarray:
+        return np.asarray(FAMILY.sample(pipe, model, prompt, 32, 32, torch.Generator().manual_seed(seed)))
 
     first, again, other = sample(0), sample(0), sample(1)
     hook.remove()
-    assert first.shape == (1, 3, 32, 32) and torch.isfinite(first).all()
-    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert first.shape == (32, 32, 3)
+    assert (first == again).all() and not (first == other).all()
     assert set(lengths) == {512}  # dev's T5 length, as in training
     assert pipe.transformer is denoiser_of(model) and pipe.scheduler is not model.noise_scheduler
     assert torch.equal(torch.as_tensor(model.noise_scheduler.__dict__.get("timesteps")), torch.as_tensor(before))
@@ -115,3 +123,13 @@ def test_the_estimators_table_for_full_size_flux_dev():
     assert spec.text_encoder_lora["attention"][1] == ()  # T5 frozen
     assert spec.lora_params_per_rank("attention", text_encoder=True) - spec.lora_params_per_rank("attention") == (
         12 * (4 * 1536 + 2 * 3840))
+
+
+@pytest.mark.slow
+def test_the_shipped_spec_is_the_one_computed_from_the_architecture():
+    from guitrainer.core.families.flux1 import FACTS
+    from guitrainer.core.memory import specs
+    from guitrainer.engine.families.flux1.spec import as_model_spec, flux_spec
+
+    assert FACTS.spec == as_model_spec(flux_spec()) == specs.spec_of("flux1")
+    assert FACTS.spec.lora_params_per_rank("attention_ff_proj") == flux_spec().lora_params_per_rank("attention_ff_proj")

@@ -9,7 +9,8 @@ import torch
 from helpers import config_with
 
 from guitrainer.engine import flow_matching
-from guitrainer.engine.families.flux1 import FAMILY, FluxDraw, latents
+from guitrainer.engine.families.base import Draw
+from guitrainer.engine.families.flux1 import FAMILY, latents
 from guitrainer.engine.families.flux1.loading import denoiser_of
 from guitrainer.engine.network.lora import lora_parameters
 
@@ -32,9 +33,9 @@ def test_packing_and_ids_are_the_pipelines():
 def test_the_draw_is_flow_matching_with_sd_scripts_recommended_sigmas():
     cfg = config_with(flow__guidance_scale=3.5)
     x0 = torch.randn(3, 16, 8, 8)
-    sigma = torch.tensor([0.0, 0.25, 1.0])
+    sigma = FAMILY.timestep_tensor([0.0, 0.25, 1.0], CPU)
     d = FAMILY.draw(cfg, None, x0, sigma)
-    assert isinstance(d, FluxDraw) and d.guidance == 3.5 and d.weights is None
+    assert type(d) is Draw and d.weights is None and d.timesteps.dtype == torch.float32
     assert torch.equal(d.noisy, (1 - sigma.view(-1, 1, 1, 1)) * x0 + sigma.view(-1, 1, 1, 1) * d.noise)
     assert torch.equal(d.target, d.noise - x0)
     # "auto" is shift 3.1582 of a sigmoid(normal) draw (sd-scripts' docs/flux_train_network.md)
@@ -47,7 +48,7 @@ def test_the_draw_is_flow_matching_with_sd_scripts_recommended_sigmas():
     assert torch.allclose(drawn, 3.1582 * s / (1 + 2.1582 * s))
     settings = flow_matching.settings_for(config_with(flow__weighting_scheme="cosmap"), FAMILY.facts.flow_defaults)
     assert settings.weighting_scheme == "cosmap"
-    assert FAMILY.validation_timesteps(cfg, 4) == [0.125, 0.375, 0.625, 0.875]
+    assert FAMILY.validation_timesteps(cfg, None, 4) == [0.125, 0.375, 0.625, 0.875]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,22 @@ def test_the_conditioning_is_what_flux_pipeline_computes(model):
     assert torch.equal(text["t5"], prompt_embeds) and torch.equal(text["pooled"], pooled)
 
 
+@pytest.mark.slow
+def test_dev_gets_sigma_as_its_timestep_and_the_configured_guidance(model):
+    """FluxTransformer2DModel multiplies both by 1000 itself: σ 0.25 reaches its embedder as 250, guidance 3.5
+    as 3500."""
+    seen: dict[str, torch.Tensor] = {}
+    embedder = denoiser_of(model).time_text_embed
+    hook = embedder.register_forward_pre_hook(lambda _m, args: seen.update(t=args[0].clone(), g=args[1].clone()))
+    cfg = config_with(flow__guidance_scale=3.5)
+    with torch.no_grad():
+        text = FAMILY.encode_text(model, model.text_encoders, ["a", "b"], CPU)
+        d = FAMILY.draw(cfg, model, torch.randn(2, 16, 8, 8), FAMILY.timestep_tensor([0.25, 0.5], CPU))
+        FAMILY.predict(cfg, denoiser_of(model), model, d, text, {})
+    hook.remove()
+    assert torch.equal(seen["t"], torch.tensor([250.0, 500.0])) and torch.equal(seen["g"], torch.tensor([3500.0, 3500.0]))
+
+
 def _inject(model, target_modules: str, rank: int = 4, alpha: float = 8.0) -> None:
     from peft import LoraConfig, inject_adapter_in_model
 
@@ -81,7 +98,7 @@ def _loss(model, cfg, x0, text, sigma=None, seed=None):
     if seed is not None:
         torch.manual_seed(seed)
     d = FAMILY.draw(cfg, model, x0, sigma)
-    pred = FAMILY.predict(denoiser_of(model), model, d, text, {})
+    pred = FAMILY.predict(cfg, denoiser_of(model), model, d, text, {})
     assert pred.shape == x0.shape
     return FAMILY.loss(cfg, model, pred, d, x0)
 

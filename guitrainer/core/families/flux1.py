@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from guitrainer.core.families.facts import FamilyFacts, FileVerdict, PrecisionFacts
+from guitrainer.core.families.facts import FamilyFacts, FileVerdict, ModelSpec, PrecisionFacts
 
 PartKind = Literal["transformer", "t5", "clip_l", "clip_g", "vae"]
 
@@ -210,6 +210,29 @@ def variant_of(tensors: Mapping[str, Any]) -> Literal["dev", "schnell"]:
     return "dev" if prefix + _GUIDANCE_KEY in tensors else "schnell"
 
 
+def variant_of_base(base: str) -> Literal["dev", "schnell"] | None:
+    """dev or schnell from the base model on disk, without loading it: a ``.safetensors`` file's header (its
+    guidance embedder) or a diffusers folder's ``transformer/config.json`` (``guidance_embeds``); None when the
+    path says neither (a hub id, an unreadable file)."""
+    import json
+    from pathlib import Path
+
+    from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
+
+    path = Path(str(base)).expanduser()
+    try:
+        if path.is_dir():
+            cfg = json.loads((path / "transformer" / "config.json").read_text(encoding="utf-8"))
+            return "dev" if cfg.get("guidance_embeds") else "schnell"
+        if path.is_file() and path.suffix.lower() == ".safetensors":
+            tensors, _meta = read_safetensors_header(path)
+            if transformer_prefix(tensors) is not None or is_diffusers_transformer(tensors):
+                return variant_of(tensors)
+    except (OSError, ValueError, CheckpointError):
+        return None
+    return None
+
+
 def _refusal(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: str, prefix: str) -> str | None:
     """Why this Flux.1 transformer cannot be trained here (an image-conditioned variant), or None."""
     img_in = _shape(tensors, f"{prefix}img_in.weight") or _shape(tensors, "x_embedder.weight")
@@ -328,6 +351,34 @@ def split_install_problems(files: Sequence[tuple[str, Mapping[str, Any]]]) -> li
     return problems
 
 
+#: the estimator's table of full-size FLUX.1 dev, computed once from the architecture on meta by
+#: ``engine/families/flux1/spec.py`` (``as_model_spec(flux_spec())``; ``tests/test_flux1_family.py`` recomputes it).
+#: Its 4-entry LoRA rows keep the image tokens and drop the text's (see ``as_model_spec``); the parameter counts
+#: are exact.
+# fmt: off
+SPEC = ModelSpec(
+    family='flux1',
+    denoiser=11901408320,
+    text_encoders=(123060480, 4762310656),
+    vae_encoder=34274208,
+    vae_decoder=49545475,
+    vae_channels=128,
+    text_encoder_shapes=((768, 3072, 12), (4096, 10240, 24)),
+    cross_attention_dim=4096,
+    denoiser_lora={
+        'attention': ((3072, 3072, 76, 0.0), (3072, 3072, 190, 0.25)),
+        'attention_ff': ((3072, 3072, 76, 0.0), (3072, 3072, 190, 0.25), (3072, 12288, 19, 0.0), (3072, 12288, 57, 0.25), (12288, 3072, 19, 0.0), (12288, 3072, 19, 0.25), (15360, 3072, 38, 0.25)),
+        'attention_ff_proj': ((3072, 3072, 76, 0.0), (3072, 3072, 190, 0.25), (3072, 9216, 38, 0.0), (3072, 12288, 19, 0.0), (3072, 12288, 57, 0.25), (3072, 18432, 38, 0.0), (12288, 3072, 19, 0.0), (12288, 3072, 19, 0.25), (15360, 3072, 38, 0.25)),
+    },
+    text_encoder_lora={
+        'attention': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
+        'attention_ff': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
+        'attention_ff_proj': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
+    },
+)
+# fmt: on
+
+
 FACTS = FamilyFacts(
     name="flux1",
     label="Flux.1",
@@ -350,4 +401,5 @@ FACTS = FamilyFacts(
     detect_file=detect_file,
     detect_folder=detect_folder,
     hub_patterns=("flux.1", "flux1", "flux-1"),
+    spec=SPEC,
 )

@@ -7,8 +7,8 @@ table.
 (target sets), :mod:`.export` (the kohya file, both ways, and its metadata), :mod:`.sampling`, :mod:`.spec`.
 """
 
-from guitrainer.engine.families.flux1.family import Flux1, FluxDraw
+from guitrainer.engine.families.flux1.family import Flux1
 
 FAMILY = Flux1()
 
-__all__ = ["FAMILY", "Flux1", "FluxDraw"]
+__all__ = ["FAMILY", "Flux1"]

@@ -35,15 +35,23 @@ the file means.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from guitrainer.config import TrainingConfig
+from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.engine import flow_matching
 from guitrainer.engine.families.flux1 import convert
-from guitrainer.engine.network.lora import ADAPTER, LoraFormatError, kohya_module_name, lora_layers
+from guitrainer.engine.network.lora import (
+    ADAPTER,
+    LoraFormatError,
+    kohya_module_name,
+    lora_layers,
+    lora_weights_file,
+    read_lora,
+)
 
 UNET_PREFIX = "lora_unet"
 CLIP_PREFIX = "lora_te1"  # sd-scripts' LORA_PREFIX_TEXT_ENCODER_CLIP
@@ -244,6 +252,26 @@ def load_kohya_lora(
     if skipped is not None:
         skipped.extend(unknown)
     return done
+
+
+def load_lora_file(
+    path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module], skipped: list[str]
+) -> int:
+    """Continue from LoRA: a kohya Flux file (our layout, sd-scripts') into the injected split LoRA; modules that
+    match no trained layer go to ``skipped``. Only plain LoRA (``network.type`` lora) and kohya's names."""
+    if network.type != "lora":
+        raise LoraFormatError(f"Flux.1 LoRAs are plain LoRA here: set network.type to lora (not {network.type}) to "
+                              "continue from a file")
+    try:
+        sd, _meta = read_lora(lora_weights_file(path))
+    except LoraFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
+    if sd and all(k.startswith(("transformer.", "text_encoder.")) for k in sd):
+        raise LoraFormatError(f"{Path(path).name} is a diffusers-format Flux LoRA; continue from a kohya-format file "
+                              "(lora_unet_double_blocks_… names, as this app, sd-scripts and ComfyUI write)")
+    return load_kohya_lora(sd, denoiser, text_encoders, strict=False, skipped=skipped)
 
 
 # --------------------------------------------------------------------------- metadata

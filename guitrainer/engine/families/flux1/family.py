@@ -4,9 +4,7 @@ rest delegated to this package's modules."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,8 @@ import torch
 from torch import nn
 
 from guitrainer.config import NetworkConfig, TrainingConfig
-from guitrainer.core.families.flux1 import FACTS
+from guitrainer.config.sample_prompts import SamplePrompt
+from guitrainer.core.families.flux1 import FACTS, variant_of_base
 from guitrainer.engine import flow_matching
 from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
 from guitrainer.engine.families.flux1 import export, loading, sampling
@@ -22,20 +21,6 @@ from guitrainer.engine.families.flux1 import latents as packing
 from guitrainer.engine.families.flux1 import network as lora_targets
 from guitrainer.engine.families.flux1 import text as text_encoding
 from guitrainer.engine.models.types import LoadedModel
-
-#: dev's guidance input when a Draw carries none (sd-scripts' guide recommends 1.0 for training)
-DEFAULT_GUIDANCE = 1.0
-
-
-@dataclass(frozen=True)
-class FluxDraw(Draw):
-    """A :class:`Draw` that also carries dev's guidance input.
-
-    Local workaround for a seam gap: :meth:`Family.predict` gets no config, but dev's transformer needs
-    ``flow.guidance_scale``; :meth:`Flux1.draw` (which has the config) puts it here.
-    """
-
-    guidance: float = DEFAULT_GUIDANCE
 
 
 def flow_settings(config: TrainingConfig) -> flow_matching.FlowSettings:
@@ -95,25 +80,25 @@ class Flux1(Family):
         else:
             sigma = timesteps.to(device=latents.device, dtype=torch.float32)
         raw = settings.model_prediction_type == "raw"
-        return FluxDraw(
+        return Draw(
             noise=noise,
             timesteps=sigma,
             noisy=flow_matching.noisy_input(latents, noise, sigma),
             target=flow_matching.velocity_target(latents, noise) if raw else latents,
             weights=None if settings.weighting_scheme == "none" else flow_matching.loss_weighting(settings.weighting_scheme, sigma),
-            guidance=float(config.flow.guidance_scale),
         )
 
     def predict(
-        self, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning, batch: Mapping[str, Any]
+        self, config: TrainingConfig, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning,
+        batch: Mapping[str, Any],
     ) -> torch.Tensor:
         """The velocity the transformer predicts, as latents: packed 2x2 tokens in, 2-D position ids, timestep
-        σ itself (the transformer multiplies by 1000), dev's guidance from the draw; unpacked out."""
+        σ itself (the transformer multiplies by 1000), dev's guidance input ``flow.guidance_scale``; unpacked out."""
         noisy = draw.noisy
         b, _, h, w = noisy.shape
         tokens = packing.pack(noisy)
         dev = loading.is_dev(loading.denoiser_of(model))  # ``denoiser`` may be wrapped (DDP): read the config here
-        guidance = torch.full((b,), getattr(draw, "guidance", DEFAULT_GUIDANCE), device=noisy.device, dtype=noisy.dtype)
+        guidance = torch.full((b,), float(config.flow.guidance_scale), device=noisy.device, dtype=noisy.dtype)
         t5 = text["t5"]
         out = denoiser(
             hidden_states=tokens,
@@ -130,8 +115,12 @@ class Flux1(Family):
     def loss(self, config: TrainingConfig, model: LoadedModel, prediction: torch.Tensor, draw: Draw, latents: torch.Tensor) -> torch.Tensor:
         return flow_matching.flow_loss(flow_settings(config), prediction, draw.noisy, latents, draw.noise, draw.timesteps)
 
-    def validation_timesteps(self, config: TrainingConfig, count: int) -> list[float]:
+    def validation_timesteps(self, config: TrainingConfig, model: LoadedModel, count: int) -> list[float]:
         return flow_matching.fixed_sigmas(count, flow_settings(config))
+
+    def timestep_tensor(self, values: Sequence[float], device: torch.device) -> torch.Tensor:
+        """Noise levels σ, as :meth:`draw` takes them."""
+        return torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
 
     # ------------------------------------------------------------------ network
     def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
@@ -149,11 +138,23 @@ class Flux1(Family):
         self, sd: Mapping[str, torch.Tensor], denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (),
         *, strict: bool = True, skipped: list[str] | None = None,
     ) -> int:
-        """Continue from LoRA: a kohya Flux file into the injected split LoRA (:func:`.export.load_kohya_lora`)."""
+        """A kohya Flux state dict into the injected split LoRA (:func:`.export.load_kohya_lora`)."""
         return export.load_kohya_lora(sd, denoiser, text_encoders, strict=strict, skipped=skipped)
 
-    def metadata(self, config: TrainingConfig, model: LoadedModel) -> dict[str, str]:
-        dev = loading.is_dev(loading.denoiser_of(model))
+    def load_lora_file(
+        self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
+        skipped: list[str],
+    ) -> int:
+        """Continue from a kohya Flux file (ours, sd-scripts' fused or split_qkv ones) into the split LoRA."""
+        return export.load_lora_file(path, network, denoiser, text_encoders, skipped)
+
+    def metadata(self, config: TrainingConfig, model: LoadedModel | None) -> dict[str, str]:
+        """sd-scripts' names; dev or schnell from the model, or (at export, where none is passed) from the base
+        model's files on disk — dev when they do not say."""
+        if model is not None:
+            dev = loading.is_dev(loading.denoiser_of(model))
+        else:
+            dev = variant_of_base(str(config.model.base)) != "schnell"
         return export.metadata(config, flow_settings(config), dev=dev, apply_t5_attn_mask=text_encoding.APPLY_T5_ATTN_MASK)
 
     # ------------------------------------------------------------------ sampling
@@ -161,12 +162,9 @@ class Flux1(Family):
         """FluxPipeline over ``model`` (Flux has one sampler: every ``scheduler`` name gets its flow-matching Euler)."""
         return sampling.build_pipeline(model, device=device, dtype=dtype)
 
-    # ------------------------------------------------------------------ numerics
-    def block_of(self, module_name: str) -> str | None:
-        """"double N" for ``transformer_blocks.N`` (BFL's ``double_blocks.N``), "single N" for
-        ``single_transformer_blocks.N`` (``single_blocks.N``); None outside the blocks."""
-        if m := re.search(r"(?:^|\.)(?:single_transformer_blocks|single_blocks)\.(\d+)(?:\.|$)", module_name):
-            return f"single {m.group(1)}"
-        if m := re.search(r"(?:^|\.)(?:transformer_blocks|double_blocks)\.(\d+)(?:\.|$)", module_name):
-            return f"double {m.group(1)}"
-        return None
+    def size_multiple(self, model: LoadedModel) -> int:
+        """16: the VAE's 8x downscaling times the 2x2 packing."""
+        return sampling.size_multiple(model)
+
+    def sample(self, pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+        return sampling.sample(pipe, model, prompt, width, height, generator)

@@ -52,8 +52,8 @@ SCHNELL_SCHEDULER = {"use_dynamic_shifting": False, "shift": 1.0}
 
 
 def denoiser_of(model: LoadedModel) -> nn.Module:
-    """The transformer of a loaded model (the one line that names LoadedModel's denoiser field)."""
-    return model.unet
+    """The transformer of a loaded model."""
+    return model.denoiser
 
 
 def _assemble(
@@ -66,7 +66,7 @@ def _assemble(
         module.eval()
     variant = "dev" if transformer.config.guidance_embeds else "schnell"
     return LoadedModel(
-        unet=transformer, vae=vae, text_encoders=text_encoders, tokenizers=tokenizers, noise_scheduler=scheduler,
+        denoiser=transformer, vae=vae, text_encoders=text_encoders, tokenizers=tokenizers, noise_scheduler=scheduler,
         family="flux1", path=path, identity=identity, source=source, extra={"variant": variant},
     )
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from guitrainer.config.sample_prompts import SamplePrompt
+from guitrainer.engine.families.flux1.latents import unpack
 from guitrainer.engine.families.flux1.loading import denoiser_of, is_dev
 from guitrainer.engine.families.flux1.text import t5_max_length
 from guitrainer.engine.models.types import LoadedModel
@@ -53,3 +55,28 @@ def build_pipeline(model: LoadedModel, device: Any = None, dtype: torch.dtype | 
         pipe.to(*(x for x in (device, dtype) if x is not None))
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def size_multiple(model: LoadedModel) -> int:
+    """Image sides are multiples of this: the VAE's downscaling (8) times the 2x2 packing."""
+    return 2 ** (len(model.vae.config.block_out_channels) - 1) * 2
+
+
+def sample(pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+    """One PIL image: the pipeline's packed latents unpacked and decoded in the VAE's own dtype (``z / scale +
+    shift``). ``prompt.guidance_scale`` is dev's distilled guidance input (schnell ignores it); FluxPipeline has
+    no negative prompt unless true CFG is asked for, so a negative prompt is not used."""
+    packed = pipe(
+        prompt.prompt,
+        num_inference_steps=prompt.steps,
+        guidance_scale=prompt.guidance_scale,
+        height=height,
+        width=width,
+        generator=generator,
+        output_type="latent",
+    ).images
+    vae = model.vae
+    latents = unpack(packed, height // pipe.vae_scale_factor, width // pipe.vae_scale_factor)
+    z = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+    image = torch.nan_to_num(vae.decode(z).sample.float())
+    return pipe.image_processor.postprocess(image, output_type="pil")[0]

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from guitrainer.base.paths import resources_dir
+from guitrainer.core.families.facts import LoraTable, ModelSpec
 from guitrainer.engine.families.flux1 import network
 
 #: ``(in, out, count, image tokens per latent pixel, sees the text tokens: 0 / 1)``
@@ -147,4 +148,35 @@ def flux_spec() -> FluxSpec:
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
+    )
+
+
+def _four(rows: tuple[FluxLoraRow, ...]) -> LoraTable:
+    """Rows in the UNet tables' 4-entry form: the image tokens kept, the text dropped (text-only rows and the
+    per-image modulation rows become "0 = text tokens")."""
+    groups: dict[tuple[int, int, float], int] = {}
+    for i, o, c, per_pixel, _text in rows:
+        groups[(i, o, per_pixel)] = groups.get((i, o, per_pixel), 0) + c
+    return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
+
+
+def as_model_spec(spec: FluxSpec) -> ModelSpec:
+    """The estimator's :class:`~guitrainer.core.families.facts.ModelSpec` of ``spec``, as
+    ``core/families/flux1.py`` ships it (``FACTS.spec``).
+
+    The 4-entry rows lose what the estimator's UNet formulas cannot use yet: the single blocks' text tokens (512
+    beside 4096 image tokens at 1024 px) and that the text stream sees T5's 512 tokens, not CLIP's 77. The
+    parameter counts, which dominate Flux's memory, are exact.
+    """
+    return ModelSpec(
+        family="flux1",
+        denoiser=spec.transformer,
+        text_encoders=spec.text_encoders,
+        vae_encoder=spec.vae_encoder,
+        vae_decoder=spec.vae_decoder,
+        vae_channels=spec.vae_channels,
+        text_encoder_shapes=spec.text_encoder_shapes,
+        cross_attention_dim=spec.joint_attention_dim,
+        denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
+        text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
     )
