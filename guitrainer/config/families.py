@@ -12,6 +12,7 @@ FAMILY_LABELS: dict[str, str] = {
     "demo": "Demo (tiny)",
     "sd15": "SD 1.5",
     "sdxl": "SDXL",
+    "flux1": "Flux.1",
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 #: the families trained with flow matching (the ``[flow]`` settings apply to them)
