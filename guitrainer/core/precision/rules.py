@@ -31,6 +31,7 @@ from guitrainer.core.model.vae_choice import (
     vae_fp16_safe,
 )
 from guitrainer.core.precision.advice import Advice, Level
+from guitrainer.core.precision.family_rules import rule_family_precision
 
 TOPIC = "precision.training"
 #: the fp16-fixed SDXL VAE: the same decoder, rescaled so its activations fit fp16
@@ -703,4 +704,5 @@ RULES: tuple[RuleFn, ...] = (
     rule_base_weights,
     rule_lora_weights,
     rule_cpu_training,
+    rule_family_precision,
 )
