@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # torch from pip's configured index (the CI machines': the CPU build on disk; PyPI on Linux: CUDA).
-# To choose the build, pass its index, e.g.
-#   make run TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+# To choose the build, pin it with its label and pass its index, e.g.
+#   make run TORCH_SPEC="torch==2.13.0+cu130" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu130"
+# cu130: Turing (GTX 16, RTX 20) and newer, NVIDIA driver 580+; cu126: GTX 10-series and older too, driver 525+.
+# torch 2.13 has no cu128 build (PyTorch RELEASE.md, "PyTorch CUDA Support Matrix"). The "+cu130" pin makes pip
+# replace another build of 2.13.0 (without it pip keeps the one installed); rm .venv/.installed to reinstall.
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 

@@ -16,10 +16,10 @@ import threading
 import traceback
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from guitrainer.base import safe_open
 from guitrainer.config import ConfigError, TrainingConfig, field_info, field_type, load_toml
 from guitrainer.config.presets import PresetStore
 from guitrainer.core.runs.state import repair_interrupted
@@ -63,7 +63,7 @@ def resolve_config(args: argparse.Namespace) -> TrainingConfig:
     """Defaults <- preset <- config file <- --set overrides."""
     base = TrainingConfig()
     if args.preset:
-        if args.preset.endswith(".toml") and Path(args.preset).is_file():
+        if args.preset.endswith(".toml") and _names_something(args.preset):
             from guitrainer.config.presets import read_preset
 
             base = read_preset(args.preset).config()
@@ -77,6 +77,15 @@ def resolve_config(args: argparse.Namespace) -> TrainingConfig:
         key = key.strip()
         cfg.set(key, _parse_value(value, key))
     return cfg.validate()
+
+
+def _names_something(text: str) -> bool:
+    """Whether ``text`` names something on disk: a preset file, or a named pipe or folder that
+    :func:`~guitrainer.config.presets.read_preset` then refuses in plain words (never a hang)."""
+    try:
+        return safe_open.look(text).kind != "missing"
+    except safe_open.PathError:  # a name too long, a NUL: read_preset says so
+        return True
 
 
 def _parse_value(text: str, path: str = "") -> object:

@@ -144,8 +144,10 @@ def test_diffusers_folders(tmp_path):
     assert not inpaint.ok and "inpainting" in inpaint.message
     refiner = detect_model(_folder(tmp_path / "ref", "StableDiffusionXLImg2ImgPipeline", index_extra={"text_encoder": [None, None]}))
     assert not refiner.ok and "refiner" in refiner.message
-    flux = detect_model(_folder(tmp_path / "flux", "FluxPipeline"))
-    assert not flux.ok and "FluxPipeline" in flux.message
+    flux = detect_model(_folder(tmp_path / "flux", "FluxPipeline"))  # the Flux.1 family recognises its own folder
+    assert (flux.family, flux.ok) == ("flux1", True)
+    fill = detect_model(_folder(tmp_path / "fill", "FluxFillPipeline"))
+    assert not fill.ok and "FluxFillPipeline" in fill.message
     # model_index.json itself chosen: the folder is meant
     assert detect_model(tmp_path / "sd15" / "model_index.json").family == "sd15"
 

@@ -191,3 +191,26 @@ def test_the_same_images_elsewhere_give_the_same_latents(tmp_path):
     assert first.caches.latents.keys() == again.caches.latents.keys()
     for k, v in first.caches.latents.items():
         assert torch.equal(v, again.caches.latents[k]), k
+
+
+def test_a_full_disk_under_the_cache_goes_on_in_memory_saying_which_folder(tmp_path, monkeypatch):
+    """Issue 27 (14): safetensors reports a full disk as its own error type; the run went on no further than "an
+    unexpected error … This is a bug". Now: the run finishes, the warning names the cache folder and the way out."""
+    import safetensors.torch as st
+    from safetensors import SafetensorError
+
+    from guitrainer.base import paths
+
+    real = st.save_file
+
+    def save_file(tensors, filename, metadata=None):
+        if Path(str(filename)).resolve().is_relative_to(paths.cache_dir().resolve()):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(st, "save_file", save_file)
+    tr = _run(tmp_path / "o1", _dataset(tmp_path / "data"))
+    assert len(tr.caches.latents) == 3 and not list(paths.cache_dir().rglob("*.safetensors"))
+    said = [w for w in tr.feedback.warnings if "cache folder" in w]  # what the run summary lists
+    assert said and str(tr.caches.latent_store.folder) in said[0]
+    assert "the disk is full" in said[0] and "in memory" in said[0] and "cache_to_disk" in said[0]

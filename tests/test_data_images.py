@@ -101,3 +101,59 @@ def test_unreadable_images_are_reported_once(tmp_path, caplog):
     with caplog.at_level(logging.INFO):
         data.collect_items(_cfg(folder))  # no warn: logged, once
     assert len([r for r in caplog.records if "unreadable" in r.getMessage()]) == 1
+
+
+# --------------------------------------------------------------------------- issue 27 (14): say which
+
+
+def _heic_renamed(path: Path) -> None:
+    """The first bytes of an iPhone photo (an ISO-BMFF ``ftyp`` box of brand ``heic``) under a .jpg name."""
+    path.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 200)
+
+
+def _png_with_big_metadata(path: Path) -> None:
+    """A PNG whose compressed text chunk (a ComfyUI workflow, say) unpacks past Pillow's MAX_TEXT_CHUNK."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("workflow", "x" * (PngImagePlugin.MAX_TEXT_CHUNK + 1), zip=True)
+    Image.new("RGB", (64, 64)).save(path, pnginfo=info)
+
+
+def test_unreadable_images_say_which_kind_of_unreadable(tmp_path, monkeypatch):
+    from guitrainer.core.dataset.scan import Flag, probe_image
+
+    _heic_renamed(tmp_path / "phone.jpg")
+    _png_with_big_metadata(tmp_path / "workflow.png")
+    (tmp_path / "junk.png").write_bytes(b"not an image at all" * 10)
+    heic, meta, junk = (probe_image(tmp_path / n) for n in ("phone.jpg", "workflow.png", "junk.png"))
+    assert Flag.UNREADABLE in heic.flags and "HEIC" in heic.problem and ".jpg" in heic.problem
+    assert "convert it to PNG or JPEG" in heic.problem
+    assert Flag.UNREADABLE in meta.flags and "PNG metadata" in meta.problem and "1 MB" in meta.problem
+    assert Flag.UNREADABLE in junk.flags and "match no image format" in junk.problem
+
+    real_open = Image.open
+
+    def no_permission(fp, *args, **kwargs):  # as root chmod 000 still reads: the error a user gets, raised here
+        if Path(str(fp)).name == "locked.png":
+            raise PermissionError(13, "Permission denied", str(fp))
+        return real_open(fp, *args, **kwargs)
+
+    _good(tmp_path, "locked.png")
+    monkeypatch.setattr(Image, "open", no_permission)
+    locked = probe_image(tmp_path / "locked.png")
+    assert Flag.UNREADABLE in locked.flags and "no permission" in locked.problem
+
+
+def test_training_skips_unreadable_images_saying_why_each_one(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    _good(folder)
+    _heic_renamed(folder / "phone.jpg")
+    _png_with_big_metadata(folder / "workflow.png")
+    said: list[str] = []
+    items = data.collect_items(_cfg(folder), warn=said.append)
+    assert [i.image.name for i in items] == ["good.png"]
+    (line,) = [s for s in said if "skipped" in s]
+    assert "phone.jpg (is a HEIC" in line and "workflow.png (has PNG metadata" in line
+    assert "Cannot be read as an image" not in line

@@ -31,10 +31,10 @@ def test_cpu_torch_with_nvidia_driver_gives_install_command(tmp_path):
 def test_card_missing_from_torch_build_is_an_error(tmp_path):
     ok = environment.check(fake_device("rtx5090"), {})
     assert environment.worst(ok) in ("ok", "info")
-    bad_dev = fake_device("rtx5090_no_sm120")
+    bad_dev = fake_device("rtx5090_cu126")
     bad = environment.check(bad_dev, {})
     row = next(i for i in bad if i.label.startswith("GPU"))
-    assert row.level == "error" and "sm_120" in row.fix
+    assert row.level == "error" and "sm_120" in row.fix and "torch==2.13.0+cu130" in row.fix
 
 
 def test_small_card_and_low_disk_warn(tmp_path, monkeypatch):
@@ -110,3 +110,23 @@ def test_the_precision_facts_and_the_fixed_sdxl_vae(tmp_path, monkeypatch):
     snap.mkdir(parents=True)
     rows = {i.label: i for i in environment.check(fake_device("rtx3060"), {})}
     assert rows["SDXL fp16 VAE"].level == "ok" and "in the Hugging Face cache" in rows["SDXL fp16 VAE"].value
+
+
+def test_the_precision_row_follows_a_measurement_of_this_machine(tmp_path):
+    """DESIGN §5: the lab measured fp32 fastest for the demo model on this AVX512-BF16 CPU, where the rules pick bf16
+    AMP for a full-size model ([cpu] in tests/test_precision.py): the row says both, the measurement first."""
+    from guitrainer.core.precision.lab import Candidate, CandidateResult, LabReport, device_key
+    from guitrainer.core.precision.measurements import MeasurementStore
+
+    dev = fake_device("cpu_bf16")
+    store = MeasurementStore(tmp_path / "lab.json")
+    rules_only = {i.label: i for i in environment.check(dev, {}, store)}["Precision"].value
+    assert rules_only.startswith("best here: bf16 AMP for SD 1.5 / SDXL, fp32 for the demo model")
+
+    def ran(t, s):
+        return CandidateResult(Candidate(t), "ran", seconds_per_step=s, losses=(1.0,), loss_drift_relative=0.0)
+
+    store.put(LabReport(device_key(dev), dev.name, "demo", 64, 2, 3, 1, (ran("fp32", 0.069), ran("bf16", 0.127)),
+                        "2026-12-01T15:00:00+00:00"))
+    measured = {i.label: i for i in environment.check(dev, {}, store)}["Precision"].value
+    assert measured.startswith("best here: fp32 for demo at 64 px (measured 2026-12-01); the rules alone say bf16 AMP")

@@ -1,7 +1,7 @@
 """The VRAM measurement's own ground truth: real bitsandbytes state, an independent peak, the engine's LoRA.
 
 * 8-bit optimizer state: a real bitsandbytes AdamW8bit / Lion8bit step on real LoRA-shaped CPU tensors
-  (bitsandbytes >= 0.49 runs them on CPU), compared with the estimator's formula and with what the
+  (bitsandbytes >= 0.50 runs them on CPU), compared with the estimator's formula and with what the
   fake-tensor measurement reports.
 * The StorageTracker's peak on a real CPU step, compared with ``torch.profiler``'s allocator events.
 * The measured LoRA parameter set, compared with the engine-built model's ``lora_parameters``.

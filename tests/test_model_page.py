@@ -341,3 +341,100 @@ def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_est
     assert binding.get("precision.base_weights") == "fp8"
     after = {p.key: p.bytes for p in estimate.estimate(binding.config).parts}
     assert 0.45 < after["unet"] / before["unet"] < 0.55  # fp16 base (2 bytes) -> fp8 (1 byte); training is fp16
+
+
+def test_after_a_measurement_no_advice_label_or_log_line_recommends_what_was_measured_slower(
+        qtbot, settings, tmp_path, monkeypatch):
+    """Issue 27 item 6 (DESIGN §5: a measurement on this device outranks every rule, in every place that advises).
+
+    The device is a Xeon with AMX training an SD 1.5 model, where the rules pick bf16 AMP ([cpu] in
+    tests/test_precision.py); the measurement is issue 27's, on such a Xeon: fp32 0.354 s/step, fp16 AMP 0.372,
+    bf16 AMP 0.558. Every place is driven as the user meets it: the radio buttons clicked, the notes beside them,
+    the advice cards expanded, the device table, the VRAM meter's hints, the start check's log lines.
+    """
+    import re
+
+    from PySide6.QtWidgets import QPushButton, QRadioButton
+
+    from guitrainer.core.checks.start import check_start
+    from guitrainer.core.device import environment
+    from guitrainer.core.memory import hints
+    from guitrainer.core.precision.lab import Candidate, CandidateResult, LabReport, device_key
+    from guitrainer.core.precision.measurements import MeasurementStore
+    from guitrainer.ui.model.vram_meter import VramMeter
+
+    monkeypatch.setenv("GUITRAINER_HOME", str(tmp_path / "home"))  # the user's store, read by every place
+    device = fake_device("cpu_amx")
+    binding = ConfigBinding()
+    binding.set("model.base", str(_ckpt(tmp_path / "sd15.safetensors", SD15)))
+    binding.set("model.family", "sd15")
+    binding.set("dataset.resolution", 512)
+    binding.set("precision.training", "fp32")
+    page = _page(qtbot, settings, binding, probe=lambda: device, auto_probe=False)
+    picker = page.precision_picker
+    page.show()
+    page.start_probe()
+    qtbot.waitUntil(lambda: picker.device() is not None, timeout=10_000)
+    notes = picker.training_group.notes
+    # before: the rules recommend bf16 AMP here, and the fp32 card says so
+    assert notes["bf16"].text() == "recommended here"
+    assert [a.suggestion for a in picker.advice() if a.topic == "precision.training"] == [{"precision.training": "bf16"}]
+
+    def ran(training: str, seconds: float) -> CandidateResult:
+        return CandidateResult(Candidate(training), "ran", seconds_per_step=seconds, images_per_second=2 / seconds,
+                               step_seconds=(seconds,) * 3, losses=(1.0,) * 4, eval_loss=1.0, loss_drift=0.0,
+                               loss_drift_relative=0.0)
+
+    report = LabReport(device_key(device), device.name, "sd15", 512, 2, 3, 1,
+                       (ran("fp32", 0.354), ran("fp16", 0.372), ran("bf16", 0.558)), "2026-12-01T15:00:00+00:00", 9.0)
+    MeasurementStore().put(report)
+    picker.measurements_changed()  # what the lab window's `measured` signal calls
+
+    # the notes beside the choices: fp32 recommended, the others with what was measured (0.558 / 0.354 = 1.58,
+    # written 1.6x; 0.372 / 0.354 = 1.05, a gap under 10 % written with two decimals)
+    assert notes["fp32"].text() == "recommended here (measured)"
+    assert notes["bf16"].text() == "measured 1.6x slower" and notes["fp16"].text() == "measured 1.05x slower"
+    # the device table: what AMX really is, and that the measurement says otherwise
+    facts = {lab.objectName(): lab.text() for lab in picker.device_box.findChildren(QLabel)}
+    amx = facts["fact_amx_(bf16_matrix_tiles)"]
+    assert "bf16 matmuls in hardware" in amx and "faster than fp32" not in amx
+    assert "measured here bf16 AMP was slower (0.558 against 0.354 s/step for fp32)" in amx
+    assert "fp32, measured 2026-12-01" in picker.measured_label.text()
+
+    slower = ("fp16", "bf16")
+    praise = re.compile(r"(fp16 AMP|bf16 AMP)[^.;:]*\b(faster|better choice)\b")
+    for training in ("fp32", "fp16", "bf16"):
+        button = picker.training_group.findChild(QRadioButton, f"precision_training_{training}")
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+        assert binding.config.precision.training == training
+        cards = picker.advice_rows()
+        for row in cards:
+            row.set_expanded(True)
+        texts = [row.label.text() for row in cards]
+        suggested = {a.suggestion.get("precision.training") for a in picker.advice()} - {None}
+        assert suggested <= {"fp32"}, (training, suggested)
+        assert not [t for t in texts if praise.search(t)], texts
+        assert not [n.text() for v, n in notes.items() if v in slower and "recommended" in n.text()]
+        # the start check's lines, which the Training page logs when the run starts
+        cfg = binding.config.copy()
+        lines = check_start(cfg, device).notes + check_start(cfg, device).errors
+        assert not [line for line in lines if re.search(r"use (fp16|bf16) AMP", line) or praise.search(line)], lines
+        if training == "fp32":  # the rule the measurement contradicted says so
+            assert any("This CPU has AMX (bf16 matrix tiles), but measured here fp32 was fastest: 0.354 s/step "
+                       "against 0.558 for bf16 AMP" in t for t in texts), texts
+        else:
+            assert suggested == {"fp32"}
+    # the VRAM meter's hints: a half format is offered for its memory, the faster one measured, with its cost
+    binding.set("precision.training", "fp32")
+    meter = VramMeter(binding)
+    qtbot.addWidget(meter)
+    meter.set_device(None, device.name, info=device)
+    meter.refresh()
+    labels = [b.text() for b in meter.findChildren(QPushButton)]  # "Check precisely" and the hints
+    precision_hints = [h.label for h in hints.hints(binding.config, device=device) if "precision.training" in h.changes]
+    assert precision_hints == ["fp16 AMP (measured 1.05x slower)"]
+    assert any(t.startswith("fp16 AMP (measured 1.05x slower)") for t in labels), labels
+    assert not [t for t in labels if "bf16" in t]
+    # Help ▸ Environment's precision row
+    (row,) = [i for i in environment.check(device, {}) if i.label == "Precision"]
+    assert row.value.startswith("best here: fp32 for sd15 at 512 px (measured 2026-12-01)")

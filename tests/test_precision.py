@@ -20,31 +20,53 @@ from guitrainer.core.precision.advisor import advise, save_overflow_advice
 # (level, suggested value) of the worst advice about `precision.training`; None = no advice.
 # Each row is reasoned from a cited fact, not read off the code's output:
 #   [bf16]  NVIDIA bf16 from compute capability 8.0 (A100 whitepaper); before it torch emulates bf16 very slowly.
+#           Jetson AGX Orin is Ampere, 8.7 (NVIDIA CUDA GPUs list); B200 is 10.0.
 #   [tc]    fp16 tensor cores from 7.0 (V100 whitepaper), except TU116/TU117 (GTX 16, MX 450/550, T400-T1200).
 #   [p61]   CC 6.1 runs fp16 at 2 results/clock/SM against 128 for fp32 (CUDA Programming Guide throughput table);
 #           6.0 (P100) at 128 (full rate); Maxwell 5.2 has no fp16 arithmetic.
-#   [tu11x] TU116/TU117 give NaN losses / black images in fp16 (the peers' bug trackers, issue 17).
-#   [rdna]  AMD matrix cores (bf16) in CDNA (gfx908/90a/94x) and RDNA3 (gfx11); RDNA2 (gfx103x) has packed fp16
-#           math only (AMD ISA guides); ROCm's is_bf16_supported() is True everywhere, so it is not trusted.
-#   [xmx]   Intel Arc A-series has XMX engines for bf16 / fp16 (Arc product brief).
+#   [tu11x] TU116/TU117 give NaN losses / black images in fp16 (pytorch/pytorch#58123, AUTOMATIC1111 #28).
+#   [rdna]  AMD matrix cores (bf16) in CDNA (gfx908/90a/94x) and RDNA3 (gfx11); RDNA2 (gfx103x) and Vega 20 (gfx906,
+#           MI50) have packed fp16 math only (AMD ISA guides); ROCm's is_bf16_supported() is True everywhere.
+#   [rocm]  ROCm code objects are per gfx target (no "same major" rule as CUDA's): PyTorch 2.13's ROCm wheels have
+#           gfx1030 but none of gfx1031-gfx1036 (unslothai/unsloth PR #9829, read from the build scripts).
+#   [mi100] CDNA 1 multiplies bf16 at half its fp16 rate: 92.3 against 184.6 TFLOPS (AMD MI100 specifications).
+#   [xmx]   Intel Arc A- and B-series, desktop and laptop (A770M, A370M), the Arc Pro parts (same DG2 / BMG silicon:
+#           intel/compute-runtime devices_base.inl), Arrow Lake-H's 140T have XMX; Meteor Lake's iGPU (device
+#           0x7D55, named "Intel(R) Arc(TM) Graphics" like Arrow Lake-H's 0x7D51) has none (Xe-LPG).
 #   [mps]   MPS fp16 autocast from torch 2.5, GradScaler from 2.8 (the trainer always scales fp16); bf16 autocast
-#           from torch 2.6 on macOS 14; native bf16 from M3, emulated on M1 / M2.
-#   [amx]   CPU bf16 beats fp32 only with AMX (TDPBF16PS); AVX512-BF16 alone measured 1.5x slower (bench/RESULTS.md).
+#           from torch 2.6 on macOS 14; emulated on M1 / M2 (M1 Pro: bf16 2.30 TFLOPS against fp32 4.28), native
+#           but no faster on M3+ (M4 Max: bf16 13.18, fp32 13.78, fp16 14.82; zzc0721/torch-performance-test-data
+#           #191, #65): fp16 is the faster half format on every Apple GPU. torch 2.10+ needs macOS 14 for MPS at all
+#           (pytorch/pytorch#164943, PR #163515), so a Mac on macOS 13 with torch 2.13 trains on its CPU.
+#   [cpu]   measured with bench/precision_lab.py (bench/RESULTS.md, "Precision lab"): the demo model trains fastest
+#           in fp32 on an AVX512-BF16 EPYC (0.069 s/step, bf16 AMP 0.127, fp16 AMP 0.279) and on an AMX Xeon (issue
+#           27: fp32 0.354, bf16 AMP 0.558); a mid-size UNet (the sd15 family) trains 1.6-2.3x faster in bf16 AMP on
+#           the same EPYC. A CPU without bf16 instructions converts bf16 in software. AMX-FP16 (Granite Rapids) runs
+#           fp16 matrix multiplies in hardware. Arm BF16 is not measured here: the rules keep fp32 and say so.
 B, F16, F32 = "bf16", "fp16", "fp32"
 GOOD = None
 CUDA_BF16 = {F32: ("info", B), F16: ("info", B), B: GOOD}  # [bf16]: bf16 native, so bf16 is best
 CUDA_TC = {F32: ("info", F16), F16: GOOD, B: ("error", F16)}  # [tc] + [bf16]: tensor cores, no bf16
 NO_TC_TURING = {F32: GOOD, F16: ("warning", F32), B: ("error", F32)}  # [tu11x]: fp16 unsafe, so fp32 everywhere
 SLOW_FP16 = {F32: GOOD, F16: ("warning", F32), B: ("error", F32)}  # [p61]: fp16 slower than fp32, no bf16
+PACKED_FP16 = {F32: ("info", F16), F16: ("info", None), B: ("warning", F16)}  # [rdna] / [xmx]: no matrix units
+#: the demo model on a CPU ([cpu]): fp32 everywhere; fp16 slow; bf16 slower (info where bf16 instructions exist,
+#: a warning where bf16 is converted in software)
+CPU_DEMO = {F32: GOOD, F16: ("warning", F32), B: ("info", F32)}
+CPU_NO_BF16 = {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)}
+APPLE_FP16 = {F32: ("info", F16), F16: GOOD, B: ("warning", F16)}  # [mps] M1 / M2: bf16 emulated
 PRECISION_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
-    "cpu": {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)},  # no bf16 hardware at all
-    "cpu_bf16": {F32: GOOD, F16: ("warning", F32), B: ("warning", F32)},  # [amx]: AVX512-BF16 only
-    "cpu_amx": {F32: ("info", B), F16: ("warning", B), B: GOOD},  # [amx]: Sapphire Rapids
+    "cpu": CPU_NO_BF16,  # no bf16 instructions at all
+    "cpu_bf16": CPU_DEMO,  # [cpu] AVX512-BF16 EPYC, demo model
+    "cpu_amx": CPU_DEMO,  # [cpu] Sapphire Rapids, demo model: measured fp32 fastest there too
+    "cpu_gnr": {**CPU_DEMO, F16: ("info", F32)},  # [cpu] Granite Rapids: AMX-FP16, so fp16 is no longer "slow"
+    "cpu_arm_bf16": CPU_DEMO,  # [cpu] Arm BF16: not measured, fp32 kept
     "gtx980": SLOW_FP16,  # [p61] Maxwell 5.2
     "gtx1080": SLOW_FP16,  # [p61] consumer Pascal 6.1
-    "gtx1080_cu128": SLOW_FP16,  # the same card; the build problem is a separate, device-level error
+    "gtx1080_cu130": SLOW_FP16,  # the same card; the build problem is a separate, device-level error
     "p100": {F32: ("info", F16), F16: ("info", None), B: ("error", F16)},  # [p61] full-rate fp16, no tensor cores
     "v100": CUDA_TC,  # [tc] Volta
+    "v100_cu130": CUDA_TC,  # the same card under a build without sm_70
     "gtx1660": NO_TC_TURING,  # [tu11x] TU116 (by name and by its 22 SMs)
     "t1000": NO_TC_TURING,  # [tu11x] TU117 Quadro T1000
     "mx450": NO_TC_TURING,  # [tu11x] TU117 laptop part
@@ -54,18 +76,38 @@ PRECISION_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
     "rtx3060": CUDA_BF16,
     "rtx4090": CUDA_BF16,
     "h100": CUDA_BF16,
+    "b200": CUDA_BF16,
+    "b200_cu126": CUDA_BF16,
     "rtx5090": CUDA_BF16,
-    "rtx5090_no_sm120": CUDA_BF16,
-    "rx6800": {F32: ("info", F16), F16: ("info", None), B: ("warning", F16)},  # [rdna] RDNA2
+    "rtx5090_cu126": CUDA_BF16,
+    "jetson_orin": CUDA_BF16,  # [bf16] Ampere 8.7
+    "t4_cpu_torch": CPU_NO_BF16,  # a CPU-only torch: the CPU trains (the fake CPU has no bf16)
+    "rtx3060_cpu_torch": CPU_NO_BF16,
+    "rtx4090_cpu_torch": CPU_NO_BF16,
+    "rx6800": PACKED_FP16,  # [rdna] RDNA2, gfx1030
+    "rx6700xt": PACKED_FP16,  # [rdna] RDNA2, gfx1031 (its missing kernels are a device-level error)
     "rx7900": CUDA_BF16,  # [rdna] RDNA3 WMMA
     "mi250": CUDA_BF16,  # [rdna] CDNA 2
-    "arc_a770": CUDA_BF16,  # [xmx]
-    "mps": {F32: ("info", F16), F16: GOOD, B: ("warning", F16)},  # [mps] M2, torch 2.13, macOS 14: bf16 emulated
-    "m1": {F32: ("info", F16), F16: GOOD, B: ("warning", F16)},  # [mps] M1: the same
-    "m3": {F32: ("info", B), F16: GOOD, B: GOOD},  # [mps] M3: native bf16
-    "m2_macos13": {F32: ("info", F16), F16: GOOD, B: ("error", F16)},  # [mps] bf16 needs macOS 14
+    "mi100": {F32: ("info", F16), F16: GOOD, B: ("info", F16)},  # [mi100] matrix cores, bf16 at half fp16's rate
+    "mi50": PACKED_FP16,  # [rdna] Vega 20: packed fp16, no matrix cores
+    **dict.fromkeys(("arc_a770", "arc_a770m", "arc_a370m", "arc_pro_a60", "arc_pro_b60", "arc_140t", "arl_arc_igpu"),
+                    CUDA_BF16),  # [xmx]
+    "mtl_arc_igpu": PACKED_FP16,  # [xmx] Meteor Lake: no XMX, fp16 at full rate
+    "mps": APPLE_FP16,  # [mps] M2, torch 2.13, macOS 14
+    "m1": APPLE_FP16,  # [mps] M1: the same
+    "m3": {F32: ("info", F16), F16: GOOD, B: ("info", F16)},  # [mps] M3: native bf16, still not faster than fp16
+    "m2_macos13": {F32: ("info", F16), F16: GOOD, B: ("error", F16)},  # [mps] torch 2.8: fp16 AMP yes, bf16 no
+    "m2_macos13_torch213": CPU_DEMO,  # [mps] no MPS: its CPU trains (Apple M2: Arm BF16, not measured)
     "m2_torch27": {F32: GOOD, F16: ("error", F32), B: ("warning", F32)},  # [mps] no GradScaler before 2.8
     "mps_old": {F32: GOOD, F16: ("error", F32), B: ("error", F32)},  # [mps] torch 2.4, macOS 13: neither
+}
+#: the same CPUs training a full-size model (model.family = "sd15"): bf16 where bf16 instructions exist [cpu]
+CPU_SD15_TABLE: dict[str, dict[str, tuple[str, str | None] | None]] = {
+    "cpu": CPU_NO_BF16,
+    "cpu_bf16": {F32: ("info", B), F16: ("warning", B), B: GOOD},
+    "cpu_amx": {F32: ("info", B), F16: ("warning", B), B: GOOD},
+    "cpu_gnr": {F32: ("info", B), F16: ("info", B), B: GOOD},  # AMX-FP16: fp16 an option, bf16 the rules' pick
+    "cpu_arm_bf16": CPU_DEMO,  # not measured: fp32 kept, bf16 an info
 }
 EIGHT_BIT = ("AdamW8bit", "Lion8bit")
 #: pure-PyTorch optimizers from their own packages (issue 20): no device or bitsandbytes constraint
@@ -73,16 +115,26 @@ PURE_TORCH = dict.fromkeys(("Prodigy", "AdamWScheduleFree", "DAdaptAdam", "CAME"
 CUDA_OPT = dict.fromkeys(OPTIMIZERS)  # every optimizer fine on a GPU with a matching bitsandbytes 0.50.2
 BNB_REFUSED = {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("error", "AdamW")),
                "PagedAdamW8bit": ("error", "AdamW"), **PURE_TORCH}
+BNB_WARNED = {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
+              "PagedAdamW8bit": ("warning", "AdamW"), **PURE_TORCH}
+CPUS = ("cpu", "cpu_bf16", "cpu_amx", "cpu_gnr", "cpu_arm_bf16", "t4_cpu_torch", "rtx3060_cpu_torch",
+        "rtx4090_cpu_torch", "m2_macos13_torch213")
+# [bnb] bitsandbytes 0.50.2 (the fakes' version): 8-bit kernels need CUDA compute capability 6.0; its ROCm libraries
+# have gfx90a / gfx942 / gfx950 / gfx110x / gfx115x / gfx120x, and gfx908 and gfx103x only in the ROCm 7.14 library,
+# which it loads only under a torch built on ROCm 7.14 (bitsandbytes installation docs and cextension.py at 0.50.0;
+# the fakes run PyTorch's rocm7.2 build); no build has gfx906. Paged optimizers page on CUDA and ROCm, and on Intel
+# GPUs from 0.50.0 (PR #1898). The PyPI wheels do not run on Jetson's L4T runtime (installation docs, Jetson note).
+# CPU 8-bit kernels from 0.50.0 (backends/cpu/ops.py), slow there.
 OPTIMIZER_TABLE: dict[str, dict[str, tuple[str, str] | None]] = {
-    **{d: CUDA_OPT for d in ("gtx1080", "gtx1080_cu128", "p100", "v100", "gtx1660", "t1000", "mx450", "tu117_unnamed",
-                             "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "rtx5090", "rtx5090_no_sm120",
-                             "rx6800", "rx7900", "mi250")},  # bitsandbytes 0.50.2: CUDA >= 6.0, ROCm wheels
-    "gtx980": BNB_REFUSED,  # bitsandbytes' 8-bit kernels need compute capability 6.0
-    # Intel: 8-bit works (bitsandbytes PR #1692); paging is CUDA-only, so the paged variant is pointless
-    "arc_a770": {**CUDA_OPT, "PagedAdamW8bit": ("warning", "AdamW8bit")},
-    **{d: {"AdamW": None, "Adafactor": None, **dict.fromkeys(EIGHT_BIT, ("warning", "AdamW")),
-           "PagedAdamW8bit": ("warning", "AdamW"), **PURE_TORCH} for d in ("cpu", "cpu_bf16", "cpu_amx")},  # works, slow
-    **{d: BNB_REFUSED for d in MAC_DEVICES},  # no MPS 8-bit kernels in bitsandbytes
+    **{d: CUDA_OPT for d in ("gtx1080", "gtx1080_cu130", "p100", "v100", "v100_cu130", "gtx1660", "t1000", "mx450",
+                             "tu117_unnamed", "t4", "rtx2080ti", "rtx3060", "rtx4090", "h100", "b200", "b200_cu126",
+                             "rtx5090", "rtx5090_cu126", "rx7900", "mi250")},
+    "gtx980": BNB_REFUSED,  # [bnb] compute capability 5.2
+    "jetson_orin": BNB_WARNED,  # [bnb] the PyPI wheel does not run on L4T; a JetPack build might be installed
+    **{d: BNB_REFUSED for d in ("rx6800", "rx6700xt", "mi100", "mi50")},  # [bnb] no kernels in the rocm7.2 library
+    **{d: CUDA_OPT for d in FAKE_DEVICES if d.startswith(("arc_", "mtl_", "arl_"))},  # [bnb] XPU, paged from 0.50
+    **{d: BNB_WARNED for d in CPUS},  # [bnb] works on the CPU, slowly
+    **{d: BNB_REFUSED for d in MAC_DEVICES if d != "m2_macos13_torch213"},  # no MPS 8-bit kernels in bitsandbytes
 }
 
 
@@ -101,7 +153,7 @@ def _about(advice: list[Advice], topic: str) -> tuple[str, str | None] | None:
 
 def test_tables_cover_every_fake_device():
     assert set(PRECISION_TABLE) == set(OPTIMIZER_TABLE) == set(FAKE_DEVICES)
-    assert len(FAKE_DEVICES) >= 18
+    assert len(FAKE_DEVICES) >= 45
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
@@ -125,6 +177,14 @@ def test_rule_table(device_name, training, optimizer):
         assert (_about(after, "precision.training") or ("info",))[0] != "error"
 
 
+@pytest.mark.parametrize("training", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("device_name", sorted(CPU_SD15_TABLE))
+def test_cpu_rule_table_for_a_full_size_model(device_name, training):
+    """[cpu] the model's size decides on a CPU: the same CPUs as the demo rows, training an SD 1.5 model."""
+    cfg = _config(training, model__family="sd15", model__base="/models/sd15.safetensors")
+    assert _about(advise(fake_device(device_name), cfg), "precision.training") == CPU_SD15_TABLE[device_name][training]
+
+
 def test_bf16_on_turing_is_an_error_suggesting_fp16_amp():
     (a,) = [a for a in advise(fake_device("t4"), _config("bf16")) if a.topic == "precision.training"]
     assert a.level == "error" and a.code == "bf16_not_native"
@@ -143,15 +203,16 @@ def test_gtx1660_has_no_tensor_cores_and_its_fp16_caveat():
 
 
 def test_torch_build_without_the_cards_architecture():
-    d = fake_device("rtx5090_no_sm120")
+    d = fake_device("rtx5090_cu126")  # 2.13.0+cu126 stops at sm_90; the RTX 5090 is sm_120
     assert d.gpu.kernels_in_build is False
     errors = [a for a in advise(d, _config("bf16")) if a.code == "torch_arch_missing"]
     assert len(errors) == 1 and errors[0].level == "error"
     assert "sm_120" in errors[0].message
-    assert "--index-url https://download.pytorch.org/whl/cu128" in errors[0].suggestion_text
+    # cu130 publishes sm_120 (RELEASE.md support matrix, 2.12-2.14), pinned to its exact build
+    assert errors[0].suggestion_text.endswith('"torch==2.13.0+cu130" --index-url https://download.pytorch.org/whl/cu130')
     assert errors[0].suggestion == {}  # no setting fixes it: the Start button stays blocked
     assert not [a for a in advise(fake_device("rtx5090"), _config("bf16")) if a.level == "error"]
-    assert "cu126" in rules.torch_install_hint((6, 1))  # Pascal: the cu128 wheels dropped it
+    assert "cu126" in rules.torch_install_hint((6, 1))  # Pascal: only the cu126 wheels have sm_60, which 6.1 runs
 
 
 @pytest.mark.parametrize(
@@ -240,13 +301,17 @@ def test_advice_sorted_and_worst():
 
 
 def test_recommended_training():
-    # [amx] AVX512-BF16 alone is slower than fp32; [p61] consumer Pascal runs fp16 at 1/64 rate; P100 at full
-    # rate; [tu11x]; [mps] M2 emulates bf16 but has fp16 AMP with torch 2.8+; M3 has bf16; [rdna]; [xmx]
-    expect = {"cpu": "fp32", "cpu_bf16": "fp32", "cpu_amx": "bf16", "gtx1080": "fp32", "p100": "fp16",
-              "gtx1660": "fp32", "t1000": "fp32", "t4": "fp16", "rtx3060": "bf16", "h100": "bf16", "mps": "fp16",
-              "m3": "bf16", "mps_old": "fp32", "rx6800": "fp16", "rx7900": "bf16", "arc_a770": "bf16"}
+    # [cpu] a full-size model (family unknown) in bf16 where bf16 instructions exist, the demo model in fp32;
+    # [p61] consumer Pascal runs fp16 at 1/64 rate; P100 at full rate; [tu11x]; [mps] fp16 AMP with torch 2.8+ on
+    # every Apple GPU, M3 included (its native bf16 is no faster); [rdna]; [mi100]; [xmx]
+    expect = {"cpu": "fp32", "cpu_bf16": "bf16", "cpu_amx": "bf16", "cpu_arm_bf16": "fp32", "gtx1080": "fp32",
+              "p100": "fp16", "gtx1660": "fp32", "t1000": "fp32", "t4": "fp16", "rtx3060": "bf16", "h100": "bf16",
+              "mps": "fp16", "m3": "fp16", "mps_old": "fp32", "rx6800": "fp16", "rx7900": "bf16", "mi100": "fp16",
+              "arc_a770": "bf16", "arc_a370m": "bf16", "mtl_arc_igpu": "fp16"}
     for name, value in expect.items():
         assert rules.recommended_training(fake_device(name)) == value, name
+    for name in ("cpu_bf16", "cpu_amx", "cpu_gnr"):
+        assert rules.recommended_training(fake_device(name), "demo") == "fp32", name
 
 
 def test_save_overflow_advice():
@@ -305,15 +370,16 @@ def test_probe_survives_torch_raising(monkeypatch):
     assert "torch unavailable" in info.summary()
 
 
-def _fake_torch(monkeypatch, *, hip: str | None = None, cuda_props=(), xpu_props=()):
-    """A torch module that reports the given CUDA / ROCm device properties, or Intel XPU ones."""
+def _fake_torch(monkeypatch, *, hip: str | None = None, cuda_props=(), xpu_props=(), arch_list=()):
+    """A torch module that reports the given CUDA / ROCm device properties (and ``get_arch_list()``), or Intel XPU
+    ones."""
     fake = types.ModuleType("torch")
     fake.__version__ = "2.13.0"
     fake.version = types.SimpleNamespace(cuda=None if hip else ("12.8" if cuda_props else None), hip=hip)
     fake.cuda = types.SimpleNamespace(
         is_available=lambda: bool(cuda_props),
         device_count=lambda: len(cuda_props),
-        get_arch_list=lambda: [],
+        get_arch_list=lambda: list(arch_list),
         get_device_properties=lambda i: cuda_props[i],
         is_bf16_supported=lambda **kw: True,  # what ROCm says for every HIP device: never trusted
         mem_get_info=lambda i: (1 << 30, 2 << 30),
@@ -352,6 +418,62 @@ def test_probe_finds_intel_xpu_devices(monkeypatch):
     assert rules.recommended_training(info) == "bf16"
 
 
+def test_intel_xmx_from_what_the_device_reports_the_name_only_as_a_fallback(monkeypatch):
+    """[xmx] torch's XPU property has_subgroup_matrix_multiply_accumulate True is proof (DPAS); False is not, since
+    the query fails closed (pytorch/pytorch#196074: False on an Arc B580 with XMX); then the device id (torch 2.9+),
+    then the name. Meteor Lake (0x7D55) and Arrow Lake-H (0x7D51) share the name "Intel(R) Arc(TM) Graphics"."""
+
+    def xpu(name, reported=None, device_id=None):
+        p = types.SimpleNamespace(name=name, total_memory=8 << 30, gpu_subslice_count=8)
+        if reported is not None:
+            p.has_subgroup_matrix_multiply_accumulate = reported
+        if device_id is not None:
+            p.device_id = device_id
+        return p
+
+    props = [
+        xpu("Intel(R) Arc(TM) Graphics", reported=True),  # an iGPU that says it has the instructions: it has
+        xpu("Intel(R) Arc(TM) A370M Graphics", reported=False),  # fail-closed flag: the laptop A370M by its name
+        xpu("Intel(R) Arc(TM) Graphics", reported=False, device_id=0x7D55),  # Meteor Lake: no XMX
+        xpu("Intel(R) Arc(TM) Graphics", reported=False, device_id=0x7D51),  # Arrow Lake-H: XMX
+        xpu("Intel(R) Arc(TM) Graphics", reported=False),  # older torch: no device id, cannot be told
+        xpu("Intel(R) Iris(R) Xe Graphics", reported=False),
+    ]
+    _fake_torch(monkeypatch, xpu_props=props)
+    info = hardware.collect()
+    assert [g.tensor_cores for g in info.gpus] == [True, True, False, True, False, False]
+    assert [g.xmx_source for g in info.gpus][:4] == ["reported by the device", "from its name", "from its device id",
+                                                      "from its device id"]
+    assert info.gpus[4].xmx_source.startswith("unknown") and "xpu 4 XMX" in dict(info.unknown)
+    assert "Meteor Lake" in dict(info.unknown)["xpu 4 XMX"]
+    facts = dict(info.select(4).facts())
+    assert facts["XMX matrix engines"].startswith("unknown (")
+    (bf16,) = [a for a in advise(info.select(4), _config("bf16", precision__gpu_index=4)) if a.topic == "precision.training"]
+    assert "could not be told" in bf16.message  # it does not claim the chip has none
+
+
+def test_rocm_build_without_the_cards_gfx_target_is_an_error_with_the_override(monkeypatch):
+    """[rocm] a ROCm wheel's get_arch_list() names gfx targets; PyTorch's own have gfx1030 but no gfx1031
+    (unslothai/unsloth PR #9829), and a missing target stops the first kernel with "invalid device function"
+    (pytorch/pytorch#132570, RX 6700 XT). HSA_OVERRIDE_GFX_VERSION=10.3.0 runs gfx1030 code on it (ROCm/rocALUTION#197)."""
+    props = [
+        types.SimpleNamespace(name="AMD Radeon RX 6700 XT", major=10, minor=3, total_memory=12 << 30,
+                              multi_processor_count=40, gcnArchName="gfx1031"),
+        types.SimpleNamespace(name="AMD Radeon RX 6800 XT", major=10, minor=3, total_memory=16 << 30,
+                              multi_processor_count=72, gcnArchName="gfx1030:xnack-"),
+    ]
+    _fake_torch(monkeypatch, hip="7.2", cuda_props=props, arch_list=["gfx900", "gfx906", "gfx1030", "gfx1100"])
+    info = hardware.collect()
+    rx6700, rx6800 = info.gpus
+    assert rx6700.kernels_in_build is False and rx6800.kernels_in_build is True
+    (a,) = [a for a in advise(info, _config()) if a.code == "torch_arch_missing"]
+    assert a.level == "error" and "gfx1031" in a.message and "invalid device function" in a.message
+    assert a.suggestion_text == "HSA_OVERRIDE_GFX_VERSION=10.3.0 python -m guitrainer"
+    assert not [a for a in advise(info, _config(precision__gpu_index=1)) if a.code == "torch_arch_missing"]
+    # no override for a chip whose neighbour's code is not in the build: a build for it is the answer
+    (b,) = [a for a in advise(fake_device("rx6700xt", arch_list=("gfx1100",)), _config()) if a.code == "torch_arch_missing"]
+    assert "HSA_OVERRIDE" not in b.suggestion_text
+
 def test_probe_reads_amx_from_cpu_flags(monkeypatch, tmp_path):
     text = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: sse avx512_bf16 amx_bf16 amx_tile\n"
     real_path = hardware.Path
@@ -362,7 +484,7 @@ def test_probe_reads_amx_from_cpu_flags(monkeypatch, tmp_path):
     (tmp_path / "cpuinfo").write_text(text, encoding="utf-8")
     monkeypatch.setattr(hardware, "Path", fake)
     cpu = hardware._cpu_info([])
-    assert cpu.amx and cpu.bf16_faster and "amx_bf16" in cpu.bf16_flags
+    assert cpu.amx and "amx_bf16" in cpu.bf16_flags
 
 
 def test_probe_survives_bitsandbytes_raising(monkeypatch):
@@ -468,17 +590,18 @@ def test_pascal_fp16_says_what_it_still_buys():
 
 
 def test_install_hint_gives_the_build_that_supports_the_card_and_says_older():
-    (a,) = [a for a in advise(fake_device("gtx1080_cu128"), _config("fp32")) if a.code == "torch_arch_missing"]
-    assert "older than this PyTorch build" in a.message  # torch 2.8 cu128 dropped sm_50-sm_70
-    assert a.suggestion_text.endswith("/whl/cu126")
-    (b,) = [a for a in advise(fake_device("rtx5090_no_sm120"), _config("fp32")) if a.code == "torch_arch_missing"]
-    assert "newer than this PyTorch build" in b.message and b.suggestion_text.endswith("/whl/cu128")
+    (a,) = [a for a in advise(fake_device("gtx1080_cu130"), _config("fp32")) if a.code == "torch_arch_missing"]
+    assert "older than this PyTorch build" in a.message  # cu130 has nothing below sm_75
+    assert a.suggestion_text.endswith("/whl/cu126") and "2.13.0+cu126" in a.suggestion_text
+    assert "RFC pytorch/pytorch#190385" in a.message  # where the end of the cu126 builds is announced
+    (b,) = [a for a in advise(fake_device("rtx5090_cu126"), _config("fp32")) if a.code == "torch_arch_missing"]
+    assert "newer than this PyTorch build" in b.message and b.suggestion_text.endswith("/whl/cu130")
 
 
 @pytest.mark.parametrize(
     ("device", "version", "backend", "level"),
     [
-        ("cpu", "0.49.2", "cpu", "error"),  # CPU 8-bit optimizer kernels from 0.50
+        ("cpu", "0.49.2", "cpu", "error"),  # [bnb] CPU 8-bit optimizer kernels from 0.50
         ("cpu", "0.50.0", "cpu", "warning"),
         ("rx7900", "0.48.2", "rocm", "error"),  # ROCm wheels from 0.49
         ("rx7900", "0.49.1", "rocm", None),
@@ -492,6 +615,63 @@ def test_install_hint_gives_the_build_that_supports_the_card_and_says_older():
 def test_eight_bit_status_follows_the_bitsandbytes_version(device, version, backend, level):
     d = fake_device(device, bitsandbytes=BitsAndBytesInfo(True, version, backend))
     assert rules.eight_bit_status(d)[0] == level
+
+
+@pytest.mark.parametrize(
+    ("device", "version", "hip", "level"),
+    [
+        # [bnb] bitsandbytes loads the ROCm library matching torch's HIP version; its 0.49 libraries have gfx90a,
+        # gfx942, gfx1100, gfx1101 (+ gfx950, gfx115x, gfx120x from ROCm 6.4 / 7.0); 0.50's add gfx1102 / gfx1103 /
+        # gfx1152 / gfx1153, and only its ROCm 7.14 library has gfx908 and gfx1030-gfx1036; none has gfx906
+        ("rx7900", "0.49.2", "7.2", None),
+        ("mi250", "0.49.2", "6.3", None),
+        ("rx6800", "0.49.2", "7.2", "error"),  # RDNA2: no 0.49 library has it
+        ("rx6800", "0.50.2", "7.2", "error"),  # PyTorch's rocm7.2 wheels load the 7.2 library: no gfx1030
+        ("rx6800", "0.50.2", "7.14", None),  # a torch built on ROCm 7.14 (AMD's wheels) loads the one that has it
+        ("rx6700xt", "0.50.2", "7.14", None),  # gfx1031 too
+        ("mi100", "0.50.2", "7.2", "error"),
+        ("mi100", "0.50.2", "7.14", None),
+        ("mi50", "0.50.2", "7.14", "error"),  # gfx906: in no published build
+        ("rx7900", "0.48.2", "7.2", "error"),  # no ROCm in the PyPI wheels before 0.49
+    ],
+)
+def test_eight_bit_status_checks_the_rocm_architecture(device, version, hip, level):
+    d = fake_device(device, bitsandbytes=BitsAndBytesInfo(True, version, "rocm"), hip_version=hip)
+    got, reason = rules.eight_bit_status(d)
+    assert got == level, reason
+    if device == "rx6800" and level == "error" and version.startswith("0.50"):
+        assert "7.14" in reason  # it says which library has the kernels
+
+
+def test_paged_optimizers_page_on_intel_gpus_from_bitsandbytes_050():
+    """[bnb] PR #1898 "Enable Paged Optimizer Support for XPU", first released in 0.50.0."""
+    paged = _config(optimizer="PagedAdamW8bit")
+    assert _about(advise(fake_device("arc_a770"), paged), "optimizer.name") is None  # 0.50.2
+    old = fake_device("arc_a770", bitsandbytes=BitsAndBytesInfo(True, "0.49.2", "xpu"))
+    (a,) = [a for a in advise(old, paged) if a.topic == "optimizer.name"]
+    assert (a.level, a.suggestion) == ("warning", {"optimizer.name": "AdamW8bit"}) and "0.50" in a.message
+    (c,) = [a for a in advise(fake_device("cpu"), paged) if a.topic == "optimizer.name"]
+    assert c.code == "paged_without_cuda"  # nothing to page to from a CPU
+
+
+def test_mps_needs_macos_14_from_torch_210():
+    """[mps] torch 2.10+ on macOS 13 finds no MPS device (pytorch/pytorch#164943): the Mac trains on its CPU, and
+    the advice says why; torch 2.8 still runs MPS there."""
+    d = fake_device("m2_macos13_torch213")
+    assert d.kind == "cpu" and not d.mps.usable and "macOS 14" in d.mps.unsupported
+    (a,) = [a for a in advise(d, _config("fp32")) if a.code == "mps_needs_macos14"]
+    assert a.level == "warning" and "macOS" in a.message
+    assert "not usable" in dict(d.facts())["Apple GPU (MPS)"]
+    assert fake_device("m2_macos13").kind == "mps"
+
+
+def test_probe_reads_amx_fp16_from_torch(monkeypatch):
+    """AMX-FP16 never shows in /proc/cpuinfo (Linux cpufeatures.h gives X86_FEATURE_AMX_FP16 no name): torch's CPUID
+    helper reports it."""
+    _fake_torch(monkeypatch)
+    sys.modules["torch"].cpu = types.SimpleNamespace(_is_amx_fp16_supported=lambda: True)
+    assert hardware.collect().cpu.amx_fp16 is True
+    assert "AMX-FP16 (fp16 matrix tiles)" in dict(fake_device("cpu_gnr").facts())
 
 
 def test_sdxl_vae_note_states_the_estimators_cost_and_the_fp16_fixed_vae():
@@ -521,6 +701,18 @@ def test_fp8_base_weights_advice():
     assert [a.code for a in gpu] == ["fp8_with_fp32", "fp8_caveat"] and "three quarters" in gpu[1].message
     cpu = [a for a in advise(fake_device("cpu"), _config("fp32", **fp8)) if a.topic == "precision.base_weights"]
     assert [a.code for a in cpu] == ["fp8_caveat"]
+    # [tu11x] / [p61]: where fp32 is the best the card does, fp16 / bf16 AMP is not "the faster way" to use fp8
+    for name in ("gtx1660", "gtx1080", "t1000"):
+        codes = [a.code for a in advise(fake_device(name), _config("fp32", **fp8)) if a.topic == "precision.base_weights"]
+        assert codes == ["fp8_caveat"], name
+    # the caveat says what fp8 storage costs in speed, as measured in bench/RESULTS.md ("Precision lab", fp8 rows)
+    assert "slower" in ok[0].message and "our bench" in ok[0].message
+    # Intel GPUs: float8 operators only from torch 2.10 (pytorch/pytorch#169571; intel/torch-xpu-ops#1939)
+    (xpu,) = [a for a in advise(fake_device("arc_a770", torch_version="2.9.1+xpu"), _config("bf16", **fp8))
+              if a.topic == "precision.base_weights"]
+    assert xpu.level == "error" and xpu.code == "fp8_xpu_old_torch" and "2.10" in xpu.message
+    assert [a.level for a in advise(fake_device("arc_a770"), _config("bf16", **fp8))
+            if a.topic == "precision.base_weights"] == ["info"]
     # without checkpointing the widened copies are kept for the backward pass (tracked: more memory than without fp8)
     bare = [a for a in advise(fake_device("rtx3060"), _config("bf16", precision__base_weights="fp8",
                                                                precision__gradient_checkpointing=False))
@@ -537,3 +729,25 @@ def test_bf16_lora_weights_advice():
     on_turing = [a.code for a in advise(fake_device("t4"), _config("fp16", precision__lora_weights="bf16"))
                  if a.topic == "precision.lora_weights"]
     assert on_turing == ["bf16_lora_emulated", "bf16_lora_fp16"]
+
+
+@pytest.mark.parametrize("device_name", sorted(PRECISION_TABLE))
+def test_the_picker_notes_and_the_advice_agree(device_name, tmp_path):
+    """The choice marked "recommended here" is one the advice does not talk the user out of, and a choice the
+    advice refuses is marked "not supported here" (one decision, shown in two places)."""
+    from guitrainer.core.precision.choice_notes import choice_notes
+    from guitrainer.core.precision.measurements import MeasurementStore
+
+    store = MeasurementStore(tmp_path / "none.json")
+    device = fake_device(device_name)
+    for family in ("demo", "sd15"):
+        cfg = _config("fp32", model__family=family, model__base="/models/m.safetensors")
+        notes = choice_notes(device, cfg, store)
+        (recommended,) = [v for v, n in notes.items() if n.kind == "recommended"]
+        trial = _config(recommended, model__family=family, model__base="/models/m.safetensors")
+        about = [a for a in advise(device, trial, store) if a.topic == "precision.training"]
+        assert not [a for a in about if a.suggestion.get("precision.training", recommended) != recommended], about
+        for value, note in notes.items():
+            refused = _about(advise(device, _config(value, model__family=family, model__base="/m"), store),
+                             "precision.training")
+            assert (note.kind == "error") == (refused is not None and refused[0] == "error"), (value, note)

@@ -17,8 +17,8 @@ from guitrainer.core.precision.lab import (
     LabReport,
     device_key,
     format_table,
-    plan,
 )
+from guitrainer.core.precision.lab_plan import plan
 from guitrainer.core.precision.measurements import MeasurementStore, measured_recommendation
 
 CPU = DeviceInfo(cpu=CpuInfo("Test CPU 9000", 8, bf16_native=False), torch_version="2.13.0")

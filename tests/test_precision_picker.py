@@ -101,13 +101,13 @@ def test_device_selector_only_with_several_gpus(qtbot, binding):
 
 
 def test_install_hint_is_copyable(qtbot, binding):
-    w = _picker(qtbot, binding, fake_device("rtx5090_no_sm120"))
+    w = _picker(qtbot, binding, fake_device("rtx5090_cu126"))
     (row,) = [r for r in _rows(w, "error") if r.advice.code == "torch_arch_missing"]
     assert row.button is not None and row.button.objectName() == "copy_suggestion"
     qtbot.mouseClick(row.button, Qt.MouseButton.LeftButton)
     from PySide6.QtGui import QGuiApplication
 
-    assert "download.pytorch.org/whl/cu128" in QGuiApplication.clipboard().text()
+    assert QGuiApplication.clipboard().text().endswith('"torch==2.13.0+cu130" --index-url https://download.pytorch.org/whl/cu130')
     assert not row.findChildren(QPushButton, "use_suggested")
 
 

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,32 +29,58 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-#: how other libraries word an errno they do not raise as OSError (safetensors: "IoError(Os { code: 28, ... })")
-_OS_CODE = re.compile(r"\bcode:\s*(\d+)|\[Errno (\d+)\]")
+#: how other libraries word an errno they do not raise as OSError (safetensors: "IoError(Os { code: 28, ... })",
+#: "I/O error: No space left on device (os error 28)")
+_OS_CODE = re.compile(r"\bcode:\s*(\d+)|\[Errno (\d+)\]|\(os error (\d+)\)")
+#: how PyTorch's zip writer (``torch.save``) reports a write that stopped short, without an errno: on a full disk
+#: "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534", or "PytorchStreamWriter failed writing"
+_TORCH_SHORT_WRITE = re.compile(r"inline_container\.cc|PytorchStreamWriter failed|unexpected pos \d+")
+#: free space under which a write that stopped short is taken for a full disk
+NEARLY_FULL_BYTES = 16 * 1024 * 1024
 
 
-def _errno_of(e: BaseException) -> int:
+def _errno_of(e: BaseException, path: Path | None = None) -> int:
+    """The OS error behind ``e``, however its library words it; 0 when none shows. A PyTorch write that stopped
+    short is ENOSPC when the disk holding ``path`` is (nearly) full, else EIO."""
     if isinstance(e, OSError) and e.errno:
         return int(e.errno)
-    m = _OS_CODE.search(str(e))
+    text = str(e)
+    m = _OS_CODE.search(text)
     if m:
-        return int(m.group(1) or m.group(2))
-    text = str(e).lower()
-    if "storagefull" in text or "no space left" in text:
+        return int(next(g for g in m.groups() if g))
+    if "storagefull" in text.lower() or "no space left" in text.lower():
         return errno.ENOSPC
+    if _TORCH_SHORT_WRITE.search(text):
+        return errno.ENOSPC if path is not None and _nearly_full(path) else errno.EIO
     return 0
+
+
+def _nearly_full(path: Path) -> bool:
+    """The disk holding ``path`` (or its nearest existing folder) has less than :data:`NEARLY_FULL_BYTES` free."""
+    for folder in (path, *path.parents):
+        try:
+            return shutil.disk_usage(folder).free < NEARLY_FULL_BYTES
+        except OSError:
+            continue
+    return False
+
+
+def is_write_failure(e: BaseException, path: str | Path | None = None) -> bool:
+    """``e`` is the OS refusing a write (a full disk, no permission, ...), however the library that wrote words it."""
+    return bool(_errno_of(e, Path(path) if path is not None else None))
 
 
 def explain(path: str | Path, e: BaseException) -> WriteError:
     """``e`` in plain words (a WriteError passes through): what could not be written, why, and what to do.
 
-    Any exception type: other libraries report a full disk as their own errors (safetensors' SafetensorError).
+    Any exception type: other libraries report a full disk as their own errors (safetensors' SafetensorError,
+    PyTorch's "unexpected pos" RuntimeError).
     Never raises itself, even for a path the file system refuses.
     """
     if isinstance(e, WriteError):
         return e
     path = Path(path)
-    code = _errno_of(e)
+    code = _errno_of(e, path)
     blocker = next((p for p in path.parents if _is_file(p)), None)
     if blocker is not None:
         msg = f"The output folder {blocker} is a file, not a folder: could not write {path}."
@@ -63,6 +90,9 @@ def explain(path: str | Path, e: BaseException) -> WriteError:
         msg = f"No permission to write {path}. Choose a folder you can write to, then save again."
     elif code == errno.ENAMETOOLONG:
         msg = f"The name is too long for the file system: could not write {path}. Choose a shorter output name."
+    elif code == errno.EIO and _TORCH_SHORT_WRITE.search(str(e)):
+        msg = (f"Could not write {path}: the file stopped short while it was written (PyTorch: {first_line(e, 120)}). "
+               "Is the disk full, or was the drive removed? Free some space or choose another folder, then save again.")
     else:
         why = getattr(e, "strerror", None) or first_line(e, 200)
         msg = f"Could not write {path}: {why}."
@@ -111,14 +141,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
-    except OSError as e:
+    except BaseException as e:
+        # explained before the temp file goes: a full disk still looks full (the part written is freed after)
+        err = explain(path, e) if isinstance(e, OSError) or is_write_failure(e, path) else None
         with contextlib.suppress(OSError):
             tmp_path.unlink()
-        raise explain(path, e) from e
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp_path.unlink()
-        raise
+        if err is None:
+            raise
+        raise err from e
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guitrainer.base.constants import IMAGE_EXTENSIONS, PICKLE_SUFFIXES
+from guitrainer.base.names import NAME_MAX, name_problem, safe_name
 from guitrainer.config.families import FAMILY_LABELS, FLOW_FAMILIES
 from guitrainer.config.fields import ConfigError, short_repr
 
 if TYPE_CHECKING:
     from guitrainer.config.training import TrainingConfig
 
-#: a file or folder name's limit on the common file systems (ext4, NTFS, APFS), in bytes of UTF-8
-NAME_MAX = 255
 #: longest a path may be before the names the trainer adds (PATH_MAX 4096 on Linux, less the file name)
 FOLDER_MAX = 4096 - NAME_MAX
 #: room the trainer's additions to ``output.name`` need: ``_<n>``, ``-<epoch>``, ``_state``, ``.safetensors``
@@ -95,6 +94,10 @@ def _output(folder: str, name: str) -> list[ConfigError]:
     elif any(c in name for c in "/\\") or ".." in name or stripped in (".",):
         out.append(ConfigError("output.name", f"must be a plain file name without folder separators or '..', got "
                                               f"{short_repr(name)}; choose the folder in output.folder"))
+    elif name_problem(name):
+        out.append(ConfigError("output.name", f"{short_repr(name)} {name_problem(name)}; use "
+                                              f"{short_repr(safe_name(name, 'my_lora'))}, a name every system can "
+                                              "write (presets are shared)"))
     elif len(name.encode("utf-8", "surrogatepass")) > limit:
         out.append(ConfigError("output.name", f"is too long for the file system ({len(name.encode('utf-8', 'surrogatepass'))} "
                                               f"bytes; at most {limit}, leaving room for numbers and extensions)"))

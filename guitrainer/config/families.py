@@ -12,6 +12,7 @@ FAMILY_LABELS: dict[str, str] = {
     "demo": "Demo (tiny)",
     "sd15": "SD 1.5",
     "sdxl": "SDXL",
+    "flux1": "Flux.1",
     "sd35": "SD 3.5",
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import re
 import tomllib
 import typing
@@ -12,11 +13,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from guitrainer.base import safe_open
+from guitrainer.base.names import printable
 from guitrainer.config.fields import SCHEMA_VERSION, ConfigError, UnknownKeyWarning, short_repr
 from guitrainer.config.sections import SECTIONS, apply_lr_free_default
 from guitrainer.config.training import TrainingConfig
 
 log = logging.getLogger("guitrainer.config")
+
+#: largest config or preset file read: a full config is a few kilobytes; anything bigger is some other file
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 def find_line(text: str, path: str) -> int | None:
     """Line number (1-based) of ``field = ...`` inside ``[section]`` of a TOML text, for messages."""
@@ -219,17 +225,24 @@ def parse_toml_text(text: str, source: str) -> dict[str, Any]:
         raise ConfigError("(file)", "not valid TOML: arrays or tables nested too deeply", source=source) from None
 
 
+def read_config_text(path: str | Path) -> str:
+    """The text of a config or preset file, read safely (:mod:`guitrainer.base.safe_open`): a named pipe, a device
+    (``/dev/zero``), a folder or a file over :data:`MAX_CONFIG_BYTES` is refused at once.
+
+    Raises:
+        ConfigError: naming the file (``(file)``) and what it is instead: "is a named pipe (FIFO), not a file".
+    """
+    try:
+        return safe_open.read_text(path, limit=MAX_CONFIG_BYTES, what="a config file")
+    except safe_open.PathError as e:
+        reason = "is not UTF-8 text; is this a config file?" if e.reason == "is not UTF-8 text" else e.reason
+        raise ConfigError("(file)", reason, source=printable(os.fspath(path))) from None
+
+
 def load_toml(path: str | Path, base: TrainingConfig | None = None) -> TrainingConfig:
     """Load a config file (full or sparse) on top of ``base`` (defaults when None)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("(file)", "file not found", source=str(path)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("(file)", "not UTF-8 text; is this a config file?", source=str(path)) from None
-    except OSError as e:  # a folder, no permission, ...
-        raise ConfigError("(file)", f"cannot be read: {e.strerror or e}", source=str(path)) from None
+    text = read_config_text(path)
     data = parse_toml_text(text, str(path))
     cfg = apply_overlay(base or TrainingConfig(), data, source=str(path), text=text)
     return validated(cfg, source=str(path), text=text)

@@ -21,11 +21,11 @@ TRAINING_CHOICES: tuple[PrecisionChoice, ...] = (
     PrecisionChoice("fp32", "fp32", "Full precision everywhere: slowest and uses the most memory, but no surprises."),
     PrecisionChoice(
         "fp16", "fp16 AMP", "Half precision with a loss scaler: fast and light with tensor cores (NVIDIA RTX 20 and up), "
-        "AMD cards, Apple M1/M2 with PyTorch 2.8+."
+        "AMD cards, Apple GPUs with PyTorch 2.8+."
     ),
     PrecisionChoice(
         "bf16", "bf16 AMP", "Half precision with fp32's range, no scaler needed: NVIDIA RTX 30 and newer, AMD RDNA3 / "
-        "Instinct, Intel Arc, Apple M3 and newer."
+        "Instinct, Intel Arc; CPUs with AVX512-BF16 or AMX on full-size models."
     ),
 )
 

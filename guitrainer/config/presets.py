@@ -18,8 +18,16 @@ import tomli_w
 
 from guitrainer.base import paths
 from guitrainer.base.fileio import atomic_write_bytes
+from guitrainer.base.names import safe_name
 from guitrainer.config.fields import ConfigError, short_repr
-from guitrainer.config.files import apply_overlay, config_from_dict, diff, find_line, parse_toml_text
+from guitrainer.config.files import (
+    apply_overlay,
+    config_from_dict,
+    diff,
+    find_line,
+    parse_toml_text,
+    read_config_text,
+)
 from guitrainer.config.training import TrainingConfig
 
 log = logging.getLogger(__name__)
@@ -50,8 +58,10 @@ class Preset:
 
 
 def slug(name: str) -> str:
+    """The file name (without ``.toml``) a user preset called ``name`` is saved under: ASCII letters, digits, ``._-``,
+    at most 80 characters, and never a Windows device name (``con`` -> ``_con``: presets are shared)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("._")
-    return s[:80] or "preset"
+    return safe_name(s[:80], "preset")
 
 
 def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:
@@ -71,12 +81,7 @@ def read_preset(path: str | Path, *, shipped: bool = False) -> Preset:
 
 
 def _read_preset(path: Path, shipped: bool) -> Preset:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("(file)", "file not found", source=str(path)) from None
-    except (UnicodeDecodeError, OSError) as e:
-        raise ConfigError("(file)", f"cannot be read as text: {e}", source=str(path)) from None
+    text = read_config_text(path)
     data = parse_toml_text(text, str(path))
     header = data.get("preset", {})
     if not isinstance(header, dict):
@@ -225,7 +230,7 @@ class PresetStore:
         target = self._user_path(name)
         self.user_dir.mkdir(parents=True, exist_ok=True)
         if name == read_preset(path).name:
-            atomic_write_bytes(target, Path(path).read_bytes())  # keep the user's comments
+            atomic_write_bytes(target, read_config_text(path).encode("utf-8"))  # keep the user's comments
         else:
             atomic_write_bytes(target, preset.to_toml().encode("utf-8"))
         preset.path, preset.shipped = target, False

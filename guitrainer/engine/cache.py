@@ -15,17 +15,20 @@ entry is simply no longer looked up.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from guitrainer.base.fileio import WriteError, atomic_write_with
+from guitrainer.base.errors import first_line
+from guitrainer.base.fileio import atomic_write_with
 from guitrainer.engine.families import registry
 from guitrainer.engine.families.base import Family, TextConditioning
 
@@ -63,6 +66,8 @@ class TensorCache:
         self.misses = 0
         self.disk_hits = 0
         self._disk_ok = folder is not None
+        #: says once that the disk cache failed and the run goes on in memory (a run's Feedback.warn sets it)
+        self.warn: Callable[[str], None] = log.warning
 
     def _file(self, key: str) -> Path:
         assert self.folder is not None
@@ -99,9 +104,20 @@ class TensorCache:
 
         try:
             atomic_write_with(self._file(key), lambda f: save_file(value, str(f)))
-        except (WriteError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be written never stops training
             self._disk_ok = False  # keep going in memory only
-            log.warning("latent/text cache not written to disk (%s); caching in memory only", e)
+            self.warn(disk_cache_message(self.folder, e))
+
+
+def disk_cache_message(folder: Path | None, error: BaseException) -> str:
+    """What a cache write that failed means for the run, naming the folder: it goes on with the cache in memory."""
+    code = error.errno if isinstance(error, OSError) else 0  # the atomic write turns every OS failure into one
+    why = {errno.ENOSPC: "the disk is full", errno.EROFS: "the disk is read-only",
+           errno.EACCES: "no permission to write there", errno.EPERM: "no permission to write there"}.get(
+        code, f"it cannot be written ({first_line(error, 160)})")
+    return (f"The cache folder {folder} could not be written: {why}. Training goes on with the cache in memory for "
+            "this run (nothing is lost; the next run encodes again). To not write caches at all, turn off Keep caches "
+            "on disk (precision.cache_to_disk = false); to keep them, free some space there.")
 
 
 class LatentCache(TensorCache):
@@ -228,6 +244,7 @@ class RunCaches:
         vae = s.model.vae
         store = LatentCache(self.folder("latents"), s.model.identity or "anonymous", vae.dtype, s.dtype,
                             getattr(s.model, "vae_identity", ""))
+        store.warn = self.feedback.warn  # a full disk is said where the run's warnings go
         self.latent_store = store
         flips = (False, True) if s.config.dataset.flip_augment else (False,)
         jobs = [(s.dataset, self.latents)]
@@ -294,6 +311,7 @@ class RunCaches:
         """Encode every caption once (frozen text encoders); the encoders then leave the GPU."""
         s = self.session
         self.text_store = TextCache(self.folder("text"), s.model.identity or "anonymous", s.model.family, s.dtype)
+        self.text_store.warn = self.feedback.warn
         ds = s.dataset
         captions = dict.fromkeys(ds.fixed_caption(i) for i in range(len(ds.items)))
         if s.config.dataset.caption_dropout > 0:

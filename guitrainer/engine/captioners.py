@@ -13,6 +13,8 @@ No Qt here: the UI runs :func:`run_captioning` in a worker thread.
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from guitrainer.base import safe_open
+from guitrainer.core.dataset.captions import MAX_CAPTION_BYTES
 from guitrainer.core.dataset.scan import CaptionChange, caption_path_for, split_tags, write_caption
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,8 @@ DownloadProgress = Callable[[str, int, int, int, int], None]
 
 #: Weight formats a transformers repo often ships side by side; one copy is enough.
 _DUPLICATE_WEIGHTS = (".bin", ".h5", ".msgpack", ".ckpt")
+#: largest tags file read (WD14's selected_tags.csv is about 300 KB)
+MAX_TAGS_BYTES = 16 * 1024 * 1024
 
 
 def resolve_source(
@@ -66,13 +72,17 @@ def resolve_source(
     (default: ``needed``), one at a time, reporting each to ``progress``.
     """
     p = Path(os.path.expanduser(str(source)))
-    if p.is_dir():
+    try:
+        kind = safe_open.look(p).kind
+    except safe_open.PathError as e:  # a name too long, a NUL: never a hub id either
+        raise CaptionerError(f"The captioning model {e}. Choose the folder that holds it.") from None
+    if kind == "folder":
         missing = [n for n in needed if not (p / n).exists()]
         if missing:
             raise CaptionerError(f"{p} is not a complete captioning model: missing {', '.join(missing)}")
         return p
     text = str(source)
-    if p.exists() or text.count("/") != 1 or text.startswith((".", "/", "~")):
+    if kind != "missing" or text.count("/") != 1 or text.startswith((".", "/", "~")):
         raise CaptionerError(f"No model folder at {text}. Choose the folder that holds the captioning model.")
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         raise CaptionerError(f"{text} looks like a hub id, but downloads are off (offline). Download it once, then choose its folder.")
@@ -228,8 +238,8 @@ class TagInfo:
 
 def read_tags_csv(path: str | Path) -> list[TagInfo]:
     """``selected_tags.csv``: one row per model output, with ``name`` and ``category`` columns."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    text = safe_open.read_text(path, limit=MAX_TAGS_BYTES, what="a tags file")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     if not rows or "name" not in rows[0] or "category" not in rows[0]:
         raise CaptionerError(f"{path} needs the columns `name` and `category`")
     return [TagInfo(r["name"], int(r["category"])) for r in rows]
@@ -363,11 +373,17 @@ class CaptionRunResult:
 
 
 def _read_existing(path: Path) -> tuple[bytes | None, str | None]:
-    """Old bytes and text; text None when the file is not UTF-8."""
+    """Old bytes and text; text None when the file is not UTF-8.
+
+    Raises:
+        safe_open.PathError: the caption path is not a caption file (a named pipe, a folder, too big).
+    """
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None, ""
+        raw = safe_open.read_bytes(path, limit=MAX_CAPTION_BYTES, what="a caption")
+    except safe_open.PathError as e:
+        if e.errno == errno.ENOENT:
+            return None, ""
+        raise
     try:
         return raw, raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -404,7 +420,12 @@ def run_captioning(
         todo: list[tuple[Path, Path, bytes | None, str | None, Any]] = []
         for img_path in batch:
             cap = caption_path_for(img_path, caption_extension)
-            old_bytes, old_text = _read_existing(cap)
+            try:
+                old_bytes, old_text = _read_existing(cap)
+                safe_open.require(img_path, "file")  # a named pipe under an image's name would block Image.open
+            except safe_open.PathError as e:
+                result.failed.append((img_path, f"cannot be captioned: {e}"))
+                continue
             if mode == "skip" and (old_text is None or (old_text or "").strip()):
                 result.skipped += 1
                 continue

@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from guitrainer.base import safe_open
 from guitrainer.base.constants import IMAGE_EXTENSIONS
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset import scan as core_ds
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, make_buckets
@@ -199,8 +201,9 @@ def collect_items(
     folders: list[tuple[Path, int]] = []
     for f in dataset_cfg.folders:
         root = expand(str(f.path))
-        if not root.is_dir():
-            raise DatasetError(f"image folder not found: {root}")
+        why = safe_open.problem(root, "folder")  # never raises: a name too long, a named pipe are said in words
+        if why:
+            raise DatasetError(f"the image folder “{printable(str(root))}” {why}")
         folders.append((root, max(1, int(f.repeats))))
     with _quiet_size_warnings():
         scan = core_ds.scan_folders(
@@ -217,9 +220,10 @@ def collect_items(
             problem = "size unknown"
         if problem is None:
             problem = _check_decode(it.image_path, notes)
-        elif core_ds.Flag.UNREADABLE in it.flags:  # say why when it is Pillow's size limit
-            detail = _check_decode(it.image_path, notes) or ""
-            problem = detail if "decompression-bomb" in detail else problem
+        elif core_ds.Flag.UNREADABLE in it.flags:  # say which: no permission, a HEIC renamed .jpg, a named pipe ...
+            problem = it.problem or problem
+            if "decompression-bomb" in problem:  # Pillow's size limit: the decode names the numbers
+                problem = _check_decode(it.image_path, notes) or problem
         if problem:
             skipped.append(f"{it.image_path} ({problem})")
             continue

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from guitrainer.base.constants import FP16_MAX
 from guitrainer.base.fileio import atomic_write_with, numbered_path
+from guitrainer.base.names import safe_name
 from guitrainer.base.paths import expand
 from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
 from guitrainer.core.precision.numerics import SaveReport, TensorFinding
@@ -250,7 +251,8 @@ def lora_path(output: Any, tag: str = "") -> Path:
 
     kohya: ``<folder>/<name>[-tag].safetensors``; diffusers: ``<folder>/<name>[-tag]/pytorch_lora_weights.safetensors``.
     """
-    stem = f"{output.name}-{tag}" if tag else str(output.name)
+    name = safe_name(str(output.name), "lora")  # as every system can write it (the config refuses other names)
+    stem = f"{name}-{tag}" if tag else name
     folder = expand(output.folder)
     if output.format == "diffusers":
         return folder / stem / DIFFUSERS_WEIGHT_NAME

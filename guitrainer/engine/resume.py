@@ -7,6 +7,7 @@ trainable LoRA weights (safetensors), the optimizer, lr-scheduler, GradScaler an
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import shutil
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from guitrainer.base import safe_open
 from guitrainer.base.fileio import atomic_write_bytes, atomic_write_with
 from guitrainer.config import TrainingConfig
 from guitrainer.config.files import config_from_dict
@@ -177,6 +179,12 @@ def _load(folder: Path, name: str, loader: Any) -> Any:
     """One file of the state; a damaged or tampered one is refused in plain words (never PyTorch's advice
     to retry with ``weights_only=False``, which would run a pickle from the file)."""
     path = folder / name
+    try:  # a named pipe or a device under a state file's name would block torch.load or never end
+        safe_open.require(path, "file")
+    except safe_open.PathError as e:
+        if e.errno == errno.ENOENT:
+            raise TrainingFailed(f"{folder}: {name} is missing; the state is incomplete", DAMAGED_ADVICE) from None
+        raise TrainingFailed(f"{folder}: {name} {e.reason}; the state is damaged", DAMAGED_ADVICE) from None
     try:
         return loader(path)
     except FileNotFoundError:

@@ -23,6 +23,7 @@ import torch
 
 from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
+from guitrainer.base.names import safe_name
 from guitrainer.core.events import SampleImage
 from guitrainer.engine.families import registry
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def sample_path(folder: str | Path, name: str, step: int, i: int) -> Path:
     """``<folder>/samples/<name>_step<N>_<i>.png`` (N zero-padded to 6 digits, so names sort by step)."""
-    return Path(folder) / "samples" / f"{name}_step{step:06d}_{i}.png"
+    return Path(folder) / "samples" / f"{safe_name(name, 'lora')}_step{step:06d}_{i}.png"
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from typing import Any
 
 from guitrainer.base.fileio import WriteError
 from guitrainer.base.fileio import explain as explain_write_error
+from guitrainer.base.names import safe_name
 from guitrainer.base.paths import expand
 from guitrainer.core.events import SavedFile
 from guitrainer.core.precision.numerics import SaveReport
@@ -163,7 +164,7 @@ class Saver:
         from guitrainer.base.paths import user_data_dir
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        short = "".join(c for c in str(self.config.output.name)[:40] if c.isalnum() or c in "-_") or "lora"
+        short = safe_name("".join(c for c in str(self.config.output.name)[:40] if c.isalnum() or c in "-_"), "lora")
         return [
             user_data_dir() / "rescued" / f"{short}-{stamp}",
             Path(tempfile.gettempdir()) / "guitrainer-rescued" / f"{short}-{stamp}",
@@ -251,7 +252,7 @@ class Saver:
         the ``keep_last`` pruning: this run's tagged names (``<name>-000003``, ``<name>-step000120``), newer
         than the state. Called on resume."""
         o = self.config.output
-        pattern = re.compile(rf"^{re.escape(str(o.name))}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
+        pattern = re.compile(rf"^{re.escape(safe_name(str(o.name), 'lora'))}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
         try:
             since = (state_folder / run_state.STATE_FILE).stat().st_mtime
             found = [p for p in self.out_dir().iterdir() if pattern.match(p.name) and p.stat().st_mtime > since]

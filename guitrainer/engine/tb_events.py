@@ -14,6 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from guitrainer.base.names import safe_name
+
 log = logging.getLogger(__name__)
 
 #: StepMetrics-like field -> TensorBoard tag (kohya's names where kohya has one)
@@ -30,7 +32,7 @@ TAGS: dict[str, str] = {
 def log_folder(output_folder: str | Path, name: str, when: datetime | None = None) -> Path:
     """``<output_folder>/logs/<name>_<YYYYmmddHHMMSS>``: one folder per launch, as kohya does."""
     stamp = (when or datetime.now()).strftime("%Y%m%d%H%M%S")
-    return Path(output_folder) / "logs" / f"{name}_{stamp}"
+    return Path(output_folder) / "logs" / f"{safe_name(name, 'lora')}_{stamp}"
 
 
 class TensorBoardLog:

@@ -6,6 +6,8 @@ Test modules never import each other; what several of them need lives here:
 - :mod:`helpers.configs`: ``config_with`` (defaults + overrides) and ``demo_cfg`` (the Demo preset);
 - :mod:`helpers.doubles`: reporters (``StopAt``, ``HashingReporter``) and a fake trainer for the UI worker;
 - :mod:`helpers.taggers`: a tiny ONNX tagger and a fake Hugging Face hub (import it directly).
+- :mod:`helpers.fuzz`: the config fuzz's mutations and the child process that runs ``--check`` on them under a
+  watchdog (import it directly, or ``python -m helpers.fuzz``).
 """
 
 from __future__ import annotations

@@ -13,25 +13,17 @@ import importlib.util
 import logging
 import os
 import platform
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from guitrainer.base.paths import expand
 from guitrainer.base.units import format_bytes
-from guitrainer.config import DatasetConfig, DatasetFolder, TrainingConfig
-from guitrainer.core.dataset.folder_check import look_at_folders
+from guitrainer.config import TrainingConfig
+from guitrainer.core.checks.inputs import disk_problems
 from guitrainer.core.device import hardware
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.memory import estimate
-from guitrainer.core.model.init_lora import init_lora_problem
-from guitrainer.core.model.vae_choice import vae_problem, vae_warning
 from guitrainer.core.precision import advisor
-from guitrainer.core.runs import state as run_state
 
 log = logging.getLogger(__name__)
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Advice that an assumed CPU device cannot back: bitsandbytes was not looked at, and there may be a GPU.
 GUESS_UNSURE = frozenset(
@@ -50,28 +42,6 @@ class StartCheck:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def _check_folders(out: StartCheck, folders: Sequence[DatasetFolder], dataset: DatasetConfig, what: str, label: str) -> None:
-    """Errors for ``folders`` that training could not load (missing, or no usable image at all), notes for
-    single folders that add nothing. ``what`` names the images, ``label`` one folder ("image folder")."""
-    missing = [f.path for f in folders if not expand(str(f.path)).is_dir()]
-    for p in missing:
-        out.errors.append(f"The {label} “{p}” does not exist.")
-    if missing:
-        return
-    looks = look_at_folders(folders, dataset.caption_extension, dataset.exclude)
-    empty = [lk for lk in looks if not lk.images]
-    if len(empty) == len(looks):
-        if len(looks) == 1:
-            out.errors.append(f"No usable {what} in “{looks[0].path}”: {looks[0].reason()}.")
-        else:
-            out.errors.append(
-                f"No usable {what} in the {label}s: " + "; ".join(f"“{lk.path}”: {lk.reason()}" for lk in looks) + "."
-            )
-    else:
-        for lk in empty:
-            out.notes.append(f"The {label} “{lk.path}” adds no {what}: {lk.reason()}.")
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,32 +70,6 @@ def assumed_cpu_device() -> DeviceInfo:
         torch_version=torch_version,
         unknown=(("device", why),) + (() if torch_version else (("torch", "it is not installed"),)),
     )
-
-
-def _check_model(out: StartCheck, base: str) -> None:
-    if not base:
-        out.errors.append("No base model chosen: pick one on the Model page.")
-    elif base != "demo" and not expand(base).exists():
-        looks_like_path = base.startswith(("/", ".", "~", "\\")) or ":" in base or base.lower().endswith(
-            (".safetensors", ".ckpt")
-        )
-        if looks_like_path or not HUB_ID.match(base):
-            out.errors.append(f"The base model “{base}” was not found. Choose a model folder or file on the Model page.")
-
-
-def _check_output(out: StartCheck, config: TrainingConfig) -> None:
-    folder = expand(config.output.folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".guitrainer-write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        out.errors.append(f"Cannot write to the output folder “{folder}”: {e.strerror or e}.")
-    if config.schedule.resume_from and not run_state.is_state_folder(config.schedule.resume_from):
-        out.errors.append(f"“{config.schedule.resume_from}” is not a saved training state.")
-    elif config.schedule.resume_from:
-        _check_resume_matches(out, config)
 
 
 def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, guessed: bool) -> None:
@@ -167,27 +111,8 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     out = StartCheck()
     for e in config.errors():
         out.errors.append(f"Setting “{e.field}”: {e.message}.")
-    base = config.model.base.strip()
-    if not config.dataset.folders:
-        if base != "demo":
-            out.errors.append("No training images: add an image folder on the Dataset page.")
-    else:
-        _check_folders(out, config.dataset.folders, config.dataset, "training images", "image folder")
-    if config.dataset.regularization_folders:
-        _check_folders(
-            out, config.dataset.regularization_folders, config.dataset, "class images", "class image folder"
-        )
-    _check_model(out, base)
-    vae = vae_problem(config)
-    if vae:
-        out.errors.append(vae.rstrip(".") + ".")
-    elif vae_warning(config):
-        out.notes.append(f"{vae_warning(config)}.")
-    if not config.schedule.resume_from:  # a resume continues its own state, not the file
-        init = init_lora_problem(config.model.init_lora, config.network.type)
-        if init:
-            out.errors.append(init + ".")
-    _check_output(out, config)
+    for p in disk_problems(config, create_output=True):  # the same checks and words as guitrainer-train --check
+        (out.errors if p.level == "error" else out.notes).append(p.message)
     guessed = device is None
     if device is None:
         device = assumed_cpu_device()
@@ -196,26 +121,3 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
         device = for_gpu(config.precision.gpu_index)
     _check_device(out, config, device, guessed)
     return out
-
-
-def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
-    """Settings the saved state must share, checked before the model loads (the engine checks them again)."""
-    try:
-        info = run_state.read_info(config.schedule.resume_from)
-        mismatches = run_state.resume_mismatches(info, config)
-    except Exception as e:  # noqa: BLE001 - a damaged state: the engine refuses it with the details
-        out.errors.append(f"The saved state “{config.schedule.resume_from}” cannot be read: {e}")
-        return
-    for key, was, now in mismatches:
-        label = run_state.setting_label(config, key)
-        out.errors.append(
-            f"The saved state was trained with {label} = {was!r}; it is {now!r} now. "
-            f"Set {label} back to {was!r} to resume, or start a new run."
-        )
-    for key, was, now in run_state.resume_differences(info, config):
-        label = run_state.setting_label(config, key)
-        out.notes.append(
-            f"The saved state was trained with {label} = {run_state.shown_value(key, was)}; it is "
-            f"{run_state.shown_value(key, now)} now, so the latents differ from the ones the run learned from so far "
-            f"(set {label} back to {run_state.shown_value(key, was)} to continue from the same latents)."
-        )

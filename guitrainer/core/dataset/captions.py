@@ -6,15 +6,16 @@ survives any failure).
 
 from __future__ import annotations
 
+import errno
 import logging
-import os
-import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guitrainer.base import safe_open
 from guitrainer.base.fileio import atomic_write_bytes
+from guitrainer.base.names import printable
 
 if TYPE_CHECKING:
     from guitrainer.core.dataset.scan import DatasetItem
@@ -202,33 +203,18 @@ def write_caption(path: str | Path, text: str) -> None:
 
 
 def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes; None when there is none. Checks the file type before reading, so a FIFO never blocks.
+    """The file's bytes; None when there is none. Read through :mod:`guitrainer.base.safe_open`: the file type is
+    told before anything is opened, so a FIFO never blocks and a device is never read.
 
     Raises:
-        CaptionFileError: the path is a folder, a FIFO, a device, a symlink loop, too long, or unreadable.
+        CaptionFileError: the path is a folder, a FIFO, a device, a symlink loop, too long, too big, or unreadable.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise CaptionFileError(f"caption {path.name} is a folder, not a file") from None
-    except OSError as e:
-        raise CaptionFileError(f"caption {path.name} cannot be read: {_why(e)}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise CaptionFileError(f"caption {path.name} is a folder, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise CaptionFileError(f"caption {path.name} is not a regular file (a pipe or a device)")
-        if st.st_size > MAX_CAPTION_BYTES:
-            raise CaptionFileError(f"caption {path.name} is {st.st_size} bytes, too big for a caption")
-        with os.fdopen(fd, "rb", closefd=True) as f:
-            fd = -1
-            return f.read(MAX_CAPTION_BYTES + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        return safe_open.read_bytes(path, limit=MAX_CAPTION_BYTES, what="a caption")
+    except safe_open.PathError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise CaptionFileError(f"caption {printable(path.name)} {e.reason}") from None
 
 
 def _why(e: OSError) -> str:

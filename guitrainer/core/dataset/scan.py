@@ -27,8 +27,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guitrainer.base import safe_open
 from guitrainer.base.constants import IMAGE_EXTENSIONS
-from guitrainer.base.paths import path_key
+from guitrainer.base.errors import first_line
+from guitrainer.base.paths import expand, path_key
+from guitrainer.base.units import format_bytes
 from guitrainer.config.fields import repeats_from_name
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, bucket_counts, make_buckets
 from guitrainer.core.dataset.captions import (  # re-exported: the caption helpers lived here before
@@ -171,6 +174,7 @@ class ImageInfo:
     height: int = 0
     flags: frozenset[Flag] = frozenset()
     orientation: int = 1
+    problem: str = ""  # why it cannot be read (with Flag.UNREADABLE): "no permission to read it", "is a HEIC image ..."
 
 
 def _tail_ok(path: Path, fmt: str, size: int) -> bool:
@@ -203,14 +207,16 @@ def _png_bit_depth(path: Path) -> int:
 
 
 def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
-    """Size and flags of one image from its header (no full decode)."""
+    """Size and flags of one image from its header (no full decode). An image that cannot be read has
+    :attr:`Flag.UNREADABLE` and :attr:`ImageInfo.problem` says why (no permission, another format under an image's
+    name, metadata over Pillow's limit, a named pipe)."""
     from PIL import Image, UnidentifiedImageError
 
     p = Path(path)
     try:
-        size = p.stat().st_size
-    except OSError:
-        return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
+        size = safe_open.require(p, "file").size  # a named pipe or a device is never opened
+    except safe_open.PathError as e:
+        return ImageInfo(flags=frozenset({Flag.UNREADABLE}), problem=e.reason)
     if size == 0:
         return ImageInfo(flags=frozenset({Flag.EMPTY}))
     flags: set[Flag] = set()
@@ -234,7 +240,7 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
                 flags.add(Flag.PALETTE)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         log.debug("cannot read %s: %s", p, e)
-        return ImageInfo(flags=frozenset({Flag.UNREADABLE}))
+        return ImageInfo(flags=frozenset({Flag.UNREADABLE}), problem=unreadable_reason(p, e))
     if not _tail_ok(p, fmt, size):
         flags.add(Flag.TRUNCATED)
     if orientation in (5, 6, 7, 8):
@@ -243,6 +249,58 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
         flags.add(Flag.EXIF_ROTATED)
     flags |= size_flags(w, h, resolution)
     return ImageInfo(w, h, frozenset(flags), orientation)
+
+
+#: first bytes of formats Pillow does not read, found under an image's name: (offset, bytes, what it is)
+_FOREIGN_FORMATS: tuple[tuple[int, bytes, str], ...] = (
+    *((4, b"ftyp" + brand, "a HEIC / HEIF image (an iPhone or Android photo)")
+      for brand in (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")),
+    *((4, b"ftyp" + brand, "an AVIF image") for brand in (b"avif", b"avis")),
+    (0, b"\xff\x0a", "a JPEG XL image"),
+    (0, b"\x00\x00\x00\x0cJXL \r\n\x87\n", "a JPEG XL image"),
+    (0, b"%PDF", "a PDF document"),
+    (0, b"PK\x03\x04", "a ZIP archive"),
+    (0, b"<!doctype html", "a web page (HTML), saved instead of the image"),
+    (0, b"<html", "a web page (HTML), saved instead of the image"),
+    (0, b"<svg", "an SVG drawing"),
+    (0, b"<?xml", "an XML file (an SVG drawing?)"),
+)
+
+
+def unreadable_reason(path: Path, error: BaseException) -> str:
+    """Why Pillow could not read ``path``, in plain words (the end of a sentence about the image)."""
+    from PIL import Image, PngImagePlugin
+
+    text = str(error)
+    if isinstance(error, PermissionError):
+        return "cannot be read: no permission to read it (check the file's permissions)"
+    if isinstance(error, Image.DecompressionBombError):
+        return f"is larger than Pillow opens ({Image.MAX_IMAGE_PIXELS or 0:,} pixels: its decompression-bomb limit)"
+    if "MAX_TEXT_CHUNK" in text or "text chunks" in text:
+        limit = format_bytes(PngImagePlugin.MAX_TEXT_CHUNK)
+        return (f"has PNG metadata (a text chunk: a workflow or generation settings) larger than Pillow reads ({limit}): "
+                "save the image again without its metadata")
+    foreign = _foreign_format(path)
+    if foreign:
+        return (f"is {foreign} with a {path.suffix or 'missing'} extension: Pillow cannot read it; convert it to PNG or "
+                "JPEG")
+    if "cannot identify image file" in text:
+        return "is not an image Pillow can read (its first bytes match no image format)"
+    return f"cannot be read as an image ({first_line(error, 160)})"
+
+
+def _foreign_format(path: Path) -> str:
+    """What a file really is when its first bytes say another format (:data:`_FOREIGN_FORMATS`), else ""."""
+    try:
+        with safe_open.open_file(path) as fh:
+            head = fh.read(32)
+    except OSError:
+        return ""
+    low = head.lstrip().lower()
+    for offset, magic, what in _FOREIGN_FORMATS:
+        if head[offset:offset + len(magic)] == magic or (offset == 0 and low.startswith(magic)):
+            return what
+    return ""
 
 
 def size_flags(width: int, height: int, resolution: int) -> set[Flag]:
@@ -278,6 +336,7 @@ class DatasetItem:
     caption_exists: bool = False
     caption_utf8: bool = True
     caption_encoding: str = "utf-8"  # the caption file's codec (core.captions): a save keeps it
+    problem: str = ""  # why the image cannot be read (with Flag.UNREADABLE), as ImageInfo.problem says
 
     @property
     def has_caption(self) -> bool:
@@ -404,16 +463,18 @@ def collect(
                 walk(sub, repeats or repeats_from_name(sub.name) or reps)
 
     for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
+        p = expand(raw)  # a ``~user`` with no such user stays as written
+        try:
+            kind = safe_open.require(p, "any").kind
+        except safe_open.PathError as e:  # missing, a named pipe, a device, a name too long
+            out.rejected.append((p, e.reason))
+            continue
+        if kind == "folder":
             walk(p, repeats or repeats_from_name(p.name) or 1)
-        elif p.is_file():
-            if _is_image_name(p.name):
-                add(p, p.parent, repeats or repeats_from_name(p.parent.name) or 1)
-            else:
-                out.rejected.append((p, _reject_reason(p, caption_extension) or "not an image"))
+        elif _is_image_name(p.name):
+            add(p, p.parent, repeats or repeats_from_name(p.parent.name) or 1)
         else:
-            out.rejected.append((p, "does not exist"))
+            out.rejected.append((p, _reject_reason(p, caption_extension) or "not an image"))
     return out
 
 
@@ -429,6 +490,7 @@ def load_item(c: Candidate, caption_extension: str = ".txt", resolution: int = 5
         flags=set(info.flags),
         width=info.width,
         height=info.height,
+        problem=info.problem,
     )
     item.reload_caption()
     return item

@@ -12,19 +12,21 @@ from pathlib import Path
 from typing import Literal
 
 from guitrainer.base.units import format_bytes
+from guitrainer.config.precision_choices import choice_label
+from guitrainer.core.device.builds import cuda_install_hint
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.model import vae_choice
+from guitrainer.core.precision.measurements import MeasurementStore
 from guitrainer.core.precision.rules import (
-    TORCH_FLOAT8,
-    build_is_older_than,
+    CPU_SMALL_FAMILIES,
+    build_problem,
     eight_bit_status,
+    fp8_storage_unavailable,
     recommended_training,
-    torch_install_hint,
 )
 
 Level = Literal["ok", "info", "warning", "error"]
 
-CUDA_INSTALL = "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128"
 MIN_FREE_DISK = 5 * 1024**3  # a LoRA run with states and samples; base models need far more
 LOW_VRAM = 6 * 1024**3
 
@@ -48,8 +50,9 @@ def free_disk(path: str | Path) -> int | None:
         return None
 
 
-def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
-    """One row per fact; problems carry a level and a fix."""
+def check(device: DeviceInfo, folders: dict[str, Path | str], store: MeasurementStore | None = None) -> list[EnvItem]:
+    """One row per fact; problems carry a level and a fix. ``store``: the precision lab's measurements (default:
+    the user's), which outrank the rules in the "Precision" row."""
     items: list[EnvItem] = []
     if not device.torch_ok:
         reason = dict(device.unknown).get("torch", "")
@@ -61,25 +64,21 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
         backend = device.cuda_version and f"CUDA {device.cuda_version}" or device.hip_version and f"ROCm {device.hip_version}"
         build = backend or ("MPS" if device.kind == "mps" else "CPU only")
         if device.nvidia_gpu_unused:
+            hint = cuda_install_hint(device.unused_nvidia_capability, machine=device.machine)
             items.append(
                 EnvItem("PyTorch", f"{device.torch_version} ({build})", "error",
                         "This computer has an NVIDIA GPU, but your torch build is CPU-only: training will be very slow. "
-                        f"Install the CUDA build with: {CUDA_INSTALL} (for a GTX 10-series or older card, "
-                        "cu126 instead of cu128: the cu128 builds dropped those cards)")
+                        f"Install the CUDA build with: {hint.command} ({hint.why})")
             )
         else:
             items.append(EnvItem("PyTorch", f"{device.torch_version} ({build})"))
     if device.gpus:
         for g in device.gpus:
             value = f"{g.name}, {g.arch_label}, {format_bytes(g.total_memory)}"
-            if g.kernels_in_build is False:
-                older = build_is_older_than(g, device.arch_list)
-                items.append(
-                    EnvItem(f"GPU {g.index}", value, "error",
-                            f"This torch build has no kernels for {g.arch} (it has {', '.join(device.arch_list) or 'none'}): "
-                            f"the card is {'older' if older else 'newer'} than the build supports. Install the build "
-                            f"for it: {torch_install_hint(g.capability)}")
-                )
+            problem = build_problem(device, g)
+            if problem is not None:
+                message, command = problem
+                items.append(EnvItem(f"GPU {g.index}", value, "error", message + (f" Command: {command}" if command else "")))
             elif g.total_memory <= LOW_VRAM:
                 items.append(
                     EnvItem(f"GPU {g.index}", value, "warning",
@@ -96,7 +95,7 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
                     "An NVIDIA GPU with 6 GB or more is recommended.")
         )
     if device.torch_ok:
-        items += _precision_items(device)
+        items += _precision_items(device, store)
     bnb = device.bitsandbytes
     level, reason = eight_bit_status(device)
     if level is None or (bnb.available and not device.gpus and level != "error"):
@@ -121,14 +120,33 @@ def check(device: DeviceInfo, folders: dict[str, Path | str]) -> list[EnvItem]:
     return items
 
 
-def _precision_items(device: DeviceInfo) -> list[EnvItem]:
-    """What this device does with each precision (the precision picker's rules), and the fp16-fixed SDXL VAE."""
-    best = recommended_training(device)
+def _best_here(device: DeviceInfo, store: MeasurementStore | None) -> str:
+    """"best here: …" from the precision lab's measurements of this device where they exist (they outrank the rules,
+    DESIGN §5), else from the rules; a CPU's best depends on the model's size, and says so."""
+    label = lambda t: choice_label("precision.training", t)  # noqa: E731 - three uses below
+    reports = (store or MeasurementStore()).for_device(device)
+    measured = []
+    for r in reports:
+        best = r.recommended()
+        if best is not None:
+            measured.append(f"{best.candidate.label} for {r.family} at {r.resolution} px (measured {r.measured_at[:10]})")
+    if measured:
+        return "best here: " + "; ".join(measured) + f"; the rules alone say {label(recommended_training(device))}"
+    if device.kind == "cpu":
+        small, full = (recommended_training(device, f) for f in (min(CPU_SMALL_FAMILIES), ""))
+        if small != full:
+            return f"best here: {label(full)} for SD 1.5 / SDXL, {label(small)} for the demo model"
+    return f"best here: {label(recommended_training(device))}"
+
+
+def _precision_items(device: DeviceInfo, store: MeasurementStore | None) -> list[EnvItem]:
+    """What this device does with each precision (the precision picker's rules, or what the precision lab measured
+    here), and the fp16-fixed SDXL VAE."""
     native = device.bf16_native
     bf16 = "in hardware" if native else "emulated (slow)" if native is False else "not known"
-    fp8 = device.kind != "mps" and device.torch_tuple >= TORCH_FLOAT8
-    value = (f"best here: {'fp32' if best == 'fp32' else best + ' AMP'}; bf16 {bf16}; "
-             f"fp8 base weights {'possible' if fp8 else 'not possible'}")
+    fp8 = fp8_storage_unavailable(device)
+    value = (f"{_best_here(device, store)}; bf16 {bf16}; "
+             f"fp8 base weights {'possible' if not fp8 else 'not possible: ' + fp8.split(' (')[0]}")
     items = [EnvItem("Precision", value)]
     if vae_choice.hub_snapshots(vae_choice.FP16_FIX_REPO):
         items.append(EnvItem("SDXL fp16 VAE", f"{vae_choice.FP16_FIX_REPO}, in the Hugging Face cache"))

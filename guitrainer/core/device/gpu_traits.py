@@ -18,20 +18,30 @@ class GpuTraits:
     bf16_native: bf16 arithmetic in hardware, not torch's emulation.
     tensor_cores: matrix units for fp16 (NVIDIA tensor cores, AMD matrix cores / WMMA, Intel XMX).
     fp16_fast: fp16 arithmetic at least as fast as fp32 (AMP then saves time, not only memory).
+    source: how ``tensor_cores`` was decided where the device may not say (Intel XPU; "unknown: why" when it
+        could not be told, and then ``tensor_cores`` is False, the cautious reading).
+    bf16_full_rate: bf16 matrix math at fp16's rate (False: native bf16, but fp16 is the faster half format).
     """
 
     bf16_native: bool
     tensor_cores: bool
     fp16_fast: bool
+    source: str = ""
+    bf16_full_rate: bool = True  # how the matrix units were decided where that can differ (Intel: reported, device id, name)
 
 
-def gpu_traits(vendor: Vendor, capability: tuple[int, int], name: str, sm_count: int = 0, gfx_arch: str = "") -> GpuTraits:
-    """The mixed-precision traits of one GPU (see the functions below for each rule and its source)."""
+def gpu_traits(vendor: Vendor, capability: tuple[int, int], name: str, sm_count: int = 0, gfx_arch: str = "", *,
+               xmx_reported: bool | None = None, device_id: int | None = None) -> GpuTraits:
+    """The mixed-precision traits of one GPU (see the functions below for each rule and its source).
+
+    ``xmx_reported`` and ``device_id`` are what an Intel GPU reports (:func:`intel_xmx`); other vendors ignore them.
+    """
     if vendor == "amd":
-        return GpuTraits(amd_matrix_cores(gfx_arch), amd_matrix_cores(gfx_arch), amd_fp16_fast(gfx_arch))
+        return GpuTraits(amd_matrix_cores(gfx_arch), amd_matrix_cores(gfx_arch), amd_fp16_fast(gfx_arch),
+                         bf16_full_rate=amd_bf16_full_rate(gfx_arch))
     if vendor == "intel":
-        xmx = intel_xmx(name)
-        return GpuTraits(xmx, xmx, True)
+        xmx, how = intel_xmx(name, xmx_reported, device_id)
+        return GpuTraits(bool(xmx), bool(xmx), True, how if xmx is not None else f"unknown: {how}")
     return GpuTraits(
         nvidia_bf16_native(capability),
         nvidia_tensor_cores(capability, name, sm_count),
@@ -112,6 +122,13 @@ def amd_matrix_cores(gfx_arch: str) -> bool:
     return base.startswith(("gfx11", "gfx12"))
 
 
+def amd_bf16_full_rate(gfx_arch: str) -> bool:
+    """bf16 matrix math at the fp16 rate: every AMD matrix-core chip except CDNA 1 (gfx908, Instinct MI100), whose
+    MFMA units multiply bf16 at half the fp16 rate. Source: AMD Instinct MI100 specifications: "FP16/FP16 Matrix
+    TFLOPs (Peak) 184.6", "bFLOAT16 TFLOPs (Peak) 92.3" (as tabulated by Notebookcheck, MI100 announcement)."""
+    return amd_gfx_base(gfx_arch) != "gfx908"
+
+
 def amd_fp16_fast(gfx_arch: str) -> bool:
     """Packed fp16 math (twice the fp32 rate) from Vega (gfx9) on, RDNA included.
 
@@ -132,16 +149,43 @@ def amd_generation(gfx_arch: str) -> str:
 
 # --------------------------------------------------------------------------- Intel (XPU)
 
-#: discrete Arc (A/B series), Lunar Lake's Arc 1xxV and the Data Center GPUs (Max, Flex) have XMX engines;
-#: the Arc-branded iGPU of Meteor Lake ("Intel(R) Arc(TM) Graphics", no model number) and Iris Xe do not.
-#: Source: Intel Arc A-series / B-series and Data Center GPU Max product briefs ("Xe Matrix Extensions");
-#: Intel Core Ultra (Series 1) graphics specifications (no XMX).
-_INTEL_XMX = re.compile(r"\bArc\S*\s+(?:[AB]\d{3}|\d{3}V)\b|Data Center GPU|\bGPU Max\b|\bFlex\b", re.IGNORECASE)
+#: Intel GPUs with XMX engines, by the name the driver reports: discrete Arc A- and B-series, desktop and laptop
+#: (A770, A770M, A370M, B580), the Arc Pro parts (Pro A60, Pro A60M, Pro B60), Lunar Lake's Arc 130V / 140V and Arrow
+#: Lake-H's Arc 130T / 140T, the Data Center GPUs (Max, Flex). Sources: Intel Arc A-series (desktop and mobile: "16
+#: 1024-bit matrix engines" per Xe core) and B-series product briefs; the Arc Pro A/B parts are the same DG2 / BMG
+#: silicon (intel/compute-runtime shared/source/dll/devices/devices_base.inl, Dg2HwConfig / BmgHwConfig); Arrow
+#: Lake-H's Xe-LPG+ "now incorporate[s] XMX engines" (Notebookcheck, Arc 130T / 140T).
+_INTEL_XMX = re.compile(
+    r"\bArc\S*\s+(?:Pro\s+)?(?:[AB]\d{2,3}[A-Z]*|\d{3}[VT])\b|Data Center GPU|\bGPU Max\b|\bFlex\b", re.IGNORECASE
+)
+#: the name Linux's compute-runtime gives Meteor Lake (no XMX), Arrow Lake-H and Lunar Lake (XMX) alike, so only the
+#: device id tells them apart (devices_base.inl: MTL 0x7D55, ARL 0x7D51, LNL 0x64A0 all "Intel(R) Arc(TM) Graphics").
+#: Meteor Lake's Xe-LPG has no XMX (Intel Core Ultra Series 1 graphics; Hot Hardware: "Xe-LPG doesn't include the
+#: XMX matrix math accelerators").
+INTEL_SHARED_NAME = re.compile(r"^Intel\(R\) Arc\(TM\) Graphics$", re.IGNORECASE)
+INTEL_XMX_BY_DEVICE_ID = {0x7D55: False, 0x7D51: True, 0x64A0: True}
 
 
-def intel_xmx(name: str) -> bool:
-    """Whether an Intel GPU has XMX matrix engines (fast bf16 / fp16); see :data:`_INTEL_XMX`."""
-    return bool(_INTEL_XMX.search(name))
+def intel_xmx(name: str, reported: bool | None = None, device_id: int | None = None) -> tuple[bool | None, str]:
+    """Whether an Intel GPU has XMX matrix engines (fast bf16 / fp16), and how that was decided.
+
+    From what the device reports first: torch's XPU property ``has_subgroup_matrix_multiply_accumulate`` (torch 2.5+)
+    True is proof (the DPAS instructions XMX runs). False is not: the flag comes from an offline-compiler query that
+    reports False when it cannot run (pytorch/pytorch#196074: all four flags False on an Arc B580 with working XMX),
+    so then the device id (torch 2.9+, :data:`INTEL_XMX_BY_DEVICE_ID`) decides, and the name (:data:`_INTEL_XMX`)
+    only as the last fallback. Returns ``(xmx, how)``: ``how`` is "reported by the device", "from its device id",
+    "from its name" or, with ``xmx`` None, why it cannot be told.
+    """
+    if reported:
+        return True, "reported by the device"
+    if device_id is not None and device_id in INTEL_XMX_BY_DEVICE_ID:
+        return INTEL_XMX_BY_DEVICE_ID[device_id], "from its device id"
+    if _INTEL_XMX.search(name):
+        return True, "from its name"
+    if INTEL_SHARED_NAME.match(name.strip()):
+        return None, ("the name is shared by Meteor Lake (no XMX), Arrow Lake-H and Lunar Lake (XMX), and this torch "
+                      "reports no device id (torch 2.9+)")
+    return False, "from its name"
 
 
 # --------------------------------------------------------------------------- Apple
@@ -156,8 +200,10 @@ def apple_chip_generation(chip: str) -> int:
 def apple_bf16_native(chip: str) -> bool:
     """Apple GPUs compute bf16 natively from M3 (Apple family 9); M1 and M2 convert it in software.
 
-    Source: Metal Shading Language 3.1 (macOS 14) added the ``bfloat`` type; GPUs before the Apple9 family
-    (M3) have no bf16 ALUs and convert through fp32, which the issue that asked for this rule (17) reports
-    from the peers' bug trackers as much slower than fp16 on M1 and M2.
+    Source: Metal Shading Language 3.1 (macOS 14) added the ``bfloat`` type; GPUs before the Apple9 family (M3)
+    convert it through fp32. Measured: an M1 Pro multiplies bf16 matrices at 2.30 TFLOPS against 4.28 in fp32 and
+    4.75 in fp16 (torch 2.7 MPS; zzc0721/torch-performance-test-data#191). Native is not faster, though: an M4 Max
+    does 13.18 TFLOPS in bf16 against 13.78 in fp32 and 14.82 in fp16 (torch 2.8; same data set, #65), so on
+    Apple GPUs bf16 saves memory, not time, and the precision lab decides.
     """
     return apple_chip_generation(chip) >= 3

@@ -14,6 +14,8 @@ machines with ``tests/helpers/devices.py``'s ``fake_device``.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import platform
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from guitrainer.base.units import format_bytes
+from guitrainer.core.device.builds import arch_supported, rocm_arch_supported
 from guitrainer.core.device.gpu_choice import (
     AUTO_GPU,
     GpuChoice,
@@ -84,6 +87,9 @@ def collect() -> DeviceInfo:
     except Exception as e:  # noqa: BLE001
         log.warning("device probe: torch failed: %s", e)
         unknown.append(("torch", _reason(e)))
+    amx_fp16 = facts.pop("amx_fp16", None)
+    if amx_fp16 is not None:
+        cpu = dataclasses.replace(cpu, amx_fp16=amx_fp16)
     try:
         bnb = _bitsandbytes_info()
     except Exception as e:  # noqa: BLE001
@@ -182,9 +188,15 @@ def _nvidia_driver_present() -> bool:
 def _torch_facts(unknown: list[tuple[str, str]]) -> dict[str, Any]:
     import torch  # lazy: only the probe needs it
 
-    out: dict[str, Any] = {"torch_version": str(torch.__version__)}
+    out: dict[str, Any] = {"torch_version": str(torch.__version__), "machine": platform.machine()}
+    # CPUID through torch's cpuinfo: Linux does not list AMX-FP16 in /proc/cpuinfo (CpuInfo.amx_fp16); an older
+    # torch without the helper leaves it unknown
+    with contextlib.suppress(Exception):
+        out["amx_fp16"] = bool(torch.cpu._is_amx_fp16_supported())
     out["cuda_version"] = getattr(torch.version, "cuda", None)
     out["hip_version"] = getattr(torch.version, "hip", None)
+    if out["hip_version"]:
+        out["hsa_override"] = os.environ.get("HSA_OVERRIDE_GFX_VERSION", "")
     gpus: list[GpuInfo] = []
     try:
         cuda_ok = bool(torch.cuda.is_available())
@@ -203,8 +215,9 @@ def _torch_facts(unknown: list[tuple[str, str]]) -> dict[str, Any]:
                 unknown.append((f"gpu {i}", _reason(e)))
     elif not out["cuda_version"] and not out["hip_version"]:
         gpus.extend(_xpu_gpus(torch, unknown))
-        if not gpus:
-            out["nvidia_gpu_unused"] = _nvidia_driver_present()
+        if not gpus and _nvidia_driver_present():
+            out["nvidia_gpu_unused"] = True
+            out["unused_nvidia_capability"] = _nvidia_smi_capability()
     out["gpus"] = tuple(gpus)
     out["mps"] = _mps_info(torch, unknown)
     return out
@@ -218,26 +231,31 @@ def _gpu_info(torch: Any, i: int, arch_list: tuple[str, ...], hip: bool, unknown
     cap = (int(props.major), int(props.minor))
     name = str(props.name)
     free = _free_memory(torch, i, unknown)
-    kernels = None if hip or not arch_list else arch_supported(cap, arch_list)
     sm_count = int(getattr(props, "multi_processor_count", 0) or 0)
     gfx = amd_gfx_base(str(getattr(props, "gcnArchName", "") or "")) if hip else ""
     if hip and not gfx:
         unknown.append((f"gpu {i} architecture", "torch reports no gcnArchName"))
+    # ROCm's get_arch_list() names gfx targets, CUDA's sm_ / compute_ ones: each is checked by its own rule
+    kernels = rocm_arch_supported(gfx, arch_list) if hip else (arch_supported(cap, arch_list) if arch_list else None)
     return make_gpu_info(i, name, cap, int(props.total_memory), free, "amd" if hip else "nvidia",
                          kernels_in_build=kernels, sm_count=sm_count, gfx_arch=gfx)
 
 
 def make_gpu_info(index: int, name: str, capability: tuple[int, int], total_memory: int, free_memory: int | None,
                   vendor: Vendor = "nvidia", *, kernels_in_build: bool | None = True, sm_count: int = 0,
-                  gfx_arch: str = "") -> GpuInfo:
+                  gfx_arch: str = "", xmx_reported: bool | None = None, device_id: int | None = None) -> GpuInfo:
     """A GpuInfo with its traits decided by :func:`~guitrainer.core.device.gpu_traits.gpu_traits` (probe and tests)."""
-    t = gpu_traits(vendor, capability, name, sm_count, gfx_arch)
+    t = gpu_traits(vendor, capability, name, sm_count, gfx_arch, xmx_reported=xmx_reported, device_id=device_id)
     return GpuInfo(index, name, capability, total_memory, free_memory, t.bf16_native, t.tensor_cores,
-                   kernels_in_build, vendor, t.fp16_fast, sm_count, gfx_arch)
+                   kernels_in_build, vendor, t.fp16_fast, sm_count, gfx_arch, t.source, t.bf16_full_rate)
 
 
 def _xpu_gpus(torch: Any, unknown: list[tuple[str, str]]) -> tuple[GpuInfo, ...]:
-    """Intel GPUs through ``torch.xpu`` (Arc, Data Center GPU Max / Flex, Core Ultra graphics)."""
+    """Intel GPUs through ``torch.xpu`` (Arc, Data Center GPU Max / Flex, Core Ultra graphics).
+
+    XMX is decided from what the device reports (``has_subgroup_matrix_multiply_accumulate``, torch 2.5+; the
+    ``device_id``, torch 2.9+), the name only as a fallback (:func:`~guitrainer.core.device.gpu_traits.intel_xmx`).
+    """
     xpu = getattr(torch, "xpu", None)
     try:
         if xpu is None or not xpu.is_available():
@@ -253,10 +271,33 @@ def _xpu_gpus(torch: Any, unknown: list[tuple[str, str]]) -> tuple[GpuInfo, ...]
             name = str(getattr(props, "name", f"Intel GPU {i}"))
             total = int(getattr(props, "total_memory", 0) or 0)
             units = int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 0) or 0)
-            out.append(make_gpu_info(i, name, (0, 0), total, None, "intel", kernels_in_build=None, sm_count=units))
+            reported = getattr(props, "has_subgroup_matrix_multiply_accumulate", None)
+            device_id = getattr(props, "device_id", None)
+            gpu = make_gpu_info(i, name, (0, 0), total, None, "intel", kernels_in_build=None, sm_count=units,
+                                xmx_reported=bool(reported) if reported is not None else None,
+                                device_id=int(device_id) if isinstance(device_id, int) else None)
+            if gpu.xmx_source.startswith("unknown"):
+                unknown.append((f"xpu {i} XMX", gpu.xmx_source.removeprefix("unknown: ")))
+            out.append(gpu)
         except Exception as e:  # noqa: BLE001
             unknown.append((f"xpu {i}", _reason(e)))
     return tuple(out)
+
+
+def _nvidia_smi_capability() -> tuple[int, int] | None:
+    """The first NVIDIA GPU's compute capability from ``nvidia-smi`` (what a CPU-only torch cannot see), or None."""
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.match(r"\s*(\d+)\.(\d+)", out.stdout or "")
+    return (int(m.group(1)), int(m.group(2))) if out.returncode == 0 and m else None
 
 
 def _free_memory(torch: Any, i: int, unknown: list[tuple[str, str]]) -> int | None:
@@ -290,14 +331,26 @@ def _mps_info(torch: Any, unknown: list[tuple[str, str]]) -> MpsInfo | None:
     return mps_capabilities(available, str(torch.__version__), macos, chip)
 
 
+#: the first torch whose MPS backend needs macOS 14: its release notes list "Delete [Ventura|Sonoma]Ops header"
+#: (pytorch/pytorch PR #162921; PR #163515: "PyTorch needs MacOS-14 or newer to use MPS"), and torch 2.10 on macOS
+#: 13.7.4 finds no MPS device (pytorch/pytorch#164943)
+TORCH_MPS_MACOS14 = (2, 10)
+
+
 def mps_capabilities(available: bool, torch_version: str, macos_version: str, chip: str = "") -> MpsInfo:
     """What MPS supports for training.
 
     fp16 autocast from torch 2.5 and bf16 autocast from torch 2.6 on macOS 14+ (PyTorch release notes 2.5 / 2.6:
     "MPS autocast"); ``torch.amp.GradScaler("mps")`` from torch 2.8 (PyTorch 2.8 release notes), and the
-    trainer always scales fp16 losses. bf16 runs natively only on M3 and newer (``MpsInfo.bf16_native``).
+    trainer always scales fp16 losses. From torch 2.10 MPS needs macOS 14 at all (:data:`TORCH_MPS_MACOS14`).
+    bf16 runs natively only on M3 and newer (``MpsInfo.bf16_native``), which makes it no faster (see
+    :func:`~guitrainer.core.device.gpu_traits.apple_bf16_native`).
     """
     tv, mv = version_tuple(torch_version), version_tuple(macos_version)
+    unsupported = ""
+    if tv >= TORCH_MPS_MACOS14 and mv and mv < (14,):
+        unsupported = (f"PyTorch {torch_version} runs on Apple GPUs only from macOS 14; this is macOS {macos_version} "
+                       "(PyTorch 2.10 dropped macOS 13)")
     return MpsInfo(
         available=available,
         macos_version=macos_version,
@@ -305,30 +358,8 @@ def mps_capabilities(available: bool, torch_version: str, macos_version: str, ch
         bf16=available and tv >= (2, 6) and mv >= (14,),
         grad_scaler=available and tv >= (2, 8),
         chip=chip,
+        unsupported=unsupported,
     )
-
-
-def arch_supported(capability: tuple[int, int], arch_list: tuple[str, ...] | list[str]) -> bool:
-    """Whether a build with ``arch_list`` (``sm_86``, ``compute_90``...) runs on ``capability``.
-
-    A cubin runs on the same major version with an equal or higher minor; PTX (``compute_XY``)
-    is JIT-compiled for any equal or newer GPU. Arch-specific variants (``sm_90a``) match exactly.
-    """
-    major, minor = capability
-    for arch in arch_list:
-        m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", arch.strip())
-        if not m:
-            continue
-        kind, a_major, a_minor, suffix = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
-        if suffix:
-            if (a_major, a_minor) == capability:
-                return True
-            continue
-        if kind == "sm" and a_major == major and a_minor <= minor:
-            return True
-        if kind == "compute" and (a_major, a_minor) <= (major, minor):
-            return True
-    return False
 
 
 def _bitsandbytes_info() -> BitsAndBytesInfo:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from guitrainer.base.units import format_bytes
+from guitrainer.core.device.builds import JETSON_CAPABILITIES
 from guitrainer.core.device.gpu_traits import Vendor, amd_generation, apple_bf16_native
 
 DeviceKind = Literal["cuda", "xpu", "mps", "cpu"]  # "cuda" covers ROCm: torch names HIP devices "cuda"
@@ -26,6 +27,10 @@ def version_tuple(text: str | None) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------- facts
+
+#: the device table's AMX row: what the hardware has, not a promise that bf16 trains faster (:class:`CpuInfo`)
+AMX_FACT = "AMX (bf16 matrix tiles)"
+AMX_VALUES = {True: "yes (bf16 matmuls in hardware)", False: "no", None: "unknown"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,13 @@ class GpuInfo:
     fp16_fast: bool = True  # fp16 at least at fp32's rate (not consumer Pascal 6.1, not Maxwell 5.0/5.2)
     sm_count: int = 0  # streaming multiprocessors / compute units as reported (0: unknown)
     gfx_arch: str = ""  # AMD: the base gfx name, e.g. "gfx1030"
+    xmx_source: str = ""  # Intel: how XMX was decided ("reported by the device", "from its name", "unknown: …")
+    bf16_full_rate: bool = True  # bf16 matrix math at fp16's rate (False: MI100, where fp16 is twice as fast)
+
+    @property
+    def jetson(self) -> str:
+        """The Jetson module this is ("Jetson Orin"), from a compute capability only Jetson has; "" otherwise."""
+        return JETSON_CAPABILITIES.get(self.capability, "") if self.vendor == "nvidia" else ""
 
     @property
     def arch(self) -> str:
@@ -79,22 +91,33 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class CpuInfo:
+    """The CPU and the number formats it has hardware for.
+
+    Attributes:
+        bf16_native: bf16 instructions: ``avx512_bf16`` / ``amx_bf16`` (x86), ``bf16`` (Arm: BFDOT / BFMMLA),
+            ``FEAT_BF16`` (Apple); None: unknown.
+        bf16_flags: the flags that showed it, e.g. ("avx512_bf16", "amx_bf16").
+        amx: Intel AMX tiles with bf16 (``amx_tile`` + ``amx_bf16``, Sapphire Rapids and newer Xeons): bf16 matrix
+            multiplies in hardware (the ``TDPBF16PS`` tile instruction, Intel ISA Extensions reference), which
+            PyTorch's CPU autocast reaches through oneDNN. What it does not promise is that bf16 *trains* faster:
+            the tiles pay off on layers large enough to fill them, and the conversions around them cost on small
+            ones (issue 27: a Xeon with AMX measured the demo model fp32 0.354 s/step against bf16 AMP 0.558).
+        amx_fp16: AMX-FP16 (Granite Rapids and newer): fp16 tile multiplies. Linux hides it from /proc/cpuinfo
+            (its cpufeatures.h entry has no name), so the probe asks torch (``torch.cpu._is_amx_fp16_supported``,
+            CPUID); None: unknown.
+    """
+
     name: str
     cores: int
-    bf16_native: bool | None = None  # avx512_bf16 / amx_bf16 (x86), FEAT_BF16 (Apple); None: unknown
-    bf16_flags: tuple[str, ...] = ()  # the flags that showed it, e.g. ("avx512_bf16", "amx_bf16")
-    amx: bool | None = None  # Intel AMX tiles with bf16 (amx_tile + amx_bf16): bf16 faster than fp32 only here
+    bf16_native: bool | None = None
+    bf16_flags: tuple[str, ...] = ()
+    amx: bool | None = None
+    amx_fp16: bool | None = None
 
     @property
-    def bf16_faster(self) -> bool:
-        """bf16 training beats fp32 on this CPU only with AMX (Sapphire Rapids and newer Xeons).
-
-        AVX512-BF16 alone only converts and dot-products pairs; PyTorch's CPU autocast then runs slower than
-        fp32 (measured here: 1.5x slower, bench/RESULTS.md). Source: Intel Architecture Instruction Set
-        Extensions reference (AMX-BF16 ``TDPBF16PS`` tile multiply); PyTorch CPU AMP documentation (oneDNN
-        uses AMX for bf16 matmuls).
-        """
-        return bool(self.amx)
+    def arm_bf16(self) -> bool:
+        """An Arm CPU with the BF16 extension (BFDOT / BFMMLA: Neoverse V1 / V2, Graviton 3 / 4, Apple M2+)."""
+        return "bf16" in self.bf16_flags or "FEAT_BF16" in self.bf16_flags
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,12 @@ class MpsInfo:
     bf16: bool = False  # torch >= 2.6 on macOS 14+ (runs; native only from M3, see bf16_native)
     grad_scaler: bool = False  # torch >= 2.8: GradScaler on MPS, which fp16 AMP training needs
     chip: str = ""  # "Apple M2 Pro"
+    unsupported: str = ""  # why this torch cannot use the GPU on this macOS ("" when it can)
+
+    @property
+    def usable(self) -> bool:
+        """Training can run on the Apple GPU."""
+        return self.available and not self.unsupported
 
     @property
     def bf16_native(self) -> bool:
@@ -116,7 +145,7 @@ class MpsInfo:
     @property
     def fp16_amp(self) -> bool:
         """fp16 AMP as the trainer runs it (autocast and a GradScaler) works here."""
-        return self.available and self.fp16_autocast and self.grad_scaler
+        return self.usable and self.fp16_autocast and self.grad_scaler
 
 
 @dataclass(frozen=True)
@@ -148,8 +177,11 @@ class DeviceInfo:
     torch_version: str = ""  # "" when torch could not be imported
     cuda_version: str | None = None  # CUDA version torch was built with; None for CPU / ROCm builds
     hip_version: str | None = None
-    arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list()
+    arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list(): sm_/compute_ names (CUDA), gfx names (ROCm)
     nvidia_gpu_unused: bool = False  # an NVIDIA driver is installed but this torch is a CPU-only build
+    unused_nvidia_capability: tuple[int, int] | None = None  # that card's compute capability, from nvidia-smi
+    machine: str = ""  # platform.machine(): "x86_64", "aarch64", "AMD64", "arm64"
+    hsa_override: str = ""  # HSA_OVERRIDE_GFX_VERSION as set for this process (ROCm)
     unknown: tuple[tuple[str, str], ...] = ()  # (fact, reason) for every fact that could not be found
 
     # ------------------------------------------------------------------ the selected device
@@ -157,7 +189,7 @@ class DeviceInfo:
     def kind(self) -> DeviceKind:
         if self.gpus:
             return "xpu" if self.gpus[0].vendor == "intel" else "cuda"
-        if self.mps is not None and self.mps.available:
+        if self.mps is not None and self.mps.usable:
             return "mps"
         return "cpu"
 
@@ -244,6 +276,8 @@ class DeviceInfo:
                     "bf16 native" if g.bf16_native else "no native bf16"]
             if g.kernels_in_build is False:
                 bits.append("NOT supported by this torch build")
+            if g.jetson:
+                bits.append(g.jetson)
             parts.append(f"{g.name} ({', '.join(bits)})")
             if len(self.gpus) > 1:
                 parts[-1] += f" [GPU {g.index} of {len(self.gpus)}]"
@@ -287,8 +321,15 @@ class DeviceInfo:
             if g.free_memory is not None:
                 mem += f", {format_bytes(g.free_memory)} free"
             rows.append(("Memory", mem))
+            if g.jetson:
+                rows.append(("Module", f"{g.jetson} (JetPack)"))
             rows.append(("bf16 native", yes_no[g.bf16_native]))
-            rows.append(("fp16 tensor cores" if g.vendor == "nvidia" else "fp16 matrix cores", yes_no[g.tensor_cores]))
+            if g.vendor == "intel":
+                xmx = "unknown" if g.xmx_source.startswith("unknown") else yes_no[g.tensor_cores]
+                rows.append(("XMX matrix engines", f"{xmx} ({g.xmx_source.removeprefix('unknown: ')})"
+                             if g.xmx_source else xmx))
+            else:
+                rows.append(("fp16 tensor cores" if g.vendor == "nvidia" else "fp16 matrix cores", yes_no[g.tensor_cores]))
             rows.append(("fp16 at full speed", yes_no[g.fp16_fast]))
         elif self.kind == "mps":
             mps = self.mps or MpsInfo(False)
@@ -302,7 +343,11 @@ class DeviceInfo:
             if self.cpu.bf16_flags:
                 bf += f" ({', '.join(self.cpu.bf16_flags)})"
             rows.append(("bf16 native", bf))
-            rows.append(("AMX (bf16 faster than fp32)", yes_no[self.cpu.amx]))
+            if self.mps is not None and self.mps.unsupported:
+                rows.append(("Apple GPU (MPS)", f"not usable: {self.mps.unsupported}"))
+            rows.append((AMX_FACT, AMX_VALUES[self.cpu.amx]))
+            if self.cpu.amx_fp16:
+                rows.append(("AMX-FP16 (fp16 matrix tiles)", "yes"))
         if self.torch_ok:
             rows.append(("torch", f"{self.torch_version} ({self._torch_backend()})"))
         else:

@@ -9,12 +9,14 @@ from typing import Any
 
 from guitrainer.base.units import MiB, format_bytes
 from guitrainer.config import TrainingConfig
+from guitrainer.config.precision_choices import choice_label
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
 from guitrainer.core.memory.estimate import Device, estimate
 from guitrainer.core.memory.specs import ModelSpec, spec_for
 from guitrainer.core.precision.advisor import advise
-from guitrainer.core.precision.rules import recommended_training
+from guitrainer.core.precision.lab import times
+from guitrainer.core.precision.measurements import MeasurementStore, recommended_here
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,30 @@ def _is_device_info(device: Device) -> bool:
     return isinstance(device, DeviceInfo)
 
 
-def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) -> list[tuple[str, dict[str, Any]]]:
+def _half_precision(config: TrainingConfig, device: DeviceInfo, store: MeasurementStore | None) -> tuple[str, str]:
+    """(precision, label) of the half format a memory hint offers: what "recommended here" says (a measurement of
+    this device and model family, else the rules); where that is fp32 but the lab measured a half format, the
+    faster of those, labelled with its measured cost ("fp16 AMP (measured 1.05x slower)"), so the hint never
+    passes off what was measured slower as free."""
+    rec = recommended_here(device, config, store)
+    if rec is None or rec.training == "fp32" and rec.measured is None:
+        return "fp32", ""
+    if rec.training != "fp32":
+        return rec.training, choice_label("precision.training", rec.training)
+    m = rec.measured
+    assert m is not None
+    bw = config.precision.base_weights
+    timed = [(m.seconds(t, bw), t) for t in ("fp16", "bf16")]
+    timed = [(s, t) for s, t in timed if s is not None]
+    best = m.seconds(m.training, m.base_weights)
+    if not timed or not best:
+        return "fp32", ""
+    seconds, half = min(timed)
+    return half, f"{choice_label('precision.training', half)} (measured {times(seconds / best)} slower)"
+
+
+def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device,
+                       store: MeasurementStore | None = None) -> list[tuple[str, dict[str, Any]]]:
     p, net, opt, s = config.precision, config.network, config.optimizer, config.schedule
     out: list[tuple[str, dict[str, Any]]] = []
     if not p.gradient_checkpointing:
@@ -51,12 +76,12 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) 
     if opt.name in ("AdamW", "Adafactor"):
         out.append(("AdamW8bit", {"optimizer.name": "AdamW8bit"}))
     if p.training == "fp32":
-        if _is_device_info(device):
-            half = recommended_training(device)  # what the precision picker suggests for this device
+        if _is_device_info(device):  # what the precision picker recommends for this device (measured or not)
+            half, label = _half_precision(config, device, store)  # type: ignore[arg-type]
         else:
-            half = "fp16"  # device unknown: the smallest change that halves the weights
+            half, label = "fp16", "fp16 AMP"  # device unknown: the smallest change that halves the weights
         if half != "fp32":
-            out.append((f"{half} AMP", {"precision.training": half}))
+            out.append((label, {"precision.training": half}))
     if p.base_weights != "fp8":  # refused where fp8 cannot run (MPS, old torch): _errors
         out.append(("fp8 frozen weights", {"precision.base_weights": "fp8"}))
     if s.batch_size > 1:
@@ -70,26 +95,28 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device) 
     return out
 
 
-def _errors(device: Device, config: TrainingConfig) -> set[str]:
+def _errors(device: Device, config: TrainingConfig, store: MeasurementStore | None = None) -> set[str]:
     """The error-level precision advice for ``config`` on ``device`` (none without a probed device)."""
     if not _is_device_info(device):
         return set()
-    return {a.message for a in advise(device, config) if a.level == "error"}
+    return {a.message for a in advise(device, config, store) if a.level == "error"}
 
 
-def hints(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, minimum: int = 16 * MiB) -> list[Hint]:
+def hints(config: TrainingConfig, spec: ModelSpec | None = None, device: Device = None, minimum: int = 16 * MiB,
+          store: MeasurementStore | None = None) -> list[Hint]:
     """Changes that lower the estimate, biggest saving first; each is re-estimated on a modified copy.
 
     With a probed ``DeviceInfo`` a change is offered only if the precision rules raise no new error
     for it on that device (no 8-bit optimizer without a usable bitsandbytes, no bf16 on a card without
-    it), and the precision offered is the one the precision picker recommends there.
+    it), and the precision offered is the one the precision picker recommends there (a measurement of this device
+    in ``store``, default the user's, outranks the rules).
     """
     if spec is None:
         spec = spec_for(config)
     base = estimate(config, spec, device).total
-    known_errors = _errors(device, config)
+    known_errors = _errors(device, config, store)
     out: list[Hint] = []
-    for label, changes in _candidate_changes(config, spec, device):
+    for label, changes in _candidate_changes(config, spec, device, store):
         changed = config.copy()
         try:
             for path, value in changes.items():
@@ -97,7 +124,7 @@ def hints(config: TrainingConfig, spec: ModelSpec | None = None, device: Device 
         except ValueError as e:  # ConfigError: the change is not valid for this config
             log.debug("hint %s skipped: %s", label, e)
             continue
-        blocked = _errors(device, changed) - known_errors
+        blocked = _errors(device, changed, store) - known_errors
         if blocked:
             log.debug("hint %s skipped on this device: %s", label, min(blocked))
             continue

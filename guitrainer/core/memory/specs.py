@@ -10,7 +10,7 @@ from guitrainer.config import TrainingConfig
 from guitrainer.core.families.facts import ConvTable, LoraTable, MlpTables, ModelSpec
 from guitrainer.core.families.registry import all_facts, facts
 
-__all__ = ["LoraTable", "ModelSpec", "conv_table", "detected_family", "family_label", "resolve_family", "spec_for", "spec_of", "text_encoder_mlp_tables"]
+__all__ = ["LoraTable", "ModelSpec", "config_family", "conv_table", "detected_family", "family_label", "resolve_family", "spec_for", "spec_of", "text_encoder_mlp_tables"]
 
 
 def spec_of(family: str) -> ModelSpec:
@@ -66,6 +66,11 @@ def _detected(text: str, _stamp: int | None) -> str | None:
     from guitrainer.core.model.checkpoint import detect_model
 
     return detect_model(text).family
+
+
+def config_family(config: TrainingConfig) -> str:
+    """The model family a config trains: ``model.family``, or what its base model's files say."""
+    return resolve_family(str(config.model.family), str(config.model.base))
 
 
 def spec_for(config: TrainingConfig) -> ModelSpec:

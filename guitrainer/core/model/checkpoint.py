@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickletools
 import re
 import struct
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from guitrainer.base import safe_open
 from guitrainer.base.constants import PICKLE_SUFFIXES
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.core.families.registry import all_facts, facts
 
@@ -32,6 +35,8 @@ Level = Literal["info", "warning", "error"]
 
 SINGLE_FILE_SUFFIXES = (".safetensors",)
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+#: largest JSON config of a model folder read (model_index.json, unet/config.json: a few kilobytes each)
+MAX_JSON_BYTES = 16 * 1024 * 1024
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 def _supported() -> str:
@@ -86,8 +91,8 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], dict[str,
     p = Path(path)
     name = p.name
     try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
+        with safe_open.open_file(p) as f:  # a named pipe or a device is refused before it is opened
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointError(
@@ -102,8 +107,10 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], dict[str,
                     "(incomplete download?)."
                 )
             raw = f.read(n)
+    except safe_open.PathError as e:
+        raise CheckpointError(f"{printable(name)} {e.reason}.") from e
     except OSError as e:
-        raise CheckpointError(f"{name} cannot be read: {e.strerror or e}.") from e
+        raise CheckpointError(f"{printable(name)} cannot be read: {e.strerror or e}.") from e
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -262,10 +269,16 @@ def detect_model(path: str | Path) -> ModelDetection:
         return ModelDetection("demo", "demo", "Built-in tiny demo model: trains on a CPU in seconds.", True, path=text)
     p = expand(text)
     try:
-        if p.is_dir():
+        kind = safe_open.look(p).kind
+        if kind == "folder":
             return _detect_folder(p)
-        if p.is_file():
+        if kind == "file":
             return _detect_file(p)
+        if kind != "missing":  # a named pipe, a device: refused at once, never taken for a hub id
+            why = f"is {safe_open.KIND_WORDS[kind]}, not a model file or folder"
+            return ModelDetection(None, "unknown", f"{printable(text)} {why}.", False, "error", str(p))
+    except safe_open.PathError as e:
+        return ModelDetection(None, "unknown", f"{e}.", False, "error", str(p))
     except OSError as e:
         return ModelDetection(None, "unknown", f"{p.name} cannot be read: {e.strerror or e}.", False, "error", str(p))
     except Exception as e:  # noqa: BLE001 - detection must never take the UI down
@@ -274,7 +287,8 @@ def detect_model(path: str | Path) -> ModelDetection:
     if _looks_like_hub_id(text):
         return _detect_hub_id(text)
     return ModelDetection(
-        None, "missing", f"{text} does not exist. Check the path, or browse for the model again.", False, "error", text
+        None, "missing", f"{printable(text)} {safe_open.missing_reason(text)}. Check the path, or browse for the model "
+        "again.", False, "error", text
     )
 
 
@@ -299,9 +313,11 @@ def _detect_hub_id(text: str) -> ModelDetection:
 
 
 def _read_json(p: Path) -> dict[str, Any] | None:
-    if not p.is_file():
+    """A model's JSON config (None when there is none); :class:`safe_open.PathError` for one that cannot be read:
+    a named pipe, a device, a file over :data:`MAX_JSON_BYTES`, text that is not JSON."""
+    if safe_open.look(p).kind == "missing":
         return None
-    data = json.loads(p.read_text(encoding="utf-8"))
+    data = safe_open.read_json(p, limit=MAX_JSON_BYTES, what="a model config")
     return data if isinstance(data, dict) else None
 
 
@@ -312,8 +328,9 @@ def _detect_folder(folder: Path) -> ModelDetection:
         return ModelDetection("demo", "diffusers_folder", "The built-in tiny demo model.", True, "info", where)
     try:
         index = _read_json(folder / "model_index.json")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return ModelDetection(None, "diffusers_folder", f"{name}/model_index.json is not valid JSON ({e}).", False, "error", where)
+    except safe_open.PathError as e:
+        return ModelDetection(None, "diffusers_folder", f"{printable(name)}/model_index.json {e.reason}.", False, "error",
+                              where)
     if index is None:
         files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.ckpt"))
         if files:
@@ -329,8 +346,9 @@ def _detect_folder(folder: Path) -> ModelDetection:
         unet_cfg = _read_json(folder / "unet" / "config.json")
         te_cfg = _read_json(folder / "text_encoder" / "config.json")
         sched = _read_json(folder / "scheduler" / "scheduler_config.json")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return ModelDetection(None, "diffusers_folder", f"{name} has a config file that is not valid JSON ({e}).", False, "error", where)
+    except safe_open.PathError as e:
+        return ModelDetection(None, "diffusers_folder", f"{printable(name)} has a config file that cannot be read: "
+                              f"{e}.", False, "error", where)
     if unet_cfg is None:
         return ModelDetection(None, "diffusers_folder", f"{name} is incomplete: it has no unet/config.json.", False, "error", where)
     in_channels = int(unet_cfg.get("in_channels", 4))

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from guitrainer.base import safe_open
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
 from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
@@ -45,9 +47,10 @@ def file_network_type(tensors: dict[str, Any]) -> str:
 
 
 def _weights_file(p: Path) -> Path:
-    if p.is_dir():
+    """The .safetensors of a LoRA given as a file or as a diffusers folder."""
+    if safe_open.look(p).kind == "folder":
         inside = p / DIFFUSERS_WEIGHT_NAME
-        return inside if inside.is_file() else next(iter(sorted(p.glob("*.safetensors"))), inside)
+        return inside if safe_open.look(inside).kind != "missing" else next(iter(sorted(p.glob("*.safetensors"))), inside)
     return p
 
 
@@ -57,11 +60,16 @@ def init_lora_problem(value: str, network_type: str) -> str:
     if not text:
         return ""
     p = expand(text)
-    shown = f"The LoRA to continue from (“{text}”)"
-    if not p.exists():
-        return f"{shown} was not found: choose the file again, or clear Continue from LoRA to start a new LoRA"
+    shown = f"The LoRA to continue from (“{printable(text)}”)"
     try:
+        kind = safe_open.look(p).kind
+        if kind == "missing":
+            return f"{shown} was not found: choose the file again, or clear Continue from LoRA to start a new LoRA"
+        if kind not in ("file", "folder"):  # a named pipe would block the read, a device never end it
+            return f"{shown} is {safe_open.KIND_WORDS[kind]}, not a file: choose a .safetensors LoRA, or clear Continue from LoRA"
         tensors, _meta = read_safetensors_header(_weights_file(p))
+    except safe_open.PathError as e:
+        return f"{shown} {e.reason}: choose another file, or clear Continue from LoRA"
     except (CheckpointError, OSError):
         return (f"{shown} cannot be read as a .safetensors LoRA (damaged, or another kind of file): choose another "
                 "file, or clear Continue from LoRA")

@@ -10,13 +10,14 @@ original VAE, false in ``madebyollin/sdxl-vae-fp16-fix``), never from a name.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from guitrainer.base import safe_open
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
@@ -39,6 +40,8 @@ VAE_KEY_PREFIXES = ("first_stage_model.", "vae.")
 DEFAULT_UNET_IN_CHANNELS = 4
 #: siblings of the base model looked at for an fp16-safe VAE (a big models folder is not listed whole)
 MAX_SIBLINGS = 200
+#: largest config.json read (a VAE's is under a kilobyte)
+MAX_JSON_BYTES = 16 * 1024 * 1024
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 VaeKind = Literal["base", "folder", "file", "hub"]
@@ -73,9 +76,10 @@ class VaeFacts:
 
 
 def _read_json(p: Path) -> dict[str, Any] | None:
+    """A JSON config read safely (a named pipe or a device is never opened); None when it cannot be read."""
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = safe_open.read_json(p, limit=MAX_JSON_BYTES, what="a model config")
+    except safe_open.PathError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -121,8 +125,8 @@ def hub_snapshots(repo_id: str) -> list[Path]:
     except OSError:
         return []
     try:
-        main = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
-    except OSError:
+        main = safe_open.read_text(repo / "refs" / "main", limit=4096, what="a hub ref").strip()
+    except safe_open.PathError:
         main = ""
     return sorted(found, key=lambda p: p.name != main)
 
@@ -137,7 +141,7 @@ def _folder_facts(folder: Path, shown: str, kind: VaeKind = "folder") -> VaeFact
     scale = cfg.get("scaling_factor")
     facts = VaeFacts(kind, str(cfg_folder), int(channels) if isinstance(channels, int) else None, force_upcast_of(cfg),
                      scaling_factor=float(scale) if isinstance(scale, int | float) else None, downscale=_downscale(cfg))
-    if not (cfg_folder / VAE_WEIGHTS).is_file():
+    if safe_open.problem(cfg_folder / VAE_WEIGHTS, "file"):
         return replace(facts, problem=f"{shown} has a VAE config.json but no {VAE_WEIGHTS} beside it (incomplete "
                                       "download?)")
     return facts
@@ -190,8 +194,8 @@ def _stamp(p: Path, text: str) -> tuple[Any, ...]:
     for f in (p, p / "config.json", p / "vae" / "config.json", p.parent / "config.json", snapshots):
         try:
             st = f.stat()
-            out.append((st.st_size, st.st_mtime_ns))
-        except OSError:
+            out.append((st.st_mode, st.st_size, st.st_mtime_ns))
+        except (OSError, ValueError):  # nothing there, or a path the OS refuses (NUL, a name too long)
             out.append(None)
     return tuple(out)
 
@@ -208,13 +212,22 @@ def describe_vae(value: str) -> VaeFacts:
 @functools.lru_cache(maxsize=32)
 def _describe(text: str, _stamp: tuple[Any, ...]) -> VaeFacts:
     p = expand(text)
-    if p.is_dir():
-        return _folder_facts(p, f"The VAE folder “{text}”")
-    if p.is_file():
-        return _file_facts(p, f"The VAE file “{text}”")
+    shown = printable(text)
+    try:
+        kind = safe_open.look(p).kind
+    except safe_open.PathError as e:  # a name too long, a NUL character, a link loop
+        return VaeFacts("folder", text, problem=f"The VAE {e}: choose a VAE folder or .safetensors file, or clear the "
+                                                "setting to use the base model's own VAE")
+    if kind == "folder":
+        return _folder_facts(p, f"The VAE folder “{shown}”")
+    if kind == "file":
+        return _file_facts(p, f"The VAE file “{shown}”")
+    if kind != "missing":  # a named pipe, a device: refused at once, never looked up on the hub
+        return VaeFacts("file", text, problem=f"The VAE “{shown}” is {safe_open.KIND_WORDS[kind]}, not a file or a "
+                                              "folder: choose a VAE folder or .safetensors file, or clear the setting")
     looks_like_path = text.startswith(("/", ".", "~", "\\")) or ":" in text or text.lower().endswith(".safetensors")
     if looks_like_path or not _HUB_ID.match(text):
-        return VaeFacts("folder", text, problem=f"The VAE “{text}” was not found: choose a VAE folder or .safetensors "
+        return VaeFacts("folder", text, problem=f"The VAE “{shown}” was not found: choose a VAE folder or .safetensors "
                                                 "file, a hub id, or clear the setting to use the base model's own VAE")
     for snap in hub_snapshots(text):  # downloaded before: its config says what it is
         facts = _folder_facts(snap, f"The VAE “{text}”", "hub")
@@ -260,7 +273,8 @@ def base_vae_facts(base: str) -> VaeFacts:
     if not text or text == "demo":
         return VaeFacts("base")
     p = expand(text)
-    folders = [p / "vae"] if p.is_dir() else [s / "vae" for s in hub_snapshots(text)] if _HUB_ID.match(text) else []
+    is_dir = _kind(p) == "folder"
+    folders = [p / "vae"] if is_dir else [s / "vae" for s in hub_snapshots(text)] if _HUB_ID.match(text) else []
     for folder in folders:
         cfg = read_vae_config(folder)
         if cfg is not None:
@@ -325,9 +339,17 @@ def find_fp16_safe_vae(config: TrainingConfig) -> str | None:
         return configured
     base = str(config.model.base).strip()
     base_path = expand(base) if base and base != "demo" else None
-    parent = base_path.parent if base_path is not None and base_path.exists() else None
+    parent = base_path.parent if base_path is not None and _kind(base_path) in ("file", "folder") else None
     stamps = tuple(_mtime(p) for p in (_hub_repo(FP16_FIX_REPO) / "snapshots", parent))
     return _find(str(hub_cache_dir()), str(base_path or ""), str(parent or ""), stamps)
+
+
+def _kind(p: Path) -> str:
+    """What is at ``p`` (:func:`safe_open.look`); "missing" also for a path that cannot be looked at."""
+    try:
+        return safe_open.look(p).kind
+    except safe_open.PathError:
+        return "missing"
 
 
 def _mtime(p: Path | None) -> int | None:

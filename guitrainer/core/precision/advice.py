@@ -38,6 +38,10 @@ class Advice:
         suggestion_text: the suggestion in words ("use fp16 AMP"), or an instruction such as an install command.
         code: stable identifier of the rule, e.g. "bf16_not_native" (for tests and logs).
         topic: what it is about: a config path ("precision.training", "optimizer.name") or "device".
+        faster: the training precision this advice says is the fastest here ("" when it makes no speed claim):
+            the claim a precision-lab measurement can confirm or contradict (DESIGN §5).
+        basis: the device fact that claim rests on, as a clause ("This CPU has AMX (bf16 matrix tiles)"), so a
+            measurement that contradicts it can say which fact it overrode.
     """
 
     level: Level
@@ -46,6 +50,8 @@ class Advice:
     suggestion_text: str = ""
     code: str = ""
     topic: str = ""
+    faster: str = ""
+    basis: str = ""
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:

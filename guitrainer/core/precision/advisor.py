@@ -2,7 +2,10 @@
 
 ``advise(device, config)`` turns device facts (:class:`guitrainer.core.device.hardware.DeviceInfo`) and the
 current :class:`~guitrainer.config.TrainingConfig` into a list of :class:`Advice`: a level, a sentence an
-artist understands, and a suggested change (config path -> value) that the UI applies with one click.
+artist understands, and a suggested change (config path -> value) that the UI applies with one click. Where the
+precision lab measured this device and model family, the measurement outranks the rules
+(:func:`guitrainer.core.precision.measurements.follow_measurement`): every caller (the picker, the start check's
+log lines, ``--check``, the VRAM hints) gets advice that agrees with it.
 
 Pure Python: no torch, no Qt. :mod:`guitrainer.core.precision.advice` holds the Advice type;
 :mod:`guitrainer.config.precision_choices` the choices and their names; :mod:`guitrainer.core.precision.rules`
@@ -18,13 +21,19 @@ from guitrainer.base.constants import FP16_MAX
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.precision.advice import LEVELS, Advice, Level, worst
+from guitrainer.core.precision.measurements import (
+    MeasurementStore,
+    follow_measurement,
+    measured_recommendation,
+)
 from guitrainer.core.precision.rules import RULES, training_precision_advice
 
 log = logging.getLogger(__name__)
 
 
 def training_choice_level(device: DeviceInfo | None, value: str) -> Level | None:
-    """The worst level the training-precision rules give ``value`` on ``device`` (None: no objection)."""
+    """The worst level the training-precision rules alone give ``value`` on ``device`` (None: no objection); the
+    picker's notes, which also follow a measurement, come from :mod:`guitrainer.core.precision.choice_notes`."""
     if device is None:
         return None
     return worst(training_precision_advice(device, value))
@@ -34,8 +43,12 @@ def _severity(a: Advice) -> int:
     return LEVELS.index(a.level)
 
 
-def advise(device: DeviceInfo | None, config: TrainingConfig) -> list[Advice]:
-    """Every piece of advice for ``config`` on ``device``, most severe first ([] while the device is unknown)."""
+def advise(device: DeviceInfo | None, config: TrainingConfig, store: MeasurementStore | None = None) -> list[Advice]:
+    """Every piece of advice for ``config`` on ``device``, most severe first ([] while the device is unknown).
+
+    ``store`` holds the precision lab's measurements (default: the user's, :class:`MeasurementStore`); one for this
+    device and model family outranks the rules' speed advice.
+    """
     if device is None:
         return []
     device = device.for_gpu_index(config.precision.gpu_index)  # the GPU chosen on the Model page
@@ -45,6 +58,10 @@ def advise(device: DeviceInfo | None, config: TrainingConfig) -> list[Advice]:
             out.extend(rule(device, config))
         except Exception:  # a broken rule must not take the picker down; it is logged with its traceback
             log.exception("precision rule %s failed", rule.__name__)
+    try:
+        out = follow_measurement(out, config, measured_recommendation(device, config, store))
+    except Exception:  # an unreadable measurement leaves the rules' advice
+        log.exception("following the precision lab's measurement failed")
     return sorted(out, key=_severity)
 
 

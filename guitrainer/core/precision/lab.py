@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 
 Status = Literal["ran", "not_run", "does_not_fit", "too_slow", "failed", "cancelled"]
@@ -231,62 +230,6 @@ def device_key(device: DeviceInfo) -> str:
     return f"cpu|{device.cpu.name}|{device.cpu.cores} cores"
 
 
-def fp8_unavailable_reason(device: DeviceInfo, config: TrainingConfig, engine_supports_fp8: bool) -> str:
-    """Why fp8 base weights cannot be measured here ("" when they can)."""
-    if not engine_supports_fp8 or not hasattr(config.precision, "base_weights"):
-        return "this version of the trainer cannot store base weights in fp8 (no precision.base_weights setting)"
-    if device.kind == "mps":
-        return "Apple GPUs (MPS) have no float8 types"
-    if device.torch_tuple and device.torch_tuple < (2, 1):
-        return f"torch {device.torch_version} has no float8 types (2.1 or newer is needed)"
-    return ""
-
-
-def unavailable_reason(
-    device: DeviceInfo, config: TrainingConfig, candidate: Candidate, *, engine_supports_fp8: bool = False
-) -> str:
-    """Why ``candidate`` cannot run on ``device`` ("" when it can): the precision rules' error-level advice."""
-    from guitrainer.core.precision import advisor
-
-    if candidate.base_weights == "fp8":
-        reason = fp8_unavailable_reason(device, config, engine_supports_fp8)
-        if reason:
-            return reason
-    trial = config.copy()
-    trial.precision.training = candidate.training  # type: ignore[assignment]
-    if candidate.base_weights != "auto" and hasattr(trial.precision, "base_weights"):
-        trial.precision.base_weights = candidate.base_weights  # type: ignore[attr-defined]
-    errors = [a for a in advisor.advise(device, trial) if a.level == "error" and a.topic.startswith("precision")]
-    return errors[0].message if errors else ""
-
-
-def plan(
-    device: DeviceInfo,
-    config: TrainingConfig,
-    candidates: Iterable[Candidate] | None = None,
-    *,
-    engine_supports_fp8: bool = False,
-) -> list[tuple[Candidate, str]]:
-    """``(candidate, reason)`` for each candidate in order; an empty reason means it runs.
-
-    fp32 is always measured first (the reference every drift is taken from), even when not asked for.
-    """
-    chosen = list(candidates) if candidates is not None else list(all_candidates())
-    if Candidate("fp32") not in chosen:
-        chosen.insert(0, Candidate("fp32"))
-    else:
-        chosen.remove(Candidate("fp32"))
-        chosen.insert(0, Candidate("fp32"))
-    out: list[tuple[Candidate, str]] = []
-    seen: set[Candidate] = set()
-    for c in chosen:
-        if c in seen:
-            continue
-        seen.add(c)
-        out.append((c, unavailable_reason(device, config, c, engine_supports_fp8=engine_supports_fp8)))
-    return out
-
-
 # --------------------------------------------------------------------------- text
 
 
@@ -392,6 +335,12 @@ def format_table(report: LabReport) -> str:
     return "\n".join(lines)
 
 
+def times(ratio: float) -> str:
+    """A speed ratio as the lab's texts write it: ``"1.05x"`` under 1.1 (a 5 % gap is not "1.1x"), else
+    ``"1.6x"``."""
+    return f"{ratio:.2f}x" if ratio < 1.095 else f"{ratio:.1f}x"
+
+
 def recommendation_text(report: LabReport, best: CandidateResult) -> str:
     """``"bf16 AMP, measured 2026-12-01: 1.8x faster than fp32"`` (or why fp32 stays)."""
     date = report.measured_at[:10] or "earlier"
@@ -400,11 +349,11 @@ def recommendation_text(report: LabReport, best: CandidateResult) -> str:
         others = [(s, r) for s, r in others if s]
         if others:
             s, r = max(others, key=lambda sr: sr[0])
-            return f"fp32, measured {date}: the fastest of the others, {r.candidate.label}, was {1 / s:.1f}x slower"
+            return f"fp32, measured {date}: the fastest of the others, {r.candidate.label}, was {times(1 / s)} slower"
         return f"fp32, measured {date}"
     s = report.speedup(best)
-    speed = f"{s:.1f}x faster than fp32" if s is not None and s >= 1 else (
-        f"{1 / s:.1f}x slower than fp32 but lighter" if s else "fp32 not measured"
+    speed = f"{times(s)} faster than fp32" if s is not None and s >= 1 else (
+        f"{times(1 / s)} slower than fp32 but lighter" if s else "fp32 not measured"
     )
     return f"{best.candidate.label}, measured {date}: {speed}"
 

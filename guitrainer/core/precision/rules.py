@@ -12,9 +12,17 @@ from collections.abc import Callable, Iterable
 from guitrainer.base.units import format_bytes
 from guitrainer.config import TrainingConfig
 from guitrainer.config.precision_choices import choice_label
+from guitrainer.core.device.builds import (
+    BNB_ROCM_TARGETS,
+    TORCH_TARGET,
+    bnb_rocm_targets,
+    cuda_install_hint,
+    hsa_override,
+)
 from guitrainer.core.device.gpu_choice import gpu_missing_message
 from guitrainer.core.device.info import DeviceInfo, GpuInfo, version_tuple
 from guitrainer.core.memory.estimate import sdxl_vae_fp32_cost
+from guitrainer.core.memory.specs import config_family
 from guitrainer.core.model.vae_choice import (
     FP16_FIX_DOWNLOAD,
     FP16_FIX_REPO,
@@ -23,6 +31,7 @@ from guitrainer.core.model.vae_choice import (
     vae_fp16_safe,
 )
 from guitrainer.core.precision.advice import Advice, Level
+from guitrainer.core.precision.family_rules import rule_family_precision
 
 TOPIC = "precision.training"
 #: the fp16-fixed SDXL VAE: the same decoder, rescaled so its activations fit fp16
@@ -31,37 +40,63 @@ SDXL_FP16_VAE = FP16_FIX_REPO
 
 # --------------------------------------------------------------------------- what each device does best
 
+#: model families small enough that a CPU trains them fastest in fp32 whatever bf16 hardware it has. Measured by
+#: the precision lab (bench/precision_lab.py; bench/RESULTS.md, "Precision lab"): the demo model (64 px) ran fp32
+#: 0.069 s/step against 0.127 for bf16 AMP on an AMD EPYC with AVX512-BF16, and 0.354 against 0.558 on a Xeon with
+#: AMX (issue 27); bench's mid-size UNet (128/256/512 channels, 256 px, the "sd15" family) ran bf16 AMP at 0.931
+#: against fp32's 1.591 on the same EPYC. bf16 hardware pays where the matrix multiplies are large.
+CPU_SMALL_FAMILIES = frozenset({"demo"})
+#: the same measurements, for the messages
+CPU_DEMO_MEASURED = "the demo model: fp32 0.069 s/step against bf16 AMP's 0.127 on an AVX512-BF16 EPYC"
+CPU_MID_MEASURED = "bench's mid-size UNet: bf16 AMP 1.7x faster than fp32 on an AVX512-BF16 EPYC"
 
-def recommended_training(device: DeviceInfo | None) -> str:
-    """The training precision this device does best.
 
-    GPU: bf16 where it is native; fp32 on Turing chips without tensor cores (fp16 NaNs, black images); fp16
+def cpu_bf16_hardware(device: DeviceInfo) -> str:
+    """The x86 bf16 matrix instructions the CPU has, in words ("AMX (bf16 matrix tiles)", "AVX512-BF16"), or "".
+
+    Both run bf16 dot products in hardware (Intel ISA Extensions reference: ``TDPBF16PS``, ``VDPBF16PS``) and
+    PyTorch's CPU autocast reaches them through oneDNN. Arm's BF16 extension is not counted: no measurement here
+    shows what PyTorch's CPU training gains from it (:func:`_cpu_precision_advice` says so).
+    """
+    cpu = device.cpu
+    if cpu.amx:
+        return "AMX (bf16 matrix tiles)"
+    if "avx512_bf16" in cpu.bf16_flags:
+        return "AVX512-BF16"
+    return ""
+
+
+def recommended_training(device: DeviceInfo | None, family: str = "") -> str:
+    """The training precision this device does best, by the rules (a measurement outranks it:
+    :func:`guitrainer.core.precision.measurements.recommended_here`).
+
+    GPU: bf16 where it is native (and as fast as fp16: not on an MI100); fp32 on Turing chips without tensor cores (fp16 NaNs, black images); fp16
     where fp16 runs at full rate (tensor cores, P100, AMD's packed math); else fp32 (consumer Pascal, Maxwell).
-    Apple: bf16 on M3 and newer, fp16 AMP where the GradScaler works (torch 2.8+), else fp32. CPU: bf16 only
-    with AMX, else fp32.
+    Apple: fp16 AMP where the GradScaler works (torch 2.8+), else fp32 (bf16 saves memory there, not time). CPU:
+    bf16 with x86 bf16 matrix instructions (AVX512-BF16, AMX) except for the tiny demo model
+    (:data:`CPU_SMALL_FAMILIES`), else fp32. ``family`` is the model family trained ("" when not known: taken
+    as a full-size model).
     """
     if device is None:
         return "fp16"
     gpu = device.gpu
     if gpu is not None:
-        if gpu.bf16_native:
+        if gpu.bf16_native and gpu.bf16_full_rate:
             return "bf16"
         if gpu.turing_without_tensor_cores:
             return "fp32"
         return "fp16" if gpu.fp16_fast else "fp32"
     if device.kind == "mps":
         mps = device.mps
-        if mps is None:
-            return "fp32"
-        if mps.bf16 and mps.bf16_native:
-            return "bf16"
-        return "fp16" if mps.fp16_amp else "fp32"
-    return "bf16" if device.cpu.bf16_faster else "fp32"
+        return "fp16" if mps is not None and mps.fp16_amp else "fp32"
+    if family in CPU_SMALL_FAMILIES or not cpu_bf16_hardware(device):
+        return "fp32"
+    return "bf16"
 
 
-def training_precision_advice(device: DeviceInfo, choice: str) -> Iterable[Advice]:
-    """What the rules say about training in ``choice`` on ``device``."""
-    best = recommended_training(device)
+def training_precision_advice(device: DeviceInfo, choice: str, family: str = "") -> Iterable[Advice]:
+    """What the rules say about training in ``choice`` on ``device`` (``family``: the model family, "" unknown)."""
+    best = recommended_training(device, family)
     if device.gpu is not None:
         yield from _gpu_precision_advice(device.gpu, choice, best)
     elif device.kind == "mps":
@@ -73,6 +108,17 @@ def training_precision_advice(device: DeviceInfo, choice: str) -> Iterable[Advic
 def _gpu_precision_advice(gpu: GpuInfo, choice: str, best: str) -> Iterable[Advice]:
     if choice == "bf16" and not gpu.bf16_native:
         yield _bf16_not_native(gpu)
+    elif choice == "bf16" and not gpu.bf16_full_rate:
+        yield Advice(
+            "info",
+            f"Your {gpu.name} ({gpu.arch_label}) multiplies bf16 at half its fp16 rate (AMD's MI100 specifications: "
+            "92.3 against 184.6 TFLOPS), so fp16 AMP trains faster; bf16 only saves you the loss scaler.",
+            {TOPIC: "fp16"},
+            code="bf16_half_rate",
+            topic=TOPIC,
+            faster="fp16",
+            basis=f"Your {gpu.name} multiplies bf16 at half its fp16 rate",
+        )
     elif choice == "fp16" and gpu.turing_without_tensor_cores:
         yield Advice(
             "warning",
@@ -92,6 +138,8 @@ def _gpu_precision_advice(gpu: GpuInfo, choice: str, best: str) -> Iterable[Advi
             {TOPIC: "fp32"},
             code="fp16_slow_pascal",
             topic=TOPIC,
+            faster="fp32",
+            basis=f"Your {gpu.name} runs fp16 at a small fraction of its fp32 rate",
         )
     elif choice == "fp16" and not gpu.tensor_cores:
         yield Advice(
@@ -100,14 +148,18 @@ def _gpu_precision_advice(gpu: GpuInfo, choice: str, best: str) -> Iterable[Advi
             "rate: fp16 AMP saves memory and some time.",
             code="fp16_no_tensor_cores",
             topic=TOPIC,
+            faster="fp16",
+            basis=f"Your {gpu.name} runs fp16 at full rate",
         )
-    elif choice == "fp16" and gpu.bf16_native:
+    elif choice == "fp16" and gpu.bf16_native and gpu.bf16_full_rate:
         yield Advice(
             "info",
             f"Your {gpu.name} does bf16 natively: bf16 AMP is as fast, needs no loss scaler and never overflows.",
             {TOPIC: "bf16"},
             code="bf16_better",
             topic=TOPIC,
+            faster="bf16",
+            basis=f"Your {gpu.name} does bf16 natively",
         )
     elif choice == "fp32" and best != "fp32":
         why = "tensor cores" if gpu.tensor_cores and gpu.vendor == "nvidia" else (
@@ -119,6 +171,8 @@ def _gpu_precision_advice(gpu: GpuInfo, choice: str, best: str) -> Iterable[Advi
             {TOPIC: best},
             code="fp32_slow",
             topic=TOPIC,
+            faster=best,
+            basis=f"Your {gpu.name} has {why}",
         )
 
 
@@ -135,6 +189,16 @@ def _bf16_not_native(gpu: GpuInfo) -> Advice:
             code="bf16_not_native",
             topic=TOPIC,
         )
+    if gpu.xmx_source.startswith("unknown"):
+        return Advice(
+            "warning",
+            f"Whether your {gpu.name} has XMX matrix engines could not be told "
+            f"({gpu.xmx_source.removeprefix('unknown: ')}); without them bf16 runs much slower than "
+            f"{choice_label(TOPIC, fallback)}, so that is the safe choice. The precision lab measures both.",
+            {TOPIC: fallback},
+            code="bf16_not_native",
+            topic=TOPIC,
+        )
     what = "bf16 matrix cores (those start with RDNA3 and Instinct MI100)" if gpu.vendor == "amd" else "XMX matrix engines"
     return Advice(
         "warning",
@@ -143,7 +207,16 @@ def _bf16_not_native(gpu: GpuInfo) -> Advice:
         {TOPIC: fallback},
         code="bf16_not_native",
         topic=TOPIC,
+        faster=fallback,
+        basis=f"Your {gpu.name} has no {what.split(' (')[0]}",
     )
+
+
+#: Apple GPU matrix-multiply throughput in TFLOPS, fp32 / fp16 / bf16 (zzc0721/torch-performance-test-data: #191,
+#: M1 Pro, torch 2.7: 4.28 / 4.75 / 2.30; #65, M4 Max, torch 2.8: 13.78 / 14.82 / 13.18): fp16 is the faster half
+#: format on every chip; bf16 is emulated at about half of fp32's rate on M1 / M2 and no faster on M3 / M4
+MPS_M1_TFLOPS = "an M1 Pro multiplies bf16 at 2.30 TFLOPS against 4.28 in fp32 and 4.75 in fp16"
+MPS_M4_TFLOPS = "an M4 Max multiplies bf16 at 13.2 TFLOPS against 13.8 in fp32 and 14.8 in fp16"
 
 
 def _mps_precision_advice(device: DeviceInfo, choice: str, best: str) -> Iterable[Advice]:
@@ -171,65 +244,128 @@ def _mps_precision_advice(device: DeviceInfo, choice: str, best: str) -> Iterabl
     elif choice == "bf16" and not mps.bf16_native:
         yield Advice(
             "warning",
-            f"{chip} has no bf16 hardware (Apple GPUs compute bf16 natively from M3 on): it is emulated and much "
-            f"slower than {choice_label(TOPIC, best)}.",
+            f"{chip} has no bf16 hardware (Apple GPUs compute bf16 natively from M3 on): it is emulated at about half "
+            f"of fp32's speed ({MPS_M1_TFLOPS}). {choice_label(TOPIC, best)} is faster.",
             {TOPIC: best},
             code="mps_bf16_emulated",
             topic=TOPIC,
+            faster=best,
+            basis=f"{chip} has no bf16 hardware",
+        )
+    elif choice == "bf16":
+        yield Advice(
+            "info",
+            f"{chip} computes bf16 in hardware, which saves memory like fp16 but, in published figures, no time: "
+            f"{MPS_M4_TFLOPS} (torch 2.8). The precision lab (\"Measure on this machine…\") measures it on this Mac.",
+            {TOPIC: best} if best != "bf16" else {},
+            code="mps_bf16_memory_only",
+            topic=TOPIC,
+            faster=best,
+            basis=f"{chip} computes bf16 in hardware",
         )
     elif choice == "fp32" and best != "fp32":
         yield Advice(
             "info",
-            f"{choice_label(TOPIC, best)} is faster on {chip} and uses less memory.",
+            f"{choice_label(TOPIC, best)} is faster on {chip} and uses less memory ({MPS_M4_TFLOPS}; "
+            f"{MPS_M1_TFLOPS}).",
             {TOPIC: best},
             code="fp32_slow",
             topic=TOPIC,
+            faster=best,
+            basis="Apple GPUs multiply fp16 faster than fp32",
         )
 
 
 def _cpu_precision_advice(device: DeviceInfo, choice: str, best: str) -> Iterable[Advice]:
+    """CPU advice. What the rules know: bf16 matrix instructions (AVX512-BF16, AMX) make bf16 faster on models with
+    large layers and slower on the tiny demo model (:data:`CPU_SMALL_FAMILIES`, measured; ``best`` already says
+    which); AMX-FP16 (Granite Rapids) runs fp16 matrix multiplies in hardware, which other CPUs compute slowly;
+    Arm's BF16 extension is not measured here."""
     cpu = device.cpu
-    if choice == "fp16":
+    hw = cpu_bf16_hardware(device)
+    if choice == "fp16" and cpu.amx_fp16:
+        yield Advice(
+            "info",
+            "This CPU has AMX-FP16 (Granite Rapids and newer), so fp16 matrix multiplies run in hardware as bf16's "
+            f"do on AMX; {choice_label(TOPIC, best)} needs no loss scaler and is what the rules pick. Whether fp16 is "
+            "faster for your model, the precision lab (\"Measure on this machine…\") measures.",
+            {TOPIC: best},
+            code="fp16_on_cpu_amx_fp16",
+            topic=TOPIC,
+        )
+    elif choice == "fp16":
         yield Advice(
             "warning",
-            "fp16 on the CPU works but is slow: CPUs have no fast fp16 math. "
-            + ("This CPU has AMX, so bf16 AMP is the better choice." if best == "bf16" else "fp32 is faster here."),
+            "fp16 on the CPU works but is slow: without AMX-FP16 (Granite Rapids) a CPU has no fast fp16 matrix math "
+            "(the demo model measured fp16 AMP at 0.279 s/step against fp32's 0.069 on an AVX512-BF16 EPYC). "
+            f"{choice_label(TOPIC, best)} is faster here.",
             {TOPIC: best},
             code="fp16_on_cpu",
             topic=TOPIC,
+            faster=best,
+            basis=f"This CPU has {hw}, which makes bf16 AMP the rules' choice" if best == "bf16"
+            else "This CPU has no fast fp16 matrix math",
         )
-    elif choice == "bf16" and not cpu.bf16_faster:
-        has = ", ".join(f for f in cpu.bf16_flags if f.startswith("avx512")) or ""
+    elif choice == "bf16" and best == "bf16":
+        return
+    elif choice == "bf16" and hw:
+        yield Advice(
+            "info",
+            f"This CPU has {hw}, but on a model this small bf16 AMP is slower than fp32: the conversions cost more "
+            f"than the bf16 hardware saves ({CPU_DEMO_MEASURED}; 0.558 against 0.354 on a Xeon with AMX). It pays on "
+            f"larger models ({CPU_MID_MEASURED}).",
+            {TOPIC: "fp32"},
+            code="bf16_on_cpu_small_model",
+            topic=TOPIC,
+            faster="fp32",
+            basis=f"This CPU has {hw}, but the model is small",
+        )
+    elif choice == "bf16" and cpu.arm_bf16:
+        yield Advice(
+            "info",
+            "This Arm CPU has the BF16 instructions (BFDOT / BFMMLA), but no measurement here shows how much PyTorch's "
+            "CPU training gains from them, so the rules keep fp32. The precision lab (\"Measure on this machine…\") "
+            "measures it.",
+            {TOPIC: "fp32"},
+            code="bf16_on_arm_cpu",
+            topic=TOPIC,
+        )
+    elif choice == "bf16":
         if cpu.amx is None and not cpu.bf16_flags:
-            why = "Could not tell whether this CPU has AMX"
+            why = "Could not tell whether this CPU has bf16 instructions"
         else:
-            why = "This CPU has no AMX" + (f" (only {has}, which converts but does not speed up bf16)" if has else "")
+            why = "This CPU has no bf16 instructions (neither AVX512-BF16 nor AMX)"
         yield Advice(
             "warning",
-            why + ": bf16 runs slower than fp32 here (measured 1.5x slower on an AVX512-BF16 CPU). bf16 is faster "
-            "only on CPUs with AMX (Xeon Sapphire Rapids and newer).",
+            why + ": bf16 is converted in software and runs slower than fp32 here. bf16 hardware: AMD Zen 4 and "
+            "newer, Intel Xeon Cooper Lake (AVX512-BF16) and Sapphire Rapids and newer (AMX).",
             {TOPIC: "fp32"},
             code="bf16_on_cpu_emulated",
             topic=TOPIC,
+            faster="fp32",
+            basis=why,
         )
     elif choice == "fp32" and best == "bf16":
-        yield Advice("info", "This CPU has AMX: bf16 AMP trains faster than fp32.", {TOPIC: "bf16"},
-                     code="fp32_slow", topic=TOPIC)
+        yield Advice(
+            "info",
+            f"This CPU has {hw}: bf16 AMP is faster than fp32 on full-size models ({CPU_MID_MEASURED}), though not "
+            f"on tiny ones ({CPU_DEMO_MEASURED}). The precision lab (\"Measure on this machine…\") measures your "
+            "model.",
+            {TOPIC: "bf16"},
+            code="fp32_slow",
+            topic=TOPIC,
+            faster="bf16",
+            basis=f"This CPU has {hw}",
+        )
 
 
 # --------------------------------------------------------------------------- PyTorch builds
 
 
-def torch_install_hint(capability: tuple[int, int] | None) -> str:
-    """The pip command that installs a torch build with kernels for an NVIDIA GPU of ``capability``.
-
-    The CUDA 12.8 and 12.9 wheels of PyTorch 2.8 and newer dropped Maxwell, Pascal and Volta (sm_50 - sm_70);
-    the CUDA 12.6 wheels keep them. Blackwell (sm_100 / sm_120) needs the CUDA 12.8 wheels or newer.
-    Source: PyTorch 2.8 release notes ("CUDA ... support for Maxwell, Pascal and Volta removed from 12.8/12.9
-    builds"); PyTorch 2.7 release notes (Blackwell support with CUDA 12.8).
-    """
-    index = "cu126" if capability is not None and capability < (7, 5) else "cu128"
-    return f"pip install --upgrade torch torchvision --index-url https://download.pytorch.org/whl/{index}"
+def torch_install_hint(capability: tuple[int, int] | None, machine: str = "x86_64") -> str:
+    """The pip command that installs a torch build with kernels for an NVIDIA GPU of ``capability``
+    (:func:`guitrainer.core.device.builds.cuda_install_hint`: the published arch lists, an exact build pin)."""
+    return cuda_install_hint(capability, machine=machine).command
 
 
 def build_is_older_than(gpu: GpuInfo, arch_list: tuple[str, ...]) -> bool:
@@ -240,35 +376,62 @@ def build_is_older_than(gpu: GpuInfo, arch_list: tuple[str, ...]) -> bool:
     return bool(lowest) and gpu.capability < lowest[:2]
 
 
+def build_problem(device: DeviceInfo, gpu: GpuInfo) -> tuple[str, str] | None:
+    """``(message, command)`` when the installed torch has no kernels for ``gpu``; None when it has (or nobody knows).
+
+    NVIDIA: the build to install, from the published arch lists (:mod:`guitrainer.core.device.builds`). AMD: ROCm
+    code objects are per gfx target; where another target's code runs with ``HSA_OVERRIDE_GFX_VERSION`` (the other
+    RDNA2 chips on gfx1030's) the command starts the app with it.
+    """
+    if gpu.kernels_in_build is not False:
+        return None
+    archs = ", ".join(device.arch_list) or "none"
+    if gpu.vendor == "amd":
+        message = (f"This PyTorch (torch {device.torch_version}, ROCm {device.hip_version or '?'}) has no kernels for "
+                   f"your {gpu.name} ({gpu.arch}); it has {archs}. Training would stop at the first step with "
+                   "\"HIP error: invalid device function\".")
+        override = hsa_override(gpu.gfx_arch, device.arch_list)
+        if override:
+            return (message + f" Workaround: start the app with HSA_OVERRIDE_GFX_VERSION={override}, which makes the "
+                    f"{gpu.arch} run this build's gfx1030 code (the same RDNA2 instruction set; unofficial, but the "
+                    "fix ROCm's own trackers give).", f"HSA_OVERRIDE_GFX_VERSION={override} python -m guitrainer")
+        return (message + f" Install a PyTorch built for {gpu.arch}: AMD publishes per-architecture ROCm wheels "
+                "(repo.amd.com/rocm/whl-multi-arch).", "")
+    older = build_is_older_than(gpu, device.arch_list)
+    hint = cuda_install_hint(gpu.capability, machine=device.machine)
+    message = (f"Your {gpu.name} ({gpu.arch}) is {'older' if older else 'newer'} than this PyTorch build "
+               f"(torch {device.torch_version}, CUDA {device.cuda_version or '?'}) supports: it has {archs}, and "
+               f"training would stop with \"no kernel image is available\". {hint.why}")
+    return message, hint.command
+
+
 def rule_torch(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
-    """torch missing, a build without the card's architecture, or a CPU build next to an NVIDIA GPU."""
+    """torch missing, a build without the card's architecture, a CPU build next to an NVIDIA GPU, or a Mac whose
+    GPU this torch cannot use."""
     if not device.torch_ok:
         reason = dict(device.unknown).get("torch", "it could not be imported")
         yield Advice("error", f"PyTorch is not available ({reason}), so nothing can be trained.",
-                     suggestion_text=torch_install_hint(None), code="torch_missing", topic="device")
+                     suggestion_text=f'python -m pip install "torch=={TORCH_TARGET}"', code="torch_missing",
+                     topic="device")
         return
     gpu = device.gpu
-    if gpu is not None and gpu.kernels_in_build is False:
-        older = build_is_older_than(gpu, device.arch_list)
-        yield Advice(
-            "error",
-            f"Your {gpu.name} ({gpu.arch}) is {'older' if older else 'newer'} than this PyTorch build "
-            f"(torch {device.torch_version}, CUDA {device.cuda_version or '?'}) supports: training would stop with "
-            "\"no kernel image is available\". Install a PyTorch built for this card"
-            + (" (the CUDA 12.6 build still has it)." if older else "."),
-            suggestion_text=torch_install_hint(gpu.capability),
-            code="torch_arch_missing",
-            topic="device",
-        )
+    problem = build_problem(device, gpu) if gpu is not None else None
+    if problem is not None:
+        message, command = problem
+        yield Advice("error", message, suggestion_text=command, code="torch_arch_missing", topic="device")
     if device.kind == "cpu" and device.nvidia_gpu_unused:
+        hint = cuda_install_hint(device.unused_nvidia_capability, machine=device.machine)
         yield Advice(
             "warning",
             "An NVIDIA graphics card seems to be installed, but this PyTorch is a CPU-only build, so training runs "
-            "on the CPU. Install the CUDA build of PyTorch to use the card.",
-            suggestion_text=torch_install_hint(None),
+            f"on the CPU. Install the CUDA build of PyTorch to use the card. {hint.why}",
+            suggestion_text=hint.command,
             code="torch_cpu_build",
             topic="device",
         )
+    if device.kind == "cpu" and device.mps is not None and device.mps.unsupported:
+        yield Advice("warning", f"This Mac's GPU cannot be used: {device.mps.unsupported}. Training runs on the CPU "
+                     "until macOS is updated.", code="mps_needs_macos14", topic="device")
 
 
 def rule_gpu_index(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
@@ -298,7 +461,7 @@ def rule_cpu_training(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
 
 
 def rule_training_precision(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
-    return training_precision_advice(device, cfg.precision.training)
+    return training_precision_advice(device, cfg.precision.training, config_family(cfg))
 
 
 def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
@@ -343,13 +506,19 @@ def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
 EIGHT_BIT_OPTIMIZERS: tuple[str, ...] = ("AdamW8bit", "Lion8bit", "PagedAdamW8bit")
 #: bitsandbytes versions that first shipped each backend's 8-bit optimizer kernels, as its release history
 #: gives them: CUDA 12.8 builds with sm_100 / sm_120 (Blackwell) kernels in 0.45.3; Intel XPU 8-bit optimizers
-#: (bitsandbytes PR #1692, released in 0.48.0); ROCm builds in the PyPI wheels from 0.49 (ROCm backend tracker
-#: bitsandbytes#1271; OneTrainer#1715 pins 0.49.x for ROCm); CPU 8-bit blockwise optimizer kernels in 0.50.0
-#: (``backends/cpu/ops.py`` registers ``optimizer_update_8bit_blockwise`` for "cpu" from that release).
+#: (bitsandbytes PR #1692, released in 0.48.0); ROCm builds in the PyPI wheels from 0.49 (installation docs at tag
+#: 0.49.0, "AMD ROCm (Preview) - Installation from PyPI"); CPU 8-bit blockwise optimizer kernels in 0.50.0
+#: (``backends/cpu/ops.py`` registers ``optimizer_update_8bit_blockwise`` for "cpu" from that tag, not at 0.49.2;
+#: PR #1901). Which gfx targets each ROCm library has: :data:`guitrainer.core.device.builds.BNB_ROCM_TARGETS`.
 BNB_BLACKWELL = (0, 45, 3)
 BNB_XPU_8BIT = (0, 48)
 BNB_ROCM = (0, 49)
 BNB_CPU_8BIT = (0, 50)
+#: paged optimizers on Intel GPUs (SYCL shared memory): bitsandbytes PR #1898 "Enable Paged Optimizer Support for
+#: XPU", first in 0.50.0 (``cget_managed_ptr`` gains its SYCL branch there). CUDA and ROCm page through
+#: ``cudaMallocManaged`` / its HIP twin (bitsandbytes PR #2069: "Managed memory is implemented for CUDA/ROCm ... and
+#: XPU"); everywhere else the paged state falls back to plain tensors.
+BNB_XPU_PAGED = (0, 50)
 
 
 def eight_bit_status(device: DeviceInfo) -> tuple[Level | None, str]:
@@ -374,7 +543,32 @@ def eight_bit_status(device: DeviceInfo) -> tuple[Level | None, str]:
     if minimum and version and version < minimum:
         return "error", (f"8-bit optimizers on {what} need bitsandbytes {'.'.join(map(str, minimum))} or newer; "
                          f"this is {bnb.version}: pip install -U bitsandbytes")
+    if gpu.vendor == "amd":
+        return _bnb_rocm_status(device, gpu)
+    if gpu.jetson:
+        return "warning", (f"bitsandbytes' PyPI wheels do not run on a {gpu.jetson} (they are built for server ARM, "
+                           "not Jetson's L4T runtime: bitsandbytes' installation docs); install it from Jetson AI "
+                           "Lab's index (pypi.jetson-ai-lab.io/jp6/cu126) or build it on the device")
     return None, ""
+
+
+def _bnb_rocm_status(device: DeviceInfo, gpu: GpuInfo) -> tuple[Level | None, str]:
+    """bitsandbytes' ROCm kernels are built per gfx target and per ROCm library, and it loads the library that
+    matches this torch's HIP version (:func:`guitrainer.core.device.builds.bnb_rocm_targets`)."""
+    bnb = device.bitsandbytes
+    library, targets = bnb_rocm_targets(bnb.version, device.hip_version)
+    if library is None:
+        return None, ""  # unknown versions: the probe's own import is the only word
+    if gpu.gfx_arch in targets:
+        return None, ""
+    rocm = f"{library[0]}.{library[1]}"
+    if any(gpu.gfx_arch in lib for lib in BNB_ROCM_TARGETS[max(BNB_ROCM_TARGETS)].values()):
+        newer = [f"{v[0]}.{v[1]}" for v, lib in BNB_ROCM_TARGETS[max(BNB_ROCM_TARGETS)].items() if gpu.gfx_arch in lib]
+        return "error", (f"bitsandbytes {bnb.version} loads its ROCm {rocm} library for this PyTorch, which has no "
+                         f"kernels for {gpu.arch_label}; bitsandbytes 0.50's ROCm {newer[-1]} library has them, and "
+                         f"it loads with a PyTorch built on ROCm {newer[-1]} (AMD's ROCm wheels)")
+    return "error", (f"no published bitsandbytes build has 8-bit optimizer kernels for {gpu.arch_label} "
+                     "(bitsandbytes' installation docs list the ROCm targets of each release)")
 
 
 def _bnb_need(gpu: GpuInfo, backend: str) -> str | None:
@@ -388,16 +582,25 @@ def _bnb_need(gpu: GpuInfo, backend: str) -> str | None:
     return None
 
 
+def paging_works(device: DeviceInfo) -> bool:
+    """Whether a paged optimizer's state can move to system memory here (:data:`BNB_XPU_PAGED`)."""
+    if device.kind == "cuda":
+        return True
+    return device.kind == "xpu" and version_tuple(device.bitsandbytes.version) >= BNB_XPU_PAGED
+
+
 def rule_optimizer(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     name = cfg.optimizer.name
     topic = "optimizer.name"
     if name not in EIGHT_BIT_OPTIMIZERS:
         return
     level, reason = eight_bit_status(device)
-    if name == "PagedAdamW8bit" and device.kind != "cuda":
+    if name == "PagedAdamW8bit" and not paging_works(device):
+        where = ("an Intel GPU needs bitsandbytes 0.50 or newer for it" if device.kind == "xpu"
+                 else "paging needs a CUDA, ROCm or Intel GPU")
         yield Advice(
             "error" if level == "error" else "warning",
-            "Paged optimizers move their state to system memory only from a CUDA GPU, so here paging has no effect"
+            f"Paged optimizers move their state to system memory, but {where}, so here paging has no effect"
             + (f"; also, {reason}." if reason else "."),
             {topic: "AdamW8bit" if level is None else "AdamW"},
             code="paged_without_cuda",
@@ -418,26 +621,48 @@ def rule_optimizer(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
 
 #: the first PyTorch with ``torch.float8_e4m3fn`` (PyTorch 2.1 release notes: "float8 dtypes")
 TORCH_FLOAT8 = (2, 1)
+#: the first PyTorch with float8 operators on Intel GPUs: the 2.10 release tracker (pytorch/pytorch#169571, "Implement
+#: FP8 support on Intel GPUs by adding commonly used basic operators"); before it add / mul / where on float8 were
+#: "not implemented" on XPU (intel/torch-xpu-ops#1939)
+TORCH_XPU_FLOAT8 = (2, 10)
+#: what fp8 storage costs in speed, measured by the precision lab on a CPU (bench/RESULTS.md, "Precision lab", the
+#: fp8 rows of three runs on an AMD EPYC): 2-44 % slower per step on the demo model, up to 2.2x on bench's mid-size
+#: UNet (one fp32 run measured it faster: the machine's run-to-run noise is large); an earlier engine measured 4-13 %
+FP8_SPEED_COST = "on a CPU in our bench from a few percent to about 2x slower, by model and precision"
+
+
+def fp8_storage_unavailable(device: DeviceInfo) -> str:
+    """Why fp8 base weights cannot run on ``device`` ("" when they can): no float8 types (MPS, torch < 2.1) or no
+    float8 operators (Intel GPUs before torch 2.10)."""
+    if device.kind == "mps":
+        return "fp8 weights are not available on Apple GPUs (MPS has no float8 types)"
+    if device.torch_ok and device.torch_tuple < TORCH_FLOAT8:
+        return f"fp8 weights need PyTorch 2.1 or newer (float8 types); this is {device.torch_version}"
+    if device.kind == "xpu" and device.torch_ok and device.torch_tuple < TORCH_XPU_FLOAT8:
+        return (f"fp8 weights on Intel GPUs need PyTorch 2.10 or newer (its first float8 operators for XPU); this is "
+                f"{device.torch_version}")
+    return ""
 
 
 def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
-    """fp8 storage of the frozen weights: where it cannot run, and its quality caveat where it can."""
+    """fp8 storage of the frozen weights: where it cannot run, and its costs (quality, speed) where it can."""
     if cfg.precision.base_weights != "fp8":
         return
     topic = "precision.base_weights"
-    if device.kind == "mps":
-        yield Advice("error", "fp8 weights are not available on Apple GPUs (MPS has no float8 types).",
-                     {topic: "auto"}, code="fp8_on_mps", topic=topic)
+    unavailable = fp8_storage_unavailable(device)
+    if unavailable:
+        code = ("fp8_on_mps" if device.kind == "mps" else
+                "fp8_old_torch" if device.torch_tuple < TORCH_FLOAT8 else "fp8_xpu_old_torch")
+        yield Advice("error", unavailable + ".", {topic: "auto"}, code=code, topic=topic)
         return
-    if device.torch_ok and device.torch_tuple < TORCH_FLOAT8:
-        yield Advice("error", f"fp8 weights need PyTorch 2.1 or newer (float8 types); this is {device.torch_version}.",
-                     {topic: "auto"}, code="fp8_old_torch", topic=topic)
-        return
-    if cfg.precision.training == "fp32" and device.kind in ("cuda", "xpu"):
-        # a GPU's fp16 / bf16 matrix units make AMP the faster way to use fp8 weights; on a CPU the precision lab
-        # measured fp32 with fp8 weights fastest (bench/RESULTS.md), so nothing is said there
+    best = recommended_training(device, config_family(cfg))
+    if cfg.precision.training == "fp32" and device.gpu is not None and best != "fp32":
+        # on a GPU whose fp16 / bf16 matrix units make AMP the faster way to use fp8 weights; not on GTX 16xx or
+        # Pascal (fp32 is their best) nor on a CPU (the lab measured fp32 + fp8 fastest there on the demo model)
         yield Advice("warning", "fp8 weights widen to fp32 layer by layer here: they save memory, but on this GPU "
-                     "fp16 / bf16 AMP with fp8 weights trains faster.", code="fp8_with_fp32", topic=topic)
+                     f"{choice_label(TOPIC, best)} with fp8 weights trains faster.", {TOPIC: best},
+                     code="fp8_with_fp32", topic=topic, faster=best,
+                     basis=f"Your {device.gpu.name} runs {choice_label(TOPIC, best)} faster than fp32")
     if not cfg.precision.gradient_checkpointing:  # tracked steps: SD 1.5 +644 MiB, SDXL 1024 px +1.0 GiB (RESULTS)
         yield Advice("warning", "fp8 weights need gradient checkpointing to save memory: without it each layer's "
                      "widened copy is kept for the backward pass, and the run needs more memory than without fp8.",
@@ -447,7 +672,8 @@ def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
     share = "three quarters" if width == 4 else "half"
     yield Advice("info", f"fp8 weights keep the frozen UNet and text encoders in 1 byte per value instead of {width} "
                  f"({cfg.precision.training}): {share} of their memory saved, at a small cost in quality (the LoRA "
-                 "learns against slightly rounded weights).", code="fp8_caveat", topic=topic)
+                 "learns against slightly rounded weights) and some speed: every layer is widened again on every step "
+                 f"({FP8_SPEED_COST}).", code="fp8_caveat", topic=topic)
 
 
 def rule_lora_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
@@ -478,4 +704,5 @@ RULES: tuple[RuleFn, ...] = (
     rule_base_weights,
     rule_lora_weights,
     rule_cpu_training,
+    rule_family_precision,
 )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guitrainer.base import safe_open
+from guitrainer.base.names import printable, safe_name
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.config.files import config_from_dict
@@ -44,6 +45,8 @@ SCHEDULER_FILE = "lr_scheduler.pt"
 SCALER_FILE = "scaler.pt"
 RNG_FILE = "rng.pt"
 STATE_SUFFIX = "_state"
+#: largest :data:`STATE_FILE` read: it holds the config and the step counts, a few kilobytes
+MAX_STATE_JSON_BYTES = 16 * 1024 * 1024
 #: temp files of atomic writes (``core.fileio.atomic_path``) older than this are leftovers of a kill
 STALE_TEMP_SECONDS = 3600.0
 
@@ -56,8 +59,8 @@ class StateError(Exception):
 
 
 def state_folder(output_folder: str | Path, run_name: str) -> Path:
-    """``<output folder>/<run name>_state``."""
-    return expand(str(output_folder)) / f"{run_name}{STATE_SUFFIX}"
+    """``<output folder>/<run name>_state`` (the name as every system can write it: :func:`safe_name`)."""
+    return expand(str(output_folder)) / f"{safe_name(run_name, 'lora')}{STATE_SUFFIX}"
 
 
 def base_state_folder(config: TrainingConfig) -> Path:
@@ -77,14 +80,14 @@ def new_state_folder(output_folder: str | Path, name: str) -> Path:
 
 
 def is_state_folder(folder: str | Path) -> bool:
-    """A complete state: the folder holds :data:`STATE_FILE`."""
-    return (expand(str(folder)) / STATE_FILE).is_file()
+    """A complete state: the folder holds :data:`STATE_FILE` (a regular file; never raises, whatever the path)."""
+    return not safe_open.problem(expand(str(folder)) / STATE_FILE, "file")
 
 
 def run_states(config: TrainingConfig) -> list[Path]:
     """Every complete state of this config's runs (``<name>_state``, ``<name>_N_state``), oldest first."""
     folder = expand(config.output.folder)
-    name = str(config.output.name)
+    name = safe_name(str(config.output.name), "lora")
     pattern = re.compile(rf"^{re.escape(name)}(_\d+)?{STATE_SUFFIX}$")
     try:
         found = [p for p in folder.iterdir() if pattern.match(p.name) and is_state_folder(p)]
@@ -109,15 +112,20 @@ def _written_at(folder: Path) -> int:
 
 def read_info(folder: str | Path) -> dict[str, Any]:
     """The state's JSON; :class:`StateError` in plain words when it is missing or damaged."""
-    path = expand(str(folder)) / STATE_FILE
-    if not path.is_file():
-        raise StateError(f"{folder} is not a training state folder (no {STATE_FILE})")
+    shown, state_file = printable(str(folder)), expand(str(folder)) / STATE_FILE
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise StateError(f"{path} is damaged and cannot be read ({type(e).__name__})") from None
+        safe_open.require(folder, "folder")
+        kind = safe_open.look(state_file).kind
+    except safe_open.PathError as e:  # a file, a pipe, a name too long: never read
+        raise StateError(f"the saved state {e}") from None
+    if kind == "missing":
+        raise StateError(f"{shown} is not a training state folder (no {STATE_FILE})")
+    try:
+        info = safe_open.read_json(state_file, limit=MAX_STATE_JSON_BYTES, what="a state file")
+    except safe_open.PathError as e:
+        raise StateError(f"{e}: the state is damaged and cannot be read") from None
     if not isinstance(info, dict) or not isinstance(info.get("global_step"), int):
-        raise StateError(f"{path} is damaged: it does not describe a training state")
+        raise StateError(f"{shown}/{STATE_FILE} is damaged: it does not describe a training state")
     return info
 
 
@@ -268,11 +276,11 @@ def repair_interrupted(folder: str | Path) -> list[str]:
 
     Folders of a process still running are left alone. Never raises for an unreadable folder.
     """
-    root = expand(str(folder))
     done: list[str] = []
     try:
+        root = expand(str(folder))
         entries = list(root.iterdir())
-    except OSError:
+    except (OSError, ValueError):  # not a folder, no permission, a name too long, a NUL character
         return done
     swaps: dict[str, list[tuple[str, Path]]] = {}
     for p in entries:

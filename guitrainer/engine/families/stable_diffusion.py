@@ -62,14 +62,18 @@ def _freeze(*modules: nn.Module) -> None:
         m.eval()
 
 
+#: largest model_index.json read (a few hundred bytes in every diffusers model)
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+
 def _read_model_index(path: str | Path) -> dict[str, Any] | None:
-    import json
+    from guitrainer.base import safe_open
 
     f = Path(path) / "model_index.json"
-    if f.is_file():
-        found = json.loads(f.read_text(encoding="utf-8"))
-        return found if isinstance(found, dict) else None
-    return None
+    if safe_open.look(f).kind == "missing":
+        return None
+    found = safe_open.read_json(f, limit=MAX_JSON_BYTES, what="a model index")
+    return found if isinstance(found, dict) else None
 
 
 def has_second_text_encoder(path: str | Path) -> bool:

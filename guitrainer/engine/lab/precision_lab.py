@@ -37,6 +37,7 @@ from guitrainer.config import TrainingConfig
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.events import Control, RunSummary, SampleImage, SavedFile, StepMetrics
 from guitrainer.core.memory import estimate
+from guitrainer.core.memory.specs import config_family
 from guitrainer.core.precision.lab import (
     Candidate,
     CandidateResult,
@@ -44,9 +45,9 @@ from guitrainer.core.precision.lab import (
     LabReport,
     device_key,
     median,
-    plan,
 )
-from guitrainer.core.precision.measurements import MeasurementStore, config_family
+from guitrainer.core.precision.lab_plan import plan
+from guitrainer.core.precision.measurements import MeasurementStore
 from guitrainer.engine.compute_device import compute_device
 from guitrainer.engine.lab.meters import EnergyMeter, MemoryMeter, energy_meter, free_memory
 

@@ -26,7 +26,7 @@ fake tensors two things stand in (:mod:`guitrainer.engine.memory.modes`): :class
 GradScaler, whose inf check must read a value, and :class:`FakeScalars`, which answers the ``.item()`` calls of
 optimizers such as Adafactor. On CUDA the real ``torch.amp.GradScaler`` runs.
 
-bitsandbytes' 8-bit optimizers cannot run on fake tensors, but bitsandbytes (>= 0.49) runs them on CPU: their
+bitsandbytes' 8-bit optimizers cannot run on fake tensors, but bitsandbytes (>= 0.50: backends/cpu/ops.py) runs them on CPU: their
 state is **measured** by :func:`bnb_state_bytes`, a real optimizer step on real CPU tensors, one pair per
 distinct LoRA shape (state is allocated per tensor, so the total is exact), built by the engine's
 :func:`~guitrainer.engine.optim.build_optimizer`. The fake step itself runs a stateless SGD for the update.

@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
+from guitrainer.base import safe_open
 from guitrainer.base.constants import PICKLE_SUFFIXES
 from guitrainer.base.errors import first_line
+from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.engine.families import registry
 from guitrainer.engine.families.base import ModelParts
@@ -89,9 +91,10 @@ def _load_base(
         m.source = "demo"
         return m
     path = expand(base)
-    if path.is_dir():
+    kind = _path_kind(base)  # before any hub lookup: a named pipe or a device is refused at once
+    if kind == "folder":
         return load_folder(path, configured)
-    if path.is_file() or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
+    if kind == "file" or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
         parts = [str(p) for p in getattr(model_cfg, "text_encoders", []) or [] if str(p).strip()]
         if parts:
             vae = str(getattr(model_cfg, "vae", "") or "").strip()
@@ -114,6 +117,19 @@ def _load_base(
     return m
 
 
+def _path_kind(base: str) -> str:
+    """What ``model.base`` names on disk ("folder", "file" or "missing": a hub id); anything else that is there (a
+    named pipe, a device, a name too long) raises :class:`ModelLoadError` at once, never reaching the hub."""
+    try:
+        kind = safe_open.look(base).kind
+    except safe_open.PathError as e:
+        raise ModelLoadError(f"the base model {e}", ("choose a model folder or a .safetensors file",)) from None
+    if kind in ("folder", "file", "missing"):
+        return kind
+    raise ModelLoadError(f"the base model “{printable(base)}” is {safe_open.KIND_WORDS[kind]}, not a model file or folder",
+                         ("choose a model folder or a .safetensors file",))
+
+
 def folder_family(path: str | Path, configured: str = "auto") -> str:
     """The family of a diffusers folder (or a hub id's cached snapshot): what its files say; SD 1.5 or SDXL by its
     second text encoder where they say nothing; ``configured`` (the settings' family) only warned about when
@@ -130,10 +146,17 @@ def folder_family(path: str | Path, configured: str = "auto") -> str:
 
 def load_folder(path: str | Path, configured: str = "auto", *, local_files_only: bool = True) -> LoadedModel:
     """A diffusers folder (or a cached hub id) loaded by its family (:func:`folder_family`)."""
+    src = str(path)
     try:
         name = folder_family(path, configured)
+    except safe_open.PathError as e:
+        raise ModelLoadError(f"the model's index {e}") from e
     except (OSError, ValueError) as e:  # a model_index.json that is not JSON
-        raise ModelLoadError(f"{Path(str(path)) / 'model_index.json'} cannot be read: {e}") from e
+        raise ModelLoadError(f"{Path(src) / 'model_index.json'} cannot be read: {e}") from e
+    special = safe_open.first_special_file(src) if Path(src).is_dir() else None
+    if special is not None:  # the libraries would block on a named pipe or read a device without end
+        raise ModelLoadError(f"{special} in the model folder is not a regular file (a named pipe or a device): "
+                             "remove it, or choose another model")
     return registry.family(name).load_folder(str(path), local_files_only=local_files_only)
 
 
@@ -148,8 +171,9 @@ def read_checkpoint(path: str | Path) -> tuple[str, dict[str, torch.Tensor], str
 
     p = Path(path)
     name = p.name
-    if not p.is_file():
-        raise ModelLoadError(f"{p}: the model file does not exist. Check the path, or choose the model again.")
+    why = safe_open.problem(p, "file")
+    if why:
+        raise ModelLoadError(f"{printable(str(p))}: the model file {why}. Check the path, or choose the model again.")
     suffix = p.suffix.lower()
     if suffix == ".safetensors":
         try:

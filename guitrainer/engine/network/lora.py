@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from guitrainer.base import safe_open
 from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME, TEXT_ENCODER_TARGETS, UNET_LORA_TARGETS
 from guitrainer.engine.network.kohya_names import UnetNames
 
@@ -223,16 +224,20 @@ def is_diffusers_format(sd: dict[str, torch.Tensor]) -> bool:
 def lora_weights_file(path: str | Path) -> Path:
     """The .safetensors of a LoRA given as a file or as a diffusers folder (``pytorch_lora_weights.safetensors``)."""
     p = Path(path)
-    if p.is_dir():
-        cand = p / DIFFUSERS_WEIGHT_NAME
-        if cand.is_file():
-            return cand
-        files = sorted(p.glob("*.safetensors"))
-        if len(files) == 1:
-            return files[0]
-        raise LoraFormatError(f"{p}: no {DIFFUSERS_WEIGHT_NAME} in this folder")
-    if not p.is_file():
-        raise LoraFormatError(f"{p}: file not found")
+    try:  # what is there, before anything is opened: a named pipe would block safetensors, a device never end
+        kind = safe_open.require(p, "any").kind
+        if kind == "folder":
+            cand = p / DIFFUSERS_WEIGHT_NAME
+            if safe_open.look(cand).kind != "missing":
+                safe_open.require(cand, "file")
+                return cand
+            files = sorted(p.glob("*.safetensors"))
+            if len(files) == 1:
+                safe_open.require(files[0], "file")
+                return files[0]
+            raise LoraFormatError(f"{p}: no {DIFFUSERS_WEIGHT_NAME} in this folder")
+    except safe_open.PathError as e:
+        raise LoraFormatError(f"the LoRA {e}") from None
     return p
 
 

@@ -36,7 +36,13 @@ from guitrainer.config.precision_choices import PrecisionChoice
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.precision import advisor
 from guitrainer.core.precision.advice import Advice
-from guitrainer.core.precision.measurements import MeasurementStore, recommended_here
+from guitrainer.core.precision.choice_notes import choice_notes
+from guitrainer.core.precision.measurements import (
+    MeasurementStore,
+    measured_facts,
+    measured_recommendation,
+    recommended_here,
+)
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding
 from guitrainer.ui.widgets.icons import level_icon
 
@@ -217,6 +223,7 @@ class PrecisionPicker(QWidget):
         self._device: DeviceInfo | None = None  # with the GPU of precision.gpu_index selected
         self._advice: list[Advice] = []
         self._advice_key: tuple = ()
+        self._facts_shown: list[tuple[str, str, bool]] = []
         self._had_errors = False
         #: the precision lab's measurements: "recommended here" follows one for this device and model family
         self.measurement_store = MeasurementStore()
@@ -332,7 +339,7 @@ class PrecisionPicker(QWidget):
 
     def refresh(self) -> None:
         """Recompute the advice (cheap: pure Python rules)."""
-        self._advice = advisor.advise(self._device, self.binding.config)
+        self._advice = advisor.advise(self._device, self.binding.config, self.measurement_store)
         key = tuple((a.level, a.message, tuple(sorted(a.suggestion.items())), a.suggestion_text) for a in self._advice)
         if key != self._advice_key:
             self._advice_key = key
@@ -382,8 +389,9 @@ class PrecisionPicker(QWidget):
             self.save_group.pull()
         elif path == GPU_PATH:
             self._follow_gpu_index()
-        elif path in ("model.family", "model.base", "dataset.resolution"):
-            self._update_notes()  # another model or size: another measurement may apply
+        elif path in ("model.family", "model.base", "dataset.resolution", "precision.base_weights"):
+            self._show_facts()  # another model or size: another measurement may apply (facts and notes)
+            self._update_notes()
         self.refresh()
 
     def _on_replaced(self) -> None:
@@ -394,67 +402,57 @@ class PrecisionPicker(QWidget):
         self.refresh()
 
     def measurements_changed(self) -> None:
-        """The precision lab stored a measurement: let "recommended here" follow it."""
-        self._update_notes()
+        """The precision lab stored a measurement: let the notes, the facts and the advice follow it."""
+        self._show_device()
 
     def _show_device(self) -> None:
-        while self.facts_form.rowCount():
-            self.facts_form.removeRow(0)
         device = self._device
         if device is None:
             self.status_label.setText(DETECTING)
         self.status_label.setVisible(device is None)
-        if device is not None:
-            for label, value in device.facts():
-                name = QLabel(label, self.device_box)
-                name.setStyleSheet("color: palette(placeholder-text);")
-                val = QLabel(value, self.device_box)
-                val.setObjectName(f"fact_{label.lower().replace(' ', '_')}")
-                val.setWordWrap(True)
-                val.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-                self.facts_form.addRow(name, val)
-            for fact, reason in device.unknown:
-                val = QLabel(f"unknown ({reason})", self.device_box)
-                val.setWordWrap(True)
-                val.setStyleSheet("color: palette(placeholder-text);")
-                self.facts_form.addRow(QLabel(fact, self.device_box), val)
+        self._show_facts()
         self._update_notes()
         self.refresh()
 
+    def _show_facts(self) -> None:
+        """The device's facts, and what a measurement of it contradicts (DESIGN §5); rebuilt only when they change
+        (a model-family change usually changes nothing here, and rebuilding re-lays out the whole column)."""
+        device = self._device
+        rows: list[tuple[str, str, bool]] = []
+        if device is not None:
+            measured = measured_recommendation(device, self.binding.config, self.measurement_store)
+            rows = [(label, value, False) for label, value in measured_facts(device, device.facts(), measured)]
+            rows += [(fact, f"unknown ({reason})", True) for fact, reason in device.unknown]
+        if rows == self._facts_shown and self.facts_form.rowCount() == len(rows):
+            return
+        self._facts_shown = rows
+        while self.facts_form.rowCount():
+            self.facts_form.removeRow(0)
+        for label, value, unknown in rows:
+            name = QLabel(label, self.device_box)
+            val = QLabel(value, self.device_box)
+            val.setWordWrap(True)
+            if unknown:
+                val.setStyleSheet("color: palette(placeholder-text);")
+            else:
+                name.setStyleSheet("color: palette(placeholder-text);")
+                val.setObjectName(f"fact_{label.lower().replace(' ', '_')}")
+                val.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.facts_form.addRow(name, val)
+
     def _update_notes(self) -> None:
-        """Per training choice: "not supported here", "recommended here" (a measurement on this device and
-        model family outranks the rules, and says so), or the rules' caveat."""
+        """Per training choice the note :func:`~guitrainer.core.precision.choice_notes.choice_notes` decides: "not
+        supported here", "recommended here" (a measurement on this device and model family outranks the rules, and
+        says so), what the lab measured, or the rules' caveat."""
         rec = recommended_here(self._device, self.binding.config, self.measurement_store)
-        best = rec.training if rec is not None else None
         measured = rec is not None and rec.measured is not None
         self.measured_label.setText(f"Precision lab: {rec.reason}" if measured else "")  # type: ignore[union-attr]
         self.measured_label.setVisible(measured)
-        for choice in precision_choices.TRAINING_CHOICES:
-            level = advisor.training_choice_level(self._device, choice.value)
-            tip = ""
-            if self._device is None:
-                self.training_group.set_note(choice.value, "")
-            elif level == "error":
-                self.training_group.set_note(choice.value, "not supported here", f"rgb({LEVEL_COLORS['error']})")
-            elif choice.value == best and rec is not None:
-                self.training_group.set_note(choice.value, rec.note, "rgb(30, 140, 70)")
-                tip = rec.reason  # a measurement's date and speed-up, or that the rules decided
-            elif level == "warning":  # the caveat itself, not a pointer to a note shown only once chosen
-                why = self._choice_warning(choice.value)
-                self.training_group.set_note(choice.value, _gist(why), f"rgb({LEVEL_COLORS['warning']})")
-                tip = why
-            else:
-                self.training_group.set_note(choice.value, "")
-            self.training_group.notes[choice.value].setToolTip(tip)
-
-    def _choice_warning(self, value: str) -> str:
-        """The precision rules' warning for training in ``value`` on this device (the first one)."""
-        cfg = self.binding.config.copy()
-        cfg.set("precision.training", value)
-        for a in advisor.advise(self._device, cfg):
-            if a.level == "warning" and a.topic in ("precision.training", "device"):
-                return a.message
-        return ""
+        colors = {"recommended": "rgb(30, 140, 70)", "error": f"rgb({LEVEL_COLORS['error']})",
+                  "warning": f"rgb({LEVEL_COLORS['warning']})", "measured": f"rgb({LEVEL_COLORS['info']})"}
+        for value, note in choice_notes(self._device, self.binding.config, self.measurement_store).items():
+            self.training_group.set_note(value, note.text, colors.get(note.kind, ""))
+            self.training_group.notes[value].setToolTip(note.tooltip)
 
     def _rebuild_rows(self) -> None:
         """One row per note, the most serious first; beyond :data:`SHOWN_NOTES` they fold under "N more notes"
@@ -479,19 +477,3 @@ class PrecisionPicker(QWidget):
         for row in self._folded:
             row.setVisible(on)
         self.more_notes.setText("Fewer notes" if on else f"{len(self._folded)} more notes…")
-
-
-#: what a caveat is about, in the few words that fit beside a choice on a 1366 px screen (first match wins);
-#: the note's tooltip holds the advice in full
-_GISTS = (
-    ("nan", "NaN / black-image risk here"),
-    ("emulated", "emulated here: slow"),
-    ("slower", "slower than fp32 here"),
-    ("slow", "slow here"),
-)
-
-
-def _gist(message: str) -> str:
-    """A caveat in a few words for the note beside a choice (never widening the page); the tooltip has it all."""
-    low = message.lower()
-    return next((gist for key, gist in _GISTS if key in low), "has a caveat here (hover)")

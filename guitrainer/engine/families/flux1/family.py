@@ -1,0 +1,170 @@
+"""Flux.1 on the family seam: the :class:`~guitrainer.engine.families.base.Family` the trainer, caches,
+sampling, export and Verify call, its objective (flow matching on packed latents) written out here and the
+rest delegated to this package's modules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from guitrainer.config import NetworkConfig, TrainingConfig
+from guitrainer.config.sample_prompts import SamplePrompt
+from guitrainer.core.families.flux1 import FACTS, variant_of_base
+from guitrainer.engine import flow_matching
+from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
+from guitrainer.engine.families.flux1 import export, loading, sampling
+from guitrainer.engine.families.flux1 import latents as packing
+from guitrainer.engine.families.flux1 import network as lora_targets
+from guitrainer.engine.families.flux1 import text as text_encoding
+from guitrainer.engine.models.types import LoadedModel
+
+
+def flow_settings(config: TrainingConfig) -> flow_matching.FlowSettings:
+    """The run's flow-matching settings, "auto" resolved to Flux's defaults (sd-scripts' recommended)."""
+    return flow_matching.settings_for(config, FACTS.flow_defaults)
+
+
+class Flux1(Family):
+    """FLUX.1 dev and schnell (told apart by the transformer: dev has the guidance embedder)."""
+
+    facts = FACTS
+
+    #: Layers kept in the compute dtype when the frozen weights are stored in fp8 / int8 / nf4 (regexes on module
+    #: paths): the input embedders, the timestep / guidance / pooled-text embedders, the final norm and
+    #: projection, the q/k RMSNorms — what the peers keep (research note fit.md §2: SimpleTuner's Flux excludes,
+    #: ai-toolkit's and musubi's embedder / final-layer lists; ~64 M parameters, 0.13 GB in bf16) — and the LoRA.
+    #: The modulation Linears inside the blocks (``norm1.linear``, ``norm1_context.linear``, ``norm.linear``: 27 %
+    #: of the weights) are stored like the rest, as OneTrainer, SimpleTuner and diffusers' bnb path do.
+    storage_skip_patterns: tuple[str, ...] = (
+        r"^x_embedder$", r"^context_embedder$", r"^time_text_embed", r"^norm_out", r"^proj_out$",
+        r"\.norm_(added_)?[qk]$", r"lora_",
+    )
+
+    # ------------------------------------------------------------------ files
+    def load_folder(
+        self, path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32
+    ) -> LoadedModel:
+        return loading.load_folder(path, local_files_only=local_files_only, dtype=dtype)
+
+    def load_single_file(
+        self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32
+    ) -> LoadedModel:
+        return loading.load_single_file(path, state, config_dir=config_dir, dtype=dtype)
+
+    def load_parts(self, parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32) -> LoadedModel:
+        return loading.load_parts(parts, config_dir=config_dir, dtype=dtype)
+
+    # ------------------------------------------------------------------ text
+    def encode_text(
+        self, model: LoadedModel, text_encoders: Sequence[nn.Module], captions: list[str], device: torch.device
+    ) -> TextConditioning:
+        dev = loading.is_dev(loading.denoiser_of(model))
+        return text_encoding.encode(model.tokenizers, text_encoders, captions, device, dev=dev)
+
+    def trainable_text_encoders(self, model: LoadedModel) -> list[int]:
+        return list(FACTS.trainable_text_encoders)
+
+    # ------------------------------------------------------------------ objective
+    def draw(self, config: TrainingConfig, model: LoadedModel, latents: torch.Tensor, timesteps: torch.Tensor | None) -> Draw:
+        """Noise, σ (sampled as ``[flow]`` says, with the image's token count for ``flux_shift``, unless given)
+        and the noisy latents ``(1 − σ)·x0 + σ·ε``; the target is the velocity ``ε − x0`` (``raw``) or ``x0``."""
+        settings = flow_settings(config)
+        noise = torch.randn_like(latents)
+        if timesteps is None:
+            tokens = packing.image_tokens(latents.shape[-2], latents.shape[-1])
+            sigma = flow_matching.sample_sigmas(settings, latents.shape[0], image_tokens=tokens, device=latents.device)
+        else:
+            sigma = timesteps.to(device=latents.device, dtype=torch.float32)
+        raw = settings.model_prediction_type == "raw"
+        return Draw(
+            noise=noise,
+            timesteps=sigma,
+            noisy=flow_matching.noisy_input(latents, noise, sigma),
+            target=flow_matching.velocity_target(latents, noise) if raw else latents,
+            weights=None if settings.weighting_scheme == "none" else flow_matching.loss_weighting(settings.weighting_scheme, sigma),
+        )
+
+    def predict(
+        self, config: TrainingConfig, denoiser: nn.Module, model: LoadedModel, draw: Draw, text: TextConditioning,
+        batch: Mapping[str, Any],
+    ) -> torch.Tensor:
+        """The velocity the transformer predicts, as latents: packed 2x2 tokens in, 2-D position ids, timestep
+        σ itself (the transformer multiplies by 1000), dev's guidance input ``flow.guidance_scale``; unpacked out."""
+        noisy = draw.noisy
+        b, _, h, w = noisy.shape
+        tokens = packing.pack(noisy)
+        dev = loading.is_dev(loading.denoiser_of(model))  # ``denoiser`` may be wrapped (DDP): read the config here
+        guidance = torch.full((b,), float(config.flow.guidance_scale), device=noisy.device, dtype=noisy.dtype)
+        t5 = text["t5"]
+        out = denoiser(
+            hidden_states=tokens,
+            encoder_hidden_states=t5,
+            pooled_projections=text["pooled"],
+            timestep=draw.timesteps.to(device=noisy.device, dtype=noisy.dtype),
+            img_ids=packing.image_ids(h, w, noisy.device, noisy.dtype),
+            txt_ids=packing.text_ids(t5.shape[1], noisy.device, noisy.dtype),
+            guidance=guidance if dev else None,
+            return_dict=False,
+        )[0]
+        return packing.unpack(out, h, w)
+
+    def loss(self, config: TrainingConfig, model: LoadedModel, prediction: torch.Tensor, draw: Draw, latents: torch.Tensor) -> torch.Tensor:
+        return flow_matching.flow_loss(flow_settings(config), prediction, draw.noisy, latents, draw.noise, draw.timesteps)
+
+    def validation_timesteps(self, config: TrainingConfig, model: LoadedModel, count: int) -> list[float]:
+        return flow_matching.fixed_sigmas(count, flow_settings(config))
+
+    def timestep_tensor(self, values: Sequence[float], device: torch.device) -> torch.Tensor:
+        """Noise levels σ, as :meth:`draw` takes them."""
+        return torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
+
+    # ------------------------------------------------------------------ network
+    def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
+        return lora_targets.denoiser_targets(str(network.target_modules))
+
+    def text_encoder_targets(self, model: LoadedModel, index: int, network: NetworkConfig) -> tuple[str, ...]:
+        return lora_targets.text_encoder_targets(index)
+
+    def kohya_state_dict(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> dict[str, torch.Tensor]:
+        return export.kohya_state_dict(denoiser, text_encoders, alpha)
+
+    def load_kohya_lora(
+        self, sd: Mapping[str, torch.Tensor], denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (),
+        *, strict: bool = True, skipped: list[str] | None = None,
+    ) -> int:
+        """A kohya Flux state dict into the injected split LoRA (:func:`.export.load_kohya_lora`)."""
+        return export.load_kohya_lora(sd, denoiser, text_encoders, strict=strict, skipped=skipped)
+
+    def load_lora_file(
+        self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
+        skipped: list[str],
+    ) -> int:
+        """Continue from a kohya Flux file (ours, sd-scripts' fused or split_qkv ones) into the split LoRA."""
+        return export.load_lora_file(path, network, denoiser, text_encoders, skipped)
+
+    def metadata(self, config: TrainingConfig, model: LoadedModel | None) -> dict[str, str]:
+        """sd-scripts' names; dev or schnell from the model, or (at export, where none is passed) from the base
+        model's files on disk — dev when they do not say."""
+        if model is not None:
+            dev = loading.is_dev(loading.denoiser_of(model))
+        else:
+            dev = variant_of_base(str(config.model.base)) != "schnell"
+        return export.metadata(config, flow_settings(config), dev=dev, apply_t5_attn_mask=text_encoding.APPLY_T5_ATTN_MASK)
+
+    # ------------------------------------------------------------------ sampling
+    def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:
+        """FluxPipeline over ``model`` (Flux has one sampler: every ``scheduler`` name gets its flow-matching Euler)."""
+        return sampling.build_pipeline(model, device=device, dtype=dtype)
+
+    def size_multiple(self, model: LoadedModel) -> int:
+        """16: the VAE's 8x downscaling times the 2x2 packing."""
+        return sampling.size_multiple(model)
+
+    def sample(self, pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:
+        return sampling.sample(pipe, model, prompt, width, height, generator)
