@@ -26,6 +26,10 @@ from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core.dataset.captions import encoding_label, read_caption
 from guitrainer.core.dataset.folder_check import look_at_folders
 from guitrainer.core.dataset.scan import Flag, scan_folders
+from guitrainer.core.families.facts import NamedTensors
+from guitrainer.core.families.registry import facts
+from guitrainer.core.memory.specs import config_family
+from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
 from guitrainer.core.model.init_lora import init_lora_problem
 from guitrainer.core.model.vae_choice import vae_problem, vae_warning
 from guitrainer.core.runs import state as run_state
@@ -75,6 +79,7 @@ def disk_problems(cfg: TrainingConfig, *, create_output: bool) -> list[Problem]:
     return [
         *dataset_problems(cfg),
         *model_problems(cfg.model.base),
+        *split_install_problems(cfg),
         *vae_problems(cfg),
         *init_lora_problems(cfg),
         *output_problems(cfg.output.folder, create=create_output),
@@ -182,6 +187,40 @@ def model_problems(base: str) -> list[Problem]:
         return [Problem("model.base", f"The base model “{shown}” was not found{why}. Choose a model folder or file "
                                       "on the Model page.")]
     return []  # a hub id: checked when it is downloaded
+
+
+def split_install_problems(cfg: TrainingConfig) -> list[Problem]:
+    """A base model that is one .safetensors file of a family kept as split files (Flux.1, SD 3.5): the files chosen
+    (``model.base``, ``model.text_encoders``, ``model.vae``) make one model, each recognised from its tensors
+    (:attr:`~guitrainer.core.families.facts.FamilyFacts.check_parts`); a family of one-file checkpoints takes no
+    text-encoder files."""
+    base = str(cfg.model.base).strip()
+    named = [str(t).strip() for t in cfg.model.text_encoders if str(t).strip()]
+    if not base.lower().endswith(".safetensors") or safe_open.look(base).kind != "file":
+        return []
+    family = config_family(cfg)
+    known = facts(family)
+    if known.check_parts is None:
+        if named:
+            return [Problem("model.text_encoders", f"{known.label} checkpoints hold their own text encoders: clear "
+                                                   "the text encoder files (they are for a split Flux.1 or SD 3.5 install).")]
+        return []
+    tables: list[NamedTensors] = []
+    for field_name, path in [("model.base", base), *(("model.text_encoders", t) for t in named)]:
+        try:
+            tables.append((Path(path).name, read_safetensors_header(expand(path))[0]))
+        except (CheckpointError, OSError) as e:
+            return [Problem(field_name, f"“{printable(path)}” cannot be read as a .safetensors file: {e}.")]
+    vae_text = str(cfg.model.vae).strip()
+    vae: NamedTensors | None = None
+    if vae_text.lower().endswith(".safetensors") and safe_open.look(vae_text).kind == "file":
+        try:
+            vae = (Path(vae_text).name, read_safetensors_header(expand(vae_text))[0])
+        except (CheckpointError, OSError) as e:
+            return [Problem("model.vae", f"“{printable(vae_text)}” cannot be read as a .safetensors file: {e}.")]
+    report = known.check_parts(tables[0], tables[1:], vae)
+    field_of = "model.text_encoders" if named else "model.base"
+    return [*(Problem(field_of, m) for m in report.problems), *(Problem(field_of, m, "note") for m in report.notes)]
 
 
 def vae_problems(cfg: TrainingConfig) -> list[Problem]:

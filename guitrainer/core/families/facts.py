@@ -7,10 +7,33 @@ Every fact that is not arithmetic cites where it comes from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+#: one file of a split install: its name and its tensor table (a safetensors header)
+NamedTensors = tuple[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class PartsReport:
+    """What the files of a split install provide, and what is wrong or missing, in plain words.
+
+    ``sources`` maps each part found to ``(file name, key prefix)``; ``problems`` are errors (training cannot
+    start), ``notes`` what the user should know (an optional part absent, a part taken from another file).
+    """
+
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+#: ``check_parts(denoiser, text_encoders, vae) -> PartsReport``: a split install's files checked as one model
+PartsChecker = Callable[[NamedTensors, Sequence[NamedTensors], NamedTensors | None], PartsReport]
 #: what a family's single-file detector says of a checkpoint: (ok, level, message, prediction type)
 FileVerdict = tuple[bool, Literal["info", "warning", "error"], str, str | None]
 #: ``detect_file(tensors, metadata, name) -> FileVerdict | None``: None = not this family's file
@@ -94,7 +117,9 @@ class FamilyFacts:
         split_files: whether users keep it as separate files (a transformer file, text encoders, a VAE).
         detect_file / detect_folder: recognise a single file's tensors / a diffusers folder's model_index.
         hub_patterns: lower-case substrings of hub ids that name this family ("flux.1", "flux1").
-        spec: the estimator's parameter counts and LoRA layer tables (:class:`ModelSpec`).
+        spec: the estimator's parameter counts and LoRA layer tables (:class:`ModelSpec`); ``spec_for_base`` the
+            table of the model a base path names, for a family of several sizes (SD 3.5 Large / Medium).
+        check_parts: for families kept as split files, what a set of files provides and lacks.
         conv_table / text_encoder_mlp_tables: the layers the network variants add (UNet convs, CLIP MLPs).
     """
 
@@ -117,6 +142,8 @@ class FamilyFacts:
     detect_folder: FolderDetector | None = None
     hub_patterns: tuple[str, ...] = ()
     spec: ModelSpec | None = None
+    spec_for_base: Callable[[str], ModelSpec | None] | None = None
+    check_parts: PartsChecker | None = None
     conv_table: ConvTable = ()
     text_encoder_mlp_tables: MlpTables = ()
 

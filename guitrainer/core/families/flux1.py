@@ -18,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from guitrainer.core.families.facts import FamilyFacts, FileVerdict, ModelSpec, PrecisionFacts
+from guitrainer.core.families.facts import (
+    FamilyFacts,
+    FileVerdict,
+    ModelSpec,
+    NamedTensors,
+    PartsReport,
+    PrecisionFacts,
+)
 
 PartKind = Literal["transformer", "t5", "clip_l", "clip_g", "vae"]
 
@@ -379,6 +386,15 @@ SPEC = ModelSpec(
 # fmt: on
 
 
+def check_parts(
+    denoiser: NamedTensors, text_encoders: Sequence[NamedTensors] = (), vae: NamedTensors | None = None
+) -> PartsReport:
+    """The seam's split-install check (:attr:`FamilyFacts.check_parts`): :func:`split_install_problems` of the
+    transformer's file, the text encoders' and the VAE's."""
+    files = [denoiser, *text_encoders, *([vae] if vae is not None else [])]
+    return PartsReport(problems=tuple(split_install_problems(files)))
+
+
 FACTS = FamilyFacts(
     name="flux1",
     label="Flux.1",
@@ -402,4 +418,5 @@ FACTS = FamilyFacts(
     detect_folder=detect_folder,
     hub_patterns=("flux.1", "flux1", "flux-1"),
     spec=SPEC,
+    check_parts=check_parts,
 )

@@ -21,12 +21,19 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from guitrainer.core.families import parts
-from guitrainer.core.families.facts import FamilyFacts, FileVerdict, ModelSpec, PrecisionFacts
+from guitrainer.core.families.facts import (
+    FamilyFacts,
+    FileVerdict,
+    ModelSpec,
+    NamedTensors,
+    PartsReport,
+    PrecisionFacts,
+)
 
 #: the prefix of the transformer's keys in Stability's and ComfyUI's checkpoints
 MMDIT_PREFIX = "model.diffusion_model."
@@ -285,26 +292,6 @@ def part_kind(tensors: Mapping[str, Any]) -> PartKind | None:
     return None
 
 
-@dataclass(frozen=True)
-class PartsReport:
-    """What the files of a split install provide, and what is wrong or missing, in plain words.
-
-    ``sources`` maps each part found to ``(file name, key prefix)``; ``problems`` are errors (training cannot
-    start), ``notes`` what the user should know (T5 absent, a part taken from another file).
-    """
-
-    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-NamedTensors = tuple[str, Mapping[str, Any]]
-
-
 def check_parts(
     denoiser: NamedTensors, text_encoders: Sequence[NamedTensors] = (), vae: NamedTensors | None = None
 ) -> PartsReport:
@@ -443,6 +430,12 @@ FLOW_SOURCES = (
     "sampling is uniform with --training_shift 1.0",
 )
 
+def spec_of_base(base: str) -> ModelSpec | None:
+    """The estimator's table of the SD 3.5 model ``base`` names (Large or Medium), None when its files do not say."""
+    version = version_of_base(base)
+    return SPECS.get(version) if version else None
+
+
 FACTS = FamilyFacts(
     name="sd35",
     label="SD 3.5",
@@ -482,7 +475,9 @@ FACTS = FamilyFacts(
     detect_file=detect_file,
     detect_folder=detect_folder,
     hub_patterns=("stable-diffusion-3", "sd3", "sd-3"),
-    # the larger model's: an estimate for a Medium run errs on the safe side (SPECS has both; see VARIANTS)
+    # the larger model's where the base does not say: an estimate errs on the safe side
     spec=SPECS["5-large"],
+    spec_for_base=spec_of_base,
+    check_parts=check_parts,
     text_encoder_mlp_tables=TEXT_ENCODER_MLP_TABLES,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 from guitrainer.config import TrainingConfig
 from guitrainer.core.families.facts import ConvTable, LoraTable, MlpTables, ModelSpec
@@ -74,5 +75,25 @@ def config_family(config: TrainingConfig) -> str:
 
 
 def spec_for(config: TrainingConfig) -> ModelSpec:
-    """The spec of the family ``config`` trains (``model.family``, or what its base model's files say)."""
-    return spec_of(resolve_family(str(config.model.family), str(config.model.base)))
+    """The spec of the model ``config`` trains: its family's (``model.family``, or what its base model's files say),
+    of the size the base model's files name where the family has several (SD 3.5 Large / Medium)."""
+    family = resolve_family(str(config.model.family), str(config.model.base))
+    by_base = facts(family).spec_for_base
+    if by_base is not None:
+        found = _spec_of_base(by_base, str(config.model.base), _stamp(str(config.model.base)))
+        if found is not None:
+            return found
+    return spec_of(family)
+
+
+def _stamp(base: str) -> int | None:
+    try:
+        return os.stat(os.path.expanduser(base)).st_mtime_ns
+    except (OSError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=16)
+def _spec_of_base(by_base: Callable[[str], ModelSpec | None], base: str, _stamp: int | None) -> ModelSpec | None:
+    """``by_base(base)``, cached until the base model's files change (the estimate runs on every setting change)."""
+    return by_base(base)

@@ -20,6 +20,8 @@ from guitrainer.base import safe_open
 from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
+from guitrainer.core.families import registry
+from guitrainer.core.memory.specs import config_family
 from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
 
 #: the fp16-fixed SDXL VAE: SDXL's decoder rescaled so its activations fit fp16
@@ -254,11 +256,12 @@ def vae_problem(config: TrainingConfig) -> str:
     facts = describe_vae(config.model.vae)
     if facts.kind == "base" or facts.problem:
         return facts.problem
-    wanted = unet_in_channels(config.model.base)
+    family = registry.facts(config_family(config))
+    wanted = unet_in_channels(config.model.base) if family.architecture == "unet" else family.latent_channels
     if facts.latent_channels is not None and facts.latent_channels != wanted:
-        return (f"The VAE “{config.model.vae}” makes {facts.latent_channels}-channel latents, but the base model's "
-                f"UNet takes {wanted}: it belongs to another kind of model. Choose an SD 1.5 / SDXL VAE, or clear "
-                "the setting to use the base model's own VAE")
+        return (f"The VAE “{config.model.vae}” makes {facts.latent_channels}-channel latents, but the base model "
+                f"({family.label}) takes {wanted}: it belongs to another kind of model. Choose a {family.label} VAE, "
+                "or clear the setting to use the base model's own VAE")
     own = base_vae_facts(config.model.base).downscale or (8 if config.model.family in ("sd15", "sdxl") else None)
     if facts.downscale is not None and own is not None and facts.downscale != own:
         return (f"The VAE “{config.model.vae}” makes one latent per {facts.downscale}x{facts.downscale} pixels, the "
