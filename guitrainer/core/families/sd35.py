@@ -433,6 +433,9 @@ FLOW_SOURCES = (
 def spec_of_base(base: str) -> ModelSpec | None:
     """The estimator's table of the SD 3.5 model ``base`` names (Large or Medium), None when its files do not say."""
     version = version_of_base(base)
+    if version is None:  # a hub id, or a file not on this computer yet: its name ("stable-diffusion-3.5-medium")
+        low = str(base).lower()
+        version = "5-medium" if "3.5-medium" in low or "3.5_medium" in low else "5-large" if "large" in low else None
     return SPECS.get(version) if version else None
 
 

@@ -22,7 +22,6 @@ from guitrainer.core.memory.specs import (
     family_label,
     resolve_family,
     spec_for,
-    spec_of,
 )
 from guitrainer.core.model.vae_choice import vae_fp16_safe
 
@@ -238,7 +237,7 @@ def estimate(
         family = resolve_family(str(config.model.family), str(config.model.base))
         if config.model.family == "auto" and detected_family(str(config.model.base)) is None:
             notes.append(f"model family not known yet: estimated as {family_label(family)}")
-        spec = spec_of(family)
+        spec = spec_for(config)
     p, net, opt = config.precision, config.network, config.optimizer
     wdt = p.training
     base_dt = "fp8" if p.base_weights == "fp8" else wdt
