@@ -236,7 +236,7 @@ def test_page_runs_a_fake_trainer_and_buttons_follow_the_state(qtbot, make_page)
         qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
         assert page.state == TrainState.STOPPING
     assert blocker.args[0].status == "stopped"
-    assert page.state == TrainState.FINISHED
+    assert page.state == TrainState.STOPPED and page.state_badge.text() == "Stopped"  # not "Done"
     assert page.train_button.isEnabled() and page.settings_panel.isEnabled()
     assert "Stopped at step" in page.status_label.text()
     assert page.warning_label.isVisible() and "fake warning" in page.warning_label.text()
@@ -405,7 +405,7 @@ def test_confirm_close_keeps_or_stops(qtbot, make_page, monkeypatch):
     assert page.confirm_close() is False and page.state == TrainState.RUNNING
     monkeypatch.setattr(page, "_ask_close", lambda: "stop")
     assert page.confirm_close() is True
-    assert page.state == TrainState.FINISHED and page.last_summary.status == "stopped"
+    assert page.state == TrainState.STOPPED and page.last_summary.status == "stopped"
 
 
 # --------------------------------------------------------------------------- the real engine, demo model
