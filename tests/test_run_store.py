@@ -229,6 +229,22 @@ def test_recorder_keeps_every_step_and_a_resumed_run_continues_its_row(tmp_path)
         assert store.run_row(rec.run_id).status == "stopped" and len(store.list_runs()) == 1
 
 
+def test_a_resumed_runs_time_is_the_sum_of_its_parts(tmp_path):
+    """Runs ▸ Details counted only the last part of a stopped and resumed run (issue 27, item 8)."""
+    db, state = tmp_path / "runs.sqlite3", str(tmp_path / "out" / "x_state")
+    cfg = TrainingConfig()
+    cfg.output.folder, cfg.output.name = str(tmp_path / "out"), "x"
+    rec, _ = _record(db, cfg, {"state": state, "steps": 4})
+    cfg.schedule.resume_from = state
+    _record(db, cfg, {"state": state, "start": 4, "steps": 2})
+    with RunStore(db) as store:
+        t = store.run(rec.run_id).timings
+    assert len(t["parts"]) == 2 and [p["steps"] for p in t["parts"]] == [4, 2]
+    assert t["wall_seconds"] == pytest.approx(sum(p["wall_seconds"] for p in t["parts"]))
+    assert t["training_seconds"] == pytest.approx(6 * 0.25) and t["mean_seconds_per_step"] == pytest.approx(0.25)
+    assert t["started_at"] == t["parts"][0]["started_at"] and t["ended_at"] == t["parts"][1]["ended_at"]
+
+
 def test_a_later_run_saving_over_the_state_makes_the_earlier_one_not_resumable(tmp_path):
     db, state = tmp_path / "runs.sqlite3", str(tmp_path / "out" / "x_state")
     cfg = TrainingConfig()

@@ -257,3 +257,16 @@ def test_a_store_damaged_past_its_first_page_is_moved_aside_too(qtbot, make_page
     assert page.count_label.text() == "0 runs"
     (moved,) = tmp_path.glob("runs.sqlite3.unreadable-*")
     assert moved.read_bytes() == bytes(data)
+
+
+def test_details_count_the_time_of_every_part_of_a_resumed_run(qtbot, make_page, store):
+    from guitrainer.core.runs import timings
+
+    first = timings.part(1000.0, 1100.0, 1010.0, 80.0, 40)
+    second = timings.part(5000.0, 5060.0, 5005.0, 50.0, 20)
+    run = _add_run(store, "resumed", [1.0] * 60)
+    store.update_run(run, timings_json=timings.add_part(timings.add_part({}, first), second))
+    page = make_page()
+    _click_row(qtbot, page, 0)
+    text = page.details.toPlainText()
+    assert "time: setting up 15.0 s, 2.167 s per step, 160 s in all (2 parts: 100 s + 60 s)" in text  # (80+50)/60

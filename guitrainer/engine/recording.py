@@ -9,7 +9,7 @@ once as a warning and never stops the training.
 
 A run resumed from a state that a stored run wrote continues that run's row: its series from the
 resumed step on are replaced by the new steps, so a kill between the last state and the kill leaves
-no doubled steps.
+no doubled steps, and its time is the sum of its parts (:mod:`guitrainer.core.runs.timings`).
 
 Optional TensorBoard event files (``output.tensorboard``) are written by the same thread.
 """
@@ -30,6 +30,7 @@ from typing import Any
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
+from guitrainer.core.runs import timings as run_timings
 from guitrainer.core.runs.store import RunStore, RunStoreError, normalize_path
 
 log = logging.getLogger(__name__)
@@ -308,14 +309,9 @@ class RunRecorder:
             self.run_id = self._new_row(store)
             self._continuing = False
         t = self._timings
-        now = time.time()
-        timings: dict[str, Any] = {"started_at": t.get("started_at"), "ended_at": now, "wall_seconds": now - t["started_at"]}
-        if "first_step_at" in t:
-            timings["setup_seconds"] = t["first_step_at"] - t["started_at"]
-        if self._steps_seen:
-            timings["training_seconds"] = self._train_seconds
-            timings["mean_seconds_per_step"] = self._train_seconds / self._steps_seen
-        values: dict[str, Any] = {"timings_json": timings, "message": summary.message[:2000]}
+        part = run_timings.part(t["started_at"], time.time(), t.get("first_step_at"), self._train_seconds, self._steps_seen)
+        earlier = _loads(self._resumed_row.get("timings_json")) if self._continuing else {}
+        values: dict[str, Any] = {"timings_json": run_timings.add_part(earlier, part), "message": summary.message[:2000]}
         if summary.steps:
             values["steps"] = summary.steps
         if summary.final_loss is not None:
@@ -391,6 +387,17 @@ def _dataset_summary(cfg: TrainingConfig) -> dict[str, Any]:
         "batch_size": cfg.schedule.batch_size,
         "gradient_accumulation": cfg.schedule.gradient_accumulation,
     }
+
+
+def _loads(text: Any) -> dict[str, Any]:
+    """A JSON column as a dict ({} when empty or not a JSON object)."""
+    import json
+
+    try:
+        value = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _built(trainer: Any) -> Any:

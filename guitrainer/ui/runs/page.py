@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 from guitrainer.config import ConfigError, TrainingConfig, field_info
 from guitrainer.config.files import config_from_dict
 from guitrainer.core.dataset.report import plural
+from guitrainer.core.runs import timings as run_timings
 from guitrainer.core.runs.checks import remove_paths, resumable
 from guitrainer.core.runs.compare import config_diff, format_value
 from guitrainer.core.runs.store import STATUSES, RunRow, RunStore, RunStoreError
@@ -384,9 +385,9 @@ class RunsPage(Page):
         lines.append(f"from: {'the command line' if r.source == 'cli' else 'the app'}; device: {d.device or '?'}")
         lines.append(f"model: {r.model}; training precision {r.precision}, saved as {d.save_precision}")
         lines.append(f"steps: {r.steps} of {r.total_steps}; final loss: {r.final_loss if r.final_loss is not None else '—'}")
-        t = d.timings
-        if t.get("mean_seconds_per_step") is not None:
-            lines.append(f"time: setting up {t.get('setup_seconds', 0):.1f} s, {t['mean_seconds_per_step']:.3f} s per step, {t.get('wall_seconds', 0):.0f} s in all")
+        time_line = run_timings.describe(d.timings)
+        if time_line:
+            lines.append(time_line)
         lines += dataset_lines(d.dataset)
         lines.append(f"output folder: {r.output_folder}")
         for a in d.artifacts:
