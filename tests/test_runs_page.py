@@ -259,6 +259,37 @@ def test_a_store_damaged_past_its_first_page_is_moved_aside_too(qtbot, make_page
     assert moved.read_bytes() == bytes(data)
 
 
+def test_deleting_one_run_says_one_run_and_another_runs_files_stay(qtbot, make_page, store, tmp_path):
+    """"Deleted 1 run" (not "1 run(s)"); a file a later run wrote over is that run's, and deleting the earlier run
+    with its files leaves it (issue 27, items 2 and 8)."""
+    out = tmp_path / "out"
+    (out / "samples").mkdir(parents=True)
+    shared, own = out / "samples" / "x_step000002_0.png", out / "samples" / "x_step000004_0.png"
+    shared.write_bytes(b"written over by the later run")
+    own.write_bytes(b"only the earlier run's")
+    earlier = _add_run(store, "earlier", [1.0], created=1000.0)
+    store.write_batch(earlier, artifacts=[{"kind": "sample", "path": str(shared)}, {"kind": "sample", "path": str(own)}])
+    later = _add_run(store, "later", [1.0], created=2000.0)
+    store.write_batch(later, artifacts=[{"kind": "sample", "path": str(shared)}])
+    assert store.files_of(earlier) == [own] and store.files_of(later) == [shared]
+    page = make_page()
+    said: list[str] = []
+    page.status_changed.connect(said.append)
+    _click_row(qtbot, page, _row_of(page, "earlier"))
+    qtbot.mouseClick(page.delete_button, Qt.MouseButton.LeftButton)
+    dlg = page.delete_dialog
+    assert [dlg.file_list.item(i).text() for i in range(dlg.file_list.count())] == [str(own)]
+    assert dlg.files_check.text() == "Also delete this file or folder from disk"
+    qtbot.mouseClick(dlg.files_check, Qt.MouseButton.LeftButton, pos=QPoint(8, dlg.files_check.height() // 2))
+    qtbot.mouseClick(dlg.delete_button, Qt.MouseButton.LeftButton)
+    assert said[-1] == "Deleted 1 run and 1 file or folder."
+    assert not own.exists() and shared.read_bytes() == b"written over by the later run"
+    _click_row(qtbot, page, _row_of(page, "later"))
+    qtbot.mouseClick(page.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.delete_dialog.delete_button, Qt.MouseButton.LeftButton)
+    assert said[-1] == "Deleted 1 run; its files were kept." and shared.exists()
+
+
 def test_details_count_the_time_of_every_part_of_a_resumed_run(qtbot, make_page, store):
     from guitrainer.core.runs import timings
 

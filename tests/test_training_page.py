@@ -541,6 +541,7 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     output = OutputPage(page.binding)
     qtbot.addWidget(output)
     page.run_finished.connect(output.show_last_run)  # as the main window wires them
+    page.worker_started.connect(output.begin_run)
     with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
         click_train(qtbot, page)
     first = blocker.args[0]
@@ -570,8 +571,10 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     second = blocker.args[0]
     assert page.binding.get("schedule.epochs") == 1  # the run trained on; the user's settings are untouched
     assert second.status == "finished" and second.steps > first.steps  # it trained on, from the saved state
-    assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
-    assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
+    assert second.lora_path == first.lora_path  # the same run on: its name (before, a new name_2 file)
+    kept = Path(first.lora_path).with_name(f"{Path(first.lora_path).stem}-step{first.steps:06d}.safetensors")
+    assert kept.is_file()  # the LoRA it finished with first is kept under its step's name
+    assert second.lora_path in output.last_run_label.text() and str(kept) in output.last_run_label.text()
     assert "Loading the model" not in page.progress_bar.text()
 
 

@@ -11,7 +11,9 @@ A run resumed from a state that a stored run wrote continues that run's row: its
 resumed step on are replaced by the new steps, so a kill between the last state and the kill leaves
 no doubled steps, and its time is the sum of its parts (:mod:`guitrainer.core.runs.timings`).
 
-Optional TensorBoard event files (``output.tensorboard``) are written by the same thread.
+Optional TensorBoard event files (``output.tensorboard``) are written by the same thread, into the
+run's ``logs/<label>_<time>`` (a resumed run on into the folder of its earlier parts), opened at the
+first step: a run that never trains leaves no empty log folder.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
+from guitrainer.core.runs import names as run_names
 from guitrainer.core.runs import timings as run_timings
+from guitrainer.core.runs.names import RunFiles
 from guitrainer.core.runs.store import RunStore, RunStoreError, normalize_path
 
 log = logging.getLogger(__name__)
@@ -210,8 +215,6 @@ class RunRecorder:
         else:
             run_id = self._new_row(store)
         store.update_run(run_id, dataset_json=_dataset_summary(cfg))
-        if getattr(cfg.output, "tensorboard", False):
-            self._open_tensorboard(store, run_id)
         return run_id
 
     def _new_row(self, store: RunStore) -> int:
@@ -227,20 +230,35 @@ class RunRecorder:
             total_steps=cfg.schedule.max_steps,
         )
 
-    def _open_tensorboard(self, store: RunStore, run_id: int) -> None:
-        from guitrainer.engine.tb_events import TensorBoardLog, log_folder
+    def _files(self) -> RunFiles:
+        """The run's file names: the trainer's (chosen when it was made), else as the trainer would choose them."""
+        files = getattr(self._trainer, "files", None)
+        if isinstance(files, RunFiles):
+            return files
+        return run_names.choose(self.config.output, self.config.schedule.resume_from)
 
-        folder = log_folder(expand(self.config.output.folder), self.config.output.name)
+    def _open_tensorboard(self, earlier: list[str], first_step: int) -> dict[str, Any] | None:
+        """The TensorBoard writer of this run, at its first step; returns the artifact to record (None: none new).
+
+        A resumed run writes on into the log folder of its earlier parts (one of ``earlier``, the paths its row
+        lists), and tells TensorBoard to drop what they wrote from ``first_step`` on (the steps redone after the
+        state), as the run store's series does.
+        """
+        from guitrainer.engine.tb_events import TensorBoardLog
+
+        files = self._files()
+        logs = [p for p in earlier if Path(p).parent == files.folder / run_names.LOGS_FOLDER and Path(p).is_dir()]
+        folder = logs[-1] if logs else str(files.logs())
         try:
-            self._tb = TensorBoardLog(folder)
+            self._tb = TensorBoardLog(folder, purge_step=first_step if logs else None)
         except ImportError:
             self.inner.on_warning("TensorBoard logs are on, but tensorboardX is not installed: pip install tensorboardX")
-            return
+            return None
         except OSError as e:
             self.inner.on_warning(f"TensorBoard logs cannot be written in {folder}: {e.strerror or e}")
-            return
-        self.tensorboard_folder = str(folder)
-        store.write_batch(run_id, artifacts=[{"kind": "logs", "path": normalize_path(folder)}])
+            return None
+        self.tensorboard_folder = folder
+        return None if logs else {"kind": "logs", "path": normalize_path(folder)}
 
     def _close_tensorboard(self) -> None:
         if self._tb is not None:
@@ -257,7 +275,7 @@ class RunRecorder:
         for kind, p in items:
             if kind == "step":
                 if self._first_step is None:
-                    drop_from = self._first(store, p, run)
+                    drop_from = self._first(store, p, run, artifacts)
                 rows.append(self._row(p))
                 run.update(steps=p.step, total_steps=p.total_steps)
                 if p.loss == p.loss:  # not NaN
@@ -275,17 +293,25 @@ class RunRecorder:
             for r in rows:
                 self._tb.add(r[0], dict(zip(("loss", "lr", "grad_scale", "seconds_per_step", "images", "val_loss", "class_loss"), r[2:9])))
 
-    def _first(self, store: RunStore, m: StepMetrics, run: dict[str, Any]) -> int | None:
-        """The first step of this launch: device and dataset sizes; a resumed run drops its later steps."""
+    def _first(self, store: RunStore, m: StepMetrics, run: dict[str, Any], artifacts: list[dict[str, Any]]) -> int | None:
+        """The first step of this launch: device and dataset sizes, the TensorBoard folder; a resumed run drops
+        its later steps."""
         assert self.run_id is not None
         self._first_step = m.step
         self._timings["first_step_at"] = time.time()
         run.update(device=_device_text(self._trainer))
+        if isinstance(getattr(self._trainer, "files", None), RunFiles):
+            run["name"] = self._files().label  # the run is listed by the name its files carry (name_2 ...)
         sizes = _dataset_sizes(self._trainer)
         if sizes:
             summary = _dataset_summary(self.config)
             summary.update(sizes)
             run["dataset_json"] = summary
+        if getattr(self.config.output, "tensorboard", False):
+            earlier = [a["path"] for a in store.artifacts(self.run_id)] if self._continuing else []
+            logs = self._open_tensorboard(earlier, m.step)
+            if logs is not None:
+                artifacts.append(logs)
         if not self._continuing:
             return None
         before = store.last_metric(self.run_id, m.step)

@@ -517,17 +517,31 @@ class RunStore:
         return int(r[0]) if r else None
 
     def files_of(self, run_id: int) -> list[Path]:
-        """The files and folders on disk this run wrote that still exist (LoRAs, state, samples, logs)."""
-        out: list[Path] = []
-        seen: set[str] = set()
-        row = self.run_row(run_id)
+        """The files and folders on disk this run wrote that still exist (LoRAs, state, samples, logs).
+
+        Only the run's own: a path that another run recorded after it (written over with ``output.overwrite``,
+        a state saved over it, or the shared names of runs before one label went on all of a run's files) is
+        the later run's, and deleting this run leaves it where it is.
+        """
+        last_writer = {
+            str(path): int(owner)
+            for path, _last, owner in self.conn.execute(
+                # SQLite: with max(), the bare column (run_id) comes from the row holding the maximum
+                "SELECT path, max(rowid), run_id FROM artifacts "
+                "WHERE path IN (SELECT path FROM artifacts WHERE run_id = ?) GROUP BY path",
+                (run_id,),
+            ).fetchall()
+        }
         paths = [a["path"] for a in self.artifacts(run_id)]
+        row = self.run_row(run_id)
         if row is not None:
             paths += [p for p in (row.lora_path, row.state_path) if p]
-        for p in paths:
-            if p in seen:
+        out: list[Path] = []
+        for p in dict.fromkeys(paths):  # once each, in the order written
+            if last_writer.get(p, run_id) != run_id:
                 continue
-            seen.add(p)
+            if p == (row.state_path if row else None) and p not in last_writer and self.run_for_state(p) != run_id:
+                continue
             if Path(p).exists():
                 out.append(Path(p))
         return out

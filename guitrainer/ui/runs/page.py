@@ -354,7 +354,8 @@ class RunsPage(Page):
         a, b = self._rows(ids)
         changes = config_diff(store.config(a.id), store.config(b.id))
         self.diff_table.setHorizontalHeaderLabels(["Setting", f"{a.name} · {a.date_text}", f"{b.name} · {b.date_text}"])
-        self.diff_note.setText(f"{len(changes)} settings differ." if changes else "The two runs have the same settings.")
+        differ = f"{plural(len(changes), 'setting differs', 'settings differ')}."
+        self.diff_note.setText(differ if changes else "The two runs have the same settings.")
         self.diff_table.setRowCount(len(changes))
         for i, c in enumerate(changes):
             label = _label(c.path)
@@ -490,7 +491,9 @@ class RunsPage(Page):
         if problems:
             self._say("Some files could not be deleted: " + "; ".join(problems[:3]))
         else:
-            self._say(f"Deleted {len(ids)} run(s)" + (f" and {len(files)} files and folders." if files else "; their files were kept."))
+            kept = "; its files were kept." if len(ids) == 1 else "; their files were kept."
+            removed = f" and {plural(len(files), 'file or folder', 'files and folders')}." if files else kept
+            self._say(f"Deleted {plural(len(ids), 'run')}{removed}")
 
     def _say(self, text: str) -> None:
         log.info(text)
