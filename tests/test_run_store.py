@@ -86,14 +86,14 @@ def test_an_unreadable_file_is_moved_aside_and_a_new_store_made(tmp_path, conten
     with RunStore(db) as store:
         assert reason in store.notice and str(store.moved_to) in store.notice
         assert store.moved_to.read_bytes() == content  # kept as it was, byte for byte
-        assert store.moved_to.name.startswith("runs.sqlite3.unreadable-")
+        assert store.moved_to.name.startswith("runs.sqlite3.damaged-")
         run = store.begin_run(name="fresh", config={})
         assert [r.name for r in store.list_runs()] == ["fresh"] and run == 1
     with RunStore(db) as again:
         assert again.notice == ""  # the new file is fine
 
 
-def test_a_database_from_a_newer_app_is_moved_aside_not_overwritten(tmp_path):
+def test_a_database_from_a_newer_app_is_left_as_it_is(tmp_path):
     db = tmp_path / "runs.sqlite3"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE future (x)")
@@ -102,13 +102,12 @@ def test_a_database_from_a_newer_app_is_moved_aside_not_overwritten(tmp_path):
     conn.commit()
     conn.close()
     before = db.read_bytes()
-    with RunStore(db) as store:
-        assert "newer version" in store.notice and "99" in store.notice
-        assert store.moved_to.name.startswith("runs.sqlite3.newer-")
-        assert store.moved_to.read_bytes() == before
-        assert store.list_runs() == []
-    old = sqlite3.connect(store.moved_to)
-    assert old.execute("SELECT x FROM future").fetchone() == (42,)
+    with pytest.raises(S.StoreUnavailable, match="newer version") as e:
+        RunStore(db)
+    assert "99" in str(e.value) and "left as it is" in str(e.value)
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["runs.sqlite3"]
+    old = sqlite3.connect(db)
+    assert old.execute("SELECT x FROM future").fetchone() == (42,)  # the newer app finds its history whole
     old.close()
 
 
