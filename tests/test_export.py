@@ -302,19 +302,10 @@ def test_build_metadata_is_all_strings_as_kohya_writes_it():
     assert "demo" in demo["modelspec.description"] and "not a Stable Diffusion LoRA" in demo["modelspec.description"]
 
 
-def test_file_names_preview_and_numbering(tmp_path):
-    o = _config(output__folder=str(tmp_path), output__name="ink", output__save_every_n_epochs=2, output__keep_last=3).output
-    assert X.lora_path(o) == tmp_path / "ink.safetensors"
-    assert X.lora_path(o, "000002") == tmp_path / "ink-000002.safetensors"
-    (tmp_path / "ink.safetensors").write_bytes(b"x")
-    assert X.free_lora_path(o) == tmp_path / "ink_2.safetensors"  # never overwrite silently
-    o.overwrite = True
-    assert X.free_lora_path(o) == tmp_path / "ink.safetensors"
-    o.format, o.overwrite = "diffusers", False
-    assert X.lora_path(o) == tmp_path / "ink" / X.DIFFUSERS_WEIGHT_NAME
-    names = X.planned_files(o)
-    assert [n[0] for n in names] == ["Final LoRA", "Every 2 epochs, newest 3 kept", "Training state (to resume)"]
-    assert names[0][1] == str(tmp_path / "ink") and names[1][1] == str(tmp_path / "ink-000002")
+def test_the_lora_the_user_sees_is_the_file_or_the_diffusers_folder(tmp_path):
+    """Where a run's LoRAs go is core/runs/names.py's (tests/test_run_names.py); here, what "the LoRA" is."""
+    assert X.saved_item(tmp_path / "ink.safetensors", "kohya") == tmp_path / "ink.safetensors"
+    assert X.saved_item(tmp_path / "ink" / X.DIFFUSERS_WEIGHT_NAME, "diffusers") == tmp_path / "ink"
 
 
 # --------------------------------------------------------------------------- atomic writes

@@ -75,14 +75,15 @@ def test_every_file_name_the_app_builds_from_the_output_name_is_one_every_system
     """The config refuses such names; a run given one anyway (the engine takes any config) still writes safe names."""
     from types import SimpleNamespace
 
+    from guitrainer.core.runs import names as run_names
     from guitrainer.core.runs import state as run_state
-    from guitrainer.engine.export import lora_path
-    from guitrainer.engine.sampling import sample_path
-    from guitrainer.engine.tb_events import log_folder
 
-    assert run_state.state_folder(tmp_path, "con").name == "_con_state"
-    assert sample_path(tmp_path, "a:b", 5, 0).name == "a_b_step000005_0.png"
-    assert lora_path(SimpleNamespace(name="nul", folder=str(tmp_path), format="kohya")).name == "_nul.safetensors"
-    assert log_folder(tmp_path, "aux.").name.startswith("_aux_")  # the dot goes, and AUX is a device
+    def files(name: str) -> run_names.RunFiles:  # a run's names all come from its label (core/runs/names.py)
+        return run_names.choose(SimpleNamespace(name=name, folder=str(tmp_path), format="kohya", overwrite=False))
+
+    assert run_state.state_folder(tmp_path, "con").name == "_con_state" and files("con").state.name == "_con_state"
+    assert files("a:b").sample(5, 0).name == "a_b_step000005_0.png"
+    assert files("nul").lora().name == "_nul.safetensors"
+    assert files("aux.").logs().name.startswith("_aux_")  # the dot goes, and AUX is a device
     for name in ("my_lora", "sks woman v2"):  # an ordinary name is written as it is
         assert run_state.state_folder(tmp_path, name).name == f"{name}_state"

@@ -115,3 +115,35 @@ def test_a_result_goes_when_another_file_is_named_and_a_new_run_clears_the_last_
     assert page.advice_label.isVisible()
     qtbot.mouseClick(page.advice_button, Qt.MouseButton.LeftButton)
     assert page.binding.get("precision.save") == "bf16"
+
+
+@pytest.mark.slow
+def test_the_preview_names_the_running_runs_files_and_then_what_it_wrote(page, qtbot, tmp_path):
+    """One run, one number on the page too: while a run goes on, "This run writes" names its own files (not the
+    next run's), and after it "Last run wrote" lists them; the preview goes on to the next run's (issue 27, item 9)."""
+    from guitrainer.ui.workers import TrainingWorker
+    from tests.helpers.configs import demo_cfg
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ink_style.safetensors").write_bytes(b"an earlier run's LoRA")
+    page.binding.replace(demo_cfg(out, output__name="ink_style", schedule__max_steps=2, sampling__every_n_steps=1,
+                                  sampling__steps=2))  # fmt: skip
+    assert page.preview_title.text() == "Next run writes"
+    assert page.preview_paths()[:2] == [str(out / "ink_style_2.safetensors"), str(out / "ink_style_2_state")]
+    worker = TrainingWorker(page.binding.config, record=False)
+    page.begin_run(worker)
+    during: list[tuple[str, list[str]]] = []
+    worker.checkpoint_saved.connect(lambda _s: during.append((page.preview_title.text(), page.preview_paths())))
+    summary = worker.work()  # in this thread: the signals reach the page at once
+    assert summary.status == "finished", summary.message
+    # while it ran, its own files were named, even after they existed (the next run's names are _3)
+    assert during and all(title == "This run writes" for title, _ in during)
+    assert all(paths[:2] == [str(out / "ink_style_2.safetensors"), str(out / "ink_style_2_state")] for _, paths in during)
+    page.show_last_run(summary)
+    text = page.last_run_label.text()
+    assert str(out / "ink_style_2.safetensors") in text and "<b>state</b> ink_style_2_state" in text
+    assert "2 sample images" in text and str(out / "ink_style_2_state") in page.last_run_label.toolTip()
+    assert page.preview_title.text() == "Next run writes"
+    assert page.preview_paths()[:2] == [str(out / "ink_style_3.safetensors"), str(out / "ink_style_3_state")]
+    assert page.preview_paths()[2] == str(out / "samples" / "ink_style_3_step*_*.png")

@@ -34,14 +34,6 @@ def test_core_run_state_imports_neither_torch_nor_qt():
     assert out.split() == ["False", "False"]
 
 
-def test_new_runs_number_their_state_like_the_lora(tmp_path):
-    assert run_state.new_state_folder(tmp_path, "ink") == tmp_path / "ink_state"
-    make_state(tmp_path / "ink_state", 1)
-    assert run_state.new_state_folder(tmp_path, "ink") == tmp_path / "ink_2_state"
-    (tmp_path / "ink_2_state").mkdir()  # even an incomplete one is never overwritten
-    assert run_state.new_state_folder(tmp_path, "ink") == tmp_path / "ink_3_state"
-
-
 def test_find_state_takes_the_latest_complete_state_of_this_name(tmp_path):
     now = time.time()
     make_state(tmp_path / "ink_state", 5, now - 100)

@@ -86,14 +86,14 @@ def test_an_unreadable_file_is_moved_aside_and_a_new_store_made(tmp_path, conten
     with RunStore(db) as store:
         assert reason in store.notice and str(store.moved_to) in store.notice
         assert store.moved_to.read_bytes() == content  # kept as it was, byte for byte
-        assert store.moved_to.name.startswith("runs.sqlite3.unreadable-")
+        assert store.moved_to.name.startswith("runs.sqlite3.damaged-")
         run = store.begin_run(name="fresh", config={})
         assert [r.name for r in store.list_runs()] == ["fresh"] and run == 1
     with RunStore(db) as again:
         assert again.notice == ""  # the new file is fine
 
 
-def test_a_database_from_a_newer_app_is_moved_aside_not_overwritten(tmp_path):
+def test_a_database_from_a_newer_app_is_left_as_it_is(tmp_path):
     db = tmp_path / "runs.sqlite3"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE future (x)")
@@ -102,13 +102,12 @@ def test_a_database_from_a_newer_app_is_moved_aside_not_overwritten(tmp_path):
     conn.commit()
     conn.close()
     before = db.read_bytes()
-    with RunStore(db) as store:
-        assert "newer version" in store.notice and "99" in store.notice
-        assert store.moved_to.name.startswith("runs.sqlite3.newer-")
-        assert store.moved_to.read_bytes() == before
-        assert store.list_runs() == []
-    old = sqlite3.connect(store.moved_to)
-    assert old.execute("SELECT x FROM future").fetchone() == (42,)
+    with pytest.raises(S.StoreUnavailable, match="newer version") as e:
+        RunStore(db)
+    assert "99" in str(e.value) and "left as it is" in str(e.value)
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["runs.sqlite3"]
+    old = sqlite3.connect(db)
+    assert old.execute("SELECT x FROM future").fetchone() == (42,)  # the newer app finds its history whole
     old.close()
 
 
@@ -227,6 +226,22 @@ def test_recorder_keeps_every_step_and_a_resumed_run_continues_its_row(tmp_path)
         assert s["loss"][4:6] == [0.55, 0.66]  # the redone steps replaced the old ones
         assert s["images"] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]  # counted on from step 4
         assert store.run_row(rec.run_id).status == "stopped" and len(store.list_runs()) == 1
+
+
+def test_a_resumed_runs_time_is_the_sum_of_its_parts(tmp_path):
+    """Runs ▸ Details counted only the last part of a stopped and resumed run (issue 27, item 8)."""
+    db, state = tmp_path / "runs.sqlite3", str(tmp_path / "out" / "x_state")
+    cfg = TrainingConfig()
+    cfg.output.folder, cfg.output.name = str(tmp_path / "out"), "x"
+    rec, _ = _record(db, cfg, {"state": state, "steps": 4})
+    cfg.schedule.resume_from = state
+    _record(db, cfg, {"state": state, "start": 4, "steps": 2})
+    with RunStore(db) as store:
+        t = store.run(rec.run_id).timings
+    assert len(t["parts"]) == 2 and [p["steps"] for p in t["parts"]] == [4, 2]
+    assert t["wall_seconds"] == pytest.approx(sum(p["wall_seconds"] for p in t["parts"]))
+    assert t["training_seconds"] == pytest.approx(6 * 0.25) and t["mean_seconds_per_step"] == pytest.approx(0.25)
+    assert t["started_at"] == t["parts"][0]["started_at"] and t["ended_at"] == t["parts"][1]["ended_at"]
 
 
 def test_a_later_run_saving_over_the_state_makes_the_earlier_one_not_resumable(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,7 @@ def test_a_corrupt_store_is_reported_on_the_page_and_replaced(qtbot, make_page, 
     page = make_page()
     assert page.notice.isVisible() and "moved to" in page.notice.text()
     assert page.count_label.text() == "0 runs"
-    moved = list(tmp_path.glob("runs.sqlite3.unreadable-*"))
+    moved = list(tmp_path.glob("runs.sqlite3.damaged-*"))
     assert len(moved) == 1 and moved[0].read_bytes() == b"garbage" * 100
 
 
@@ -255,5 +256,96 @@ def test_a_store_damaged_past_its_first_page_is_moved_aside_too(qtbot, make_page
     page = make_page()
     assert page.notice.isVisible() and "damaged" in page.notice.text() and "moved to" in page.notice.text()
     assert page.count_label.text() == "0 runs"
-    (moved,) = tmp_path.glob("runs.sqlite3.unreadable-*")
+    (moved,) = tmp_path.glob("runs.sqlite3.damaged-*")
     assert moved.read_bytes() == bytes(data)
+
+
+def test_deleting_one_run_says_one_run_and_another_runs_files_stay(qtbot, make_page, store, tmp_path):
+    """"Deleted 1 run" (not "1 run(s)"); a file a later run wrote over is that run's, and deleting the earlier run
+    with its files leaves it (issue 27, items 2 and 8)."""
+    out = tmp_path / "out"
+    (out / "samples").mkdir(parents=True)
+    shared, own = out / "samples" / "x_step000002_0.png", out / "samples" / "x_step000004_0.png"
+    shared.write_bytes(b"written over by the later run")
+    own.write_bytes(b"only the earlier run's")
+    earlier = _add_run(store, "earlier", [1.0], created=1000.0)
+    store.write_batch(earlier, artifacts=[{"kind": "sample", "path": str(shared)}, {"kind": "sample", "path": str(own)}])
+    later = _add_run(store, "later", [1.0], created=2000.0)
+    store.write_batch(later, artifacts=[{"kind": "sample", "path": str(shared)}])
+    assert store.files_of(earlier) == [own] and store.files_of(later) == [shared]
+    page = make_page()
+    said: list[str] = []
+    page.status_changed.connect(said.append)
+    _click_row(qtbot, page, _row_of(page, "earlier"))
+    qtbot.mouseClick(page.delete_button, Qt.MouseButton.LeftButton)
+    dlg = page.delete_dialog
+    assert [dlg.file_list.item(i).text() for i in range(dlg.file_list.count())] == [str(own)]
+    assert dlg.files_check.text() == "Also delete this file or folder from disk"
+    qtbot.mouseClick(dlg.files_check, Qt.MouseButton.LeftButton, pos=QPoint(8, dlg.files_check.height() // 2))
+    qtbot.mouseClick(dlg.delete_button, Qt.MouseButton.LeftButton)
+    assert said[-1] == "Deleted 1 run and 1 file or folder."
+    assert not own.exists() and shared.read_bytes() == b"written over by the later run"
+    _click_row(qtbot, page, _row_of(page, "later"))
+    qtbot.mouseClick(page.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.delete_dialog.delete_button, Qt.MouseButton.LeftButton)
+    assert said[-1] == "Deleted 1 run; its files were kept." and shared.exists()
+
+
+def test_a_full_disk_is_said_on_the_page_and_the_history_comes_back_on_refresh(qtbot, make_page, store, tmp_path, monkeypatch):
+    _add_run(store, "kept", [1.0, 0.9])
+    store.close()
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode, full.sqlite_errorname = 13, "SQLITE_FULL"  # as SQLite raises it on a full disk
+
+    class FullDisk:  # every statement fails as on a full disk
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, *_args):
+            raise full
+
+        def close(self):
+            self.conn.close()
+
+    real = RunStore._connect
+    monkeypatch.setattr(RunStore, "_connect", lambda self: FullDisk(real(self)))
+    page = make_page()
+    assert page.notice.isVisible() and "is full" in page.notice.text() and "Nothing was lost" in page.notice.text()
+    assert page.count_label.text() == "0 runs" and not page.bring_back_button.isVisible()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("runs.sqlite3.")) == []  # nothing moved
+    monkeypatch.undo()  # some space was freed
+    qtbot.mouseClick(page.refresh_button, Qt.MouseButton.LeftButton)
+    assert page.count_label.text() == "1 run" and not page.notice.isVisible()
+
+
+def test_a_history_moved_aside_is_offered_back_with_a_button(qtbot, make_page, tmp_path):
+    from guitrainer.core.runs.store import move_database
+
+    db = tmp_path / "runs.sqlite3"
+    with RunStore(db) as old:
+        _add_run(old, "lost-to-the-full-disk-bug", [1.0, 0.9, 0.8])
+    move_database(db, tmp_path / "runs.sqlite3.unreadable-20250101-120000")  # what older versions did on a full disk
+    page = make_page()
+    assert page.count_label.text() == "0 runs"
+    assert page.bring_back_button.isVisible() and "moved aside" in page.notice.text()
+    said: list[str] = []
+    page.status_changed.connect(said.append)
+    qtbot.mouseClick(page.bring_back_button, Qt.MouseButton.LeftButton)
+    assert page.count_label.text() == "1 run" and not page.bring_back_button.isVisible()
+    assert said[-1].startswith("Brought back 1 run from runs.sqlite3.unreadable-20250101-120000")
+    assert (tmp_path / "runs.sqlite3.unreadable-20250101-120000.brought-back").is_file()  # kept
+    _click_row(qtbot, page, 0)
+    assert "steps: 3 of 3" in page.details.toPlainText()  # its series came back with it
+
+
+def test_details_count_the_time_of_every_part_of_a_resumed_run(qtbot, make_page, store):
+    from guitrainer.core.runs import timings
+
+    first = timings.part(1000.0, 1100.0, 1010.0, 80.0, 40)
+    second = timings.part(5000.0, 5060.0, 5005.0, 50.0, 20)
+    run = _add_run(store, "resumed", [1.0] * 60)
+    store.update_run(run, timings_json=timings.add_part(timings.add_part({}, first), second))
+    page = make_page()
+    _click_row(qtbot, page, 0)
+    text = page.details.toPlainText()
+    assert "time: setting up 15.0 s, 2.167 s per step, 160 s in all (2 parts: 100 s + 60 s)" in text  # (80+50)/60

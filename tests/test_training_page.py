@@ -236,7 +236,7 @@ def test_page_runs_a_fake_trainer_and_buttons_follow_the_state(qtbot, make_page)
         qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
         assert page.state == TrainState.STOPPING
     assert blocker.args[0].status == "stopped"
-    assert page.state == TrainState.FINISHED
+    assert page.state == TrainState.STOPPED and page.state_badge.text() == "Stopped"  # not "Done"
     assert page.train_button.isEnabled() and page.settings_panel.isEnabled()
     assert "Stopped at step" in page.status_label.text()
     assert page.warning_label.isVisible() and "fake warning" in page.warning_label.text()
@@ -405,7 +405,7 @@ def test_confirm_close_keeps_or_stops(qtbot, make_page, monkeypatch):
     assert page.confirm_close() is False and page.state == TrainState.RUNNING
     monkeypatch.setattr(page, "_ask_close", lambda: "stop")
     assert page.confirm_close() is True
-    assert page.state == TrainState.FINISHED and page.last_summary.status == "stopped"
+    assert page.state == TrainState.STOPPED and page.last_summary.status == "stopped"
 
 
 # --------------------------------------------------------------------------- the real engine, demo model
@@ -541,6 +541,7 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     output = OutputPage(page.binding)
     qtbot.addWidget(output)
     page.run_finished.connect(output.show_last_run)  # as the main window wires them
+    page.worker_started.connect(output.begin_run)
     with qtbot.waitSignal(page.run_finished, timeout=60_000) as blocker:
         click_train(qtbot, page)
     first = blocker.args[0]
@@ -570,8 +571,10 @@ def test_resuming_a_finished_run_offers_more_epochs(qtbot, make_page, tmp_path, 
     second = blocker.args[0]
     assert page.binding.get("schedule.epochs") == 1  # the run trained on; the user's settings are untouched
     assert second.status == "finished" and second.steps > first.steps  # it trained on, from the saved state
-    assert second.lora_path != first.lora_path and Path(second.lora_path).name.startswith(Path(first.lora_path).stem)
-    assert second.lora_path in output.last_run_label.text()  # the file this run wrote (name_2, …)
+    assert second.lora_path == first.lora_path  # the same run on: its name (before, a new name_2 file)
+    kept = Path(first.lora_path).with_name(f"{Path(first.lora_path).stem}-step{first.steps:06d}.safetensors")
+    assert kept.is_file()  # the LoRA it finished with first is kept under its step's name
+    assert second.lora_path in output.last_run_label.text() and str(kept) in output.last_run_label.text()
     assert "Loading the model" not in page.progress_bar.text()
 
 

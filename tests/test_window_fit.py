@@ -398,6 +398,36 @@ def test_the_output_page_fits_with_a_long_verdict_and_a_save_warning_and_its_col
     w.dataset_page.shutdown()
 
 
+def test_the_output_page_fits_1366_with_every_file_of_a_run_named_and_the_last_run_listed(qtbot, tmp_path, monkeypatch):
+    """Issue 27: the preview names every file of the next run (LoRA, epoch saves, state, samples, TensorBoard logs)
+    and "Last run wrote" lists a run's LoRA, state, samples and other saves: still no scrolling at 1366 x 768."""
+    from guitrainer.core.events import RunSummary, SampleImage, SavedFile
+
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
+    page = w.output_page
+    out = tmp_path / "a rather long folder name for the outputs" / "of this project, kept on the second disk"
+    for key, value in {"output.folder": str(out), "output.name": "portrait_of_a_cat_in_watercolour",
+                       "output.save_every_n_epochs": 2, "output.keep_last": 3, "output.tensorboard": True,
+                       "sampling.every_n_steps": 50, "sampling.prompts": ["a cat"]}.items():  # fmt: skip
+        w.binding.set(key, value)
+    _show(qtbot, w, page)
+    assert len(page.preview_paths()) == 5
+    _fits(page, "Output with every file of the next run")
+    lora = str(out / "portrait_of_a_cat_in_watercolour_2.safetensors")
+    page.begin_run(object())
+    for i in range(6):
+        page._note_written(SampleImage(str(out / "samples" / f"portrait_of_a_cat_in_watercolour_2_step{i:06d}_0.png"), "a cat", i))
+    page._note_written(SavedFile(str(out / "portrait_of_a_cat_in_watercolour_2-000002.safetensors"), "lora", 20, 2))
+    page.show_last_run(RunSummary("finished", 60, 6, 0.1, lora_path=lora,
+                                  state_path=str(out / "portrait_of_a_cat_in_watercolour_2_state")))  # fmt: skip
+    page.note_warning("[fp16 save] 2 tensors lose small values to zero in fp16 (up to 0.4% of lora_unet_up_blocks_0_"
+                      "attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight); bf16 or fp32 keep them.")
+    qtbot.wait(50)
+    assert "6 sample images" in page.last_run_label.text() and "1 other save" in page.last_run_label.text()
+    _fits(page, "Output after a run with samples and intermediate saves")
+    w.dataset_page.shutdown()
+
+
 @pytest.mark.parametrize(
     "case",
     ["more", "bad_vae", "fp8_advanced"],

@@ -1,7 +1,8 @@
-"""Writing a trained LoRA: file names, metadata, the fp16 range check, and the export itself.
+"""Writing a trained LoRA: metadata, the fp16 range check, and the export itself.
 
-Importing this module does not load torch (the Output page uses the file-name helpers while the
-window opens); the functions that touch tensors import it when called.
+Importing this module does not load torch (the Output page reads its constants while the window
+opens); the functions that touch tensors import it when called. Where a run's LoRAs go (one label on
+all of a run's files) is :mod:`guitrainer.core.runs.names`'.
 
 Formats (DESIGN §5):
 
@@ -23,12 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from guitrainer.base.constants import FP16_MAX
-from guitrainer.base.fileio import atomic_write_with, numbered_path
-from guitrainer.base.names import safe_name
-from guitrainer.base.paths import expand
+from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
 from guitrainer.core.precision.numerics import SaveReport, TensorFinding
-from guitrainer.core.runs import state as run_state
 
 if TYPE_CHECKING:
     import torch
@@ -246,45 +244,13 @@ def tag_frequency(items: Sequence[Any]) -> dict[str, dict[str, int]]:
 # --------------------------------------------------------------------------- file names
 
 
-def lora_path(output: Any, tag: str = "") -> Path:
-    """Where a LoRA of ``output`` (an :class:`~guitrainer.config.OutputConfig`) goes, before any numbering.
-
-    kohya: ``<folder>/<name>[-tag].safetensors``; diffusers: ``<folder>/<name>[-tag]/pytorch_lora_weights.safetensors``.
-    """
-    name = safe_name(str(output.name), "lora")  # as every system can write it (the config refuses other names)
-    stem = f"{name}-{tag}" if tag else name
-    folder = expand(output.folder)
-    if output.format == "diffusers":
-        return folder / stem / DIFFUSERS_WEIGHT_NAME
-    return folder / f"{stem}.safetensors"
-
-
-def free_lora_path(output: Any, tag: str = "") -> Path:
-    """:func:`lora_path`, numbered (``name_2``...) when taken, unless ``output.overwrite``: never overwrite silently."""
-    path = lora_path(output, tag)
-    if output.overwrite:
-        return path
-    if output.format == "diffusers":
-        return numbered_path(path.parent) / path.name
-    return numbered_path(path)
-
-
 def saved_item(path: str | Path, fmt: str) -> Path:
-    """What the user sees as "the LoRA": the file (kohya) or its folder (diffusers)."""
+    """What the user sees as "the LoRA": the file (kohya) or its folder (diffusers).
+
+    Where a run's LoRAs go is :class:`guitrainer.core.runs.names.RunFiles`'s: one label on all of a run's files.
+    """
     p = Path(path)
     return p.parent if fmt == "diffusers" and p.name == DIFFUSERS_WEIGHT_NAME else p
-
-
-def planned_files(output: Any, epochs: int | None = None) -> list[tuple[str, str]]:
-    """(what, path) of the files a run will write, for the Output page's preview."""
-    out = [("Final LoRA", str(saved_item(free_lora_path(output), output.format)))]
-    n = int(output.save_every_n_epochs)
-    if n:
-        first = saved_item(lora_path(output, f"{n:06d}"), output.format)
-        keep = f", newest {output.keep_last} kept" if output.keep_last else ""
-        out.append((f"Every {n} epoch{'s' if n != 1 else ''}{keep}", str(first)))
-    out.append(("Training state (to resume)", str(run_state.new_state_folder(output.folder, output.name))))
-    return out
 
 
 # --------------------------------------------------------------------------- casting and writing

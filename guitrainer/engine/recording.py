@@ -7,11 +7,18 @@ heartbeat while the run is quiet (loading, paused), and writes how the run ended
 never waits on the database and a step never waits on a commit. A failure to record is reported
 once as a warning and never stops the training.
 
+A store that cannot be written *now* (a full disk, an I/O error, locked: ``StoreUnavailable``) is not
+given up on: what the run reported is kept in memory and written when the store takes it again, tried
+every ``retry_seconds`` (also after the run ended, while the process lives: the app's window). The
+warning says so once. Only a store that cannot be used at all ends the recording of this run.
+
 A run resumed from a state that a stored run wrote continues that run's row: its series from the
 resumed step on are replaced by the new steps, so a kill between the last state and the kill leaves
-no doubled steps.
+no doubled steps, and its time is the sum of its parts (:mod:`guitrainer.core.runs.timings`).
 
-Optional TensorBoard event files (``output.tensorboard``) are written by the same thread.
+Optional TensorBoard event files (``output.tensorboard``) are written by the same thread, into the
+run's ``logs/<label>_<time>`` (a resumed run on into the folder of its earlier parts), opened at the
+first step: a run that never trains leaves no empty log folder.
 """
 
 from __future__ import annotations
@@ -24,18 +31,53 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Reporter, RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.runs.store import RunStore, RunStoreError, normalize_path
+from guitrainer.core.runs import names as run_names
+from guitrainer.core.runs import timings as run_timings
+from guitrainer.core.runs.names import RunFiles
+from guitrainer.core.runs.store import (
+    RunStore,
+    RunStoreError,
+    StoreUnavailable,
+    is_not_damage,
+    normalize_path,
+    unavailable,
+)
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 20.0
+#: a store that cannot be written now (a full disk) is tried again this often
+RETRY_SECONDS = 5.0
+_TB_FIELDS = ("loss", "lr", "grad_scale", "seconds_per_step", "images", "val_loss", "class_loss")
+
+
+@dataclass
+class _Batch:
+    """Steps, files and run columns made from the reporter's events, not yet committed (one transaction)."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
+    drop_from: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.rows or self.artifacts or self.run or self.drop_from is not None)
+
+    def add(self, other: _Batch) -> None:
+        self.rows += other.rows
+        self.artifacts += other.artifacts
+        self.run.update(other.run)
+        if self.drop_from is None:
+            self.drop_from = other.drop_from
 
 
 class RunRecorder:
@@ -54,6 +96,7 @@ class RunRecorder:
         store_path: str | os.PathLike[str] | None = None,
         flush_seconds: float = FLUSH_SECONDS,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
     ):
         self.inner = inner
         self.config = config
@@ -61,13 +104,20 @@ class RunRecorder:
         self.store_path = store_path
         self.flush_seconds = flush_seconds
         self.heartbeat_seconds = heartbeat_seconds
+        self.retry_seconds = retry_seconds
         self.run_id: int | None = None
         self.error = ""  # why recording stopped ("" while it works)
+        self.waiting = ""  # why the history is not written just now (a full disk); "" when it is
         self.tensorboard_folder: str | None = None
         self._queue: deque[tuple[str, Any]] = deque()
         self._wake = threading.Event()
         self._ready = threading.Event()
+        self._settled = threading.Event()  # the end is written, or waits for a store that cannot be written now
+        self._said_waiting = False  # the warning that the store cannot be written now is given once per run
         self._thread: threading.Thread | None = None
+        self._ended = False
+        self._store: RunStore | None = None
+        self._retry_at = 0.0
         self._trainer: Any = None
         self._continuing = False
         self._resumed_row: dict[str, Any] = {}
@@ -104,33 +154,52 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ life cycle (worker thread)
     def start(self, timeout: float = 30.0) -> None:
-        """Start the writer thread and wait until the run's row exists (or recording gave up)."""
+        """Start the writer thread and wait until the run's row exists (or recording gave up, or waits)."""
         self._timings["started_at"] = time.time()
         self._thread = threading.Thread(target=self._loop, name="RunRecorder", daemon=True)
         self._thread.start()
         self._ready.wait(timeout)
 
     def attach(self, trainer: Any) -> None:
-        """The trainer whose device and dataset sizes are recorded at the first step."""
+        """The trainer whose device, dataset sizes and file names are recorded at the first step."""
         self._trainer = trainer
 
+    @property
+    def ended(self) -> bool:
+        """:meth:`finish` or :meth:`fail` was called."""
+        return self._ended
+
     def finish(self, summary: RunSummary, timeout: float = 60.0) -> None:
-        """Write how the run ended (after every queued step) and stop the writer thread."""
+        """Write how the run ended (after every queued step) and stop the writer thread.
+
+        Returns once that is written, or once the store is found unwritable now (a full disk): the writer then
+        goes on trying in the background, and the run is not held up.
+        """
+        self._ended = True
         self._queue.append(("end", summary))
         self._stop(timeout)
+
+    def written(self, timeout: float | None = None) -> bool:
+        """Wait until everything reported is in the store (after :meth:`finish` returned while the store could not
+        be written, a full disk, say); True when it is."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive() and not self.waiting
 
     def fail(self, message: str, *, interrupted: bool = False, timeout: float = 60.0) -> None:
         """The run ended with an exception (``interrupted``: aborted by the user, e.g. a second Ctrl+C)."""
         status = "interrupted" if interrupted else "failed"
-        self._queue.append(("end", RunSummary(status=status, steps=0, epochs=0, final_loss=None, message=message)))
-        self._stop(timeout)
+        self.finish(RunSummary(status=status, steps=0, epochs=0, final_loss=None, message=message), timeout)
 
     def _stop(self, timeout: float) -> None:
         self._wake.set()
-        if self._thread is not None:
+        if self._thread is None:
+            return
+        if not self._settled.wait(timeout):
+            log.warning("the run recorder did not finish writing within %.0f s", timeout)
+        elif not self.waiting:
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("the run recorder did not finish writing within %.0f s", timeout)
 
     # ------------------------------------------------------------------ writer thread
     def _give_up(self, reason: str) -> None:
@@ -139,30 +208,65 @@ class RunRecorder:
         with contextlib.suppress(Exception):
             self.inner.on_warning(f"This run is not recorded in the run history: {reason}")
 
-    def _loop(self) -> None:
-        store: RunStore | None = None
+    def _wait_for_store(self, e: StoreUnavailable) -> None:
+        """The store cannot be written now: keep everything in memory, say so once, try again later."""
+        if not self._said_waiting:
+            self._said_waiting = True
+            log.warning("run history: %s", e)
+            with contextlib.suppress(Exception):
+                self.inner.on_warning(
+                    f"{e} This run's record is kept in memory meanwhile and written as soon as the history can be "
+                    "written again (while the app or this command keeps running)."
+                )
+        self.waiting = str(e)
+        self._retry_at = time.monotonic() + self.retry_seconds
+
+    def _attempt(self, write: Callable[..., Any], *args: Any, reads_only: bool = False) -> bool:
+        """``write(store, *args)``; False when the store cannot be written now (then it is tried again later).
+        Other database errors are raised: recording this run gives up. ``reads_only``: a success says nothing
+        about whether the store takes writes again."""
+        assert self._store is not None
+        try:
+            write(self._store, *args)
+        except (sqlite3.Error, OSError) as e:
+            if not is_not_damage(e):
+                raise
+            self._wait_for_store(unavailable(self._store.path, e, "written"))
+            return False
+        if self.waiting and not reads_only:
+            log.info("run history: written again (%s)", self._store.path)
+            self.waiting = ""
+        return True
+
+    def _open(self) -> None:
+        """Open the store and begin (or continue) the run's row; a store that cannot be used now waits."""
         try:
             store = RunStore(self.store_path)
-            if store.notice:
-                self.inner.on_warning(store.notice)
-            store.mark_dead_runs()
-            self.run_id = self._begin(store)
-        except (RunStoreError, sqlite3.Error, OSError) as e:
-            self._give_up(str(e))
-            self._ready.set()
-            self._drain_forever()
-            if store is not None:
-                store.close()
+        except StoreUnavailable as e:
+            self._wait_for_store(e)
             return
-        self._ready.set()
+        self._store = store
+        if store.notice:
+            self.inner.on_warning(store.notice)
+        if not self._attempt(self._begin):
+            store.close()
+            self._store = None
+
+    def _loop(self) -> None:
         try:
-            self._write_loop(store)
-        except (sqlite3.Error, OSError) as e:
-            self._give_up(f"writing to {store.path} failed: {e}")
+            self._open()
+            self._ready.set()
+            self._write_loop()
+        except (RunStoreError, sqlite3.Error, OSError) as e:
+            where = self._store.path if self._store is not None else self.store_path
+            self._give_up(str(e) if isinstance(e, RunStoreError) else f"writing to {where} failed: {e}")
+            self._ready.set()
+            self._settled.set()
             self._drain_forever()
         finally:
             self._close_tensorboard()
-            store.close()
+            if self._store is not None:
+                self._store.close()
 
     def _drain_forever(self) -> None:
         """Recording gave up: keep the queue empty until the run ends."""
@@ -174,44 +278,53 @@ class RunRecorder:
                 if kind == "end":
                     return
 
-    def _write_loop(self, store: RunStore) -> None:
-        assert self.run_id is not None
+    def _write_loop(self) -> None:
+        events: list[tuple[str, Any]] = []  # reported, not yet made into rows (the row may not exist yet)
+        batch = _Batch()  # made into rows, not yet committed
+        end: RunSummary | None = None
         last_write = time.monotonic()
         while True:
-            self._wake.wait(self.flush_seconds)
+            self._wake.wait(self.retry_seconds if self.waiting else self.flush_seconds)
             self._wake.clear()
-            items = []
-            end: RunSummary | None = None
-            while self._queue:
+            while self._queue and end is None:
                 kind, payload = self._queue.popleft()
                 if kind == "end":
                     end = payload
-                    break
-                items.append((kind, payload))
-            if items:
-                self._write(store, items)
-                last_write = time.monotonic()
-            elif time.monotonic() - last_write >= self.heartbeat_seconds:
-                store.heartbeat(self.run_id)
-                last_write = time.monotonic()
-            if end is not None:
-                self._end(store, end)
+                else:
+                    events.append((kind, payload))
+            if self._store is None and time.monotonic() >= self._retry_at:
+                self._open()
+            if self._store is None:
+                if end is not None:
+                    self._settled.set()  # the end waits for the store: the run goes on to its end meanwhile
+                continue
+            if events and self._attempt(self._prepare_into, batch, events, reads_only=True):
+                events = []
+            if batch and self._attempt(self._commit, batch):
+                batch, last_write = _Batch(), time.monotonic()
+            elif not batch and self.run_id is not None and time.monotonic() - last_write >= self.heartbeat_seconds:
+                last_write = time.monotonic() if self._attempt(RunStore.heartbeat, self.run_id) else last_write
+            if end is not None and not events and not batch and self._attempt(self._end, end):
+                self._settled.set()
                 return
+            if end is not None and self.waiting:
+                self._settled.set()
 
-    def _begin(self, store: RunStore) -> int:
+    def _begin(self, store: RunStore) -> None:
+        """The run's row: a resumed run's own, else a new one. Tried again whole when the disk was full halfway."""
+        store.mark_dead_runs()
         cfg = self.config
-        resume = cfg.schedule.resume_from
-        run_id = store.run_for_state(expand(resume)) if resume else None
-        if run_id is not None:
-            self._resumed_row = store.snapshot_run(run_id)  # put back if this launch trains no step
-            store.continue_run(run_id, config=cfg.to_dict())
-            self._continuing = True
-        else:
-            run_id = self._new_row(store)
-        store.update_run(run_id, dataset_json=_dataset_summary(cfg))
-        if getattr(cfg.output, "tensorboard", False):
-            self._open_tensorboard(store, run_id)
-        return run_id
+        if self.run_id is None:
+            resume = cfg.schedule.resume_from
+            run_id = store.run_for_state(expand(resume)) if resume else None
+            if run_id is not None:
+                self._resumed_row = store.snapshot_run(run_id)  # put back if this launch trains no step
+                store.continue_run(run_id, config=cfg.to_dict())
+                self._continuing = True
+            else:
+                run_id = self._new_row(store)
+            self.run_id = run_id
+        store.update_run(self.run_id, dataset_json=_dataset_summary(cfg))
 
     def _new_row(self, store: RunStore) -> int:
         cfg = self.config
@@ -224,22 +337,38 @@ class RunRecorder:
             save_precision=cfg.precision.save,
             output_folder=normalize_path(expand(cfg.output.folder)),
             total_steps=cfg.schedule.max_steps,
+            now=self._timings.get("started_at"),  # a row made late (the disk was full) keeps the run's start
         )
 
-    def _open_tensorboard(self, store: RunStore, run_id: int) -> None:
-        from guitrainer.engine.tb_events import TensorBoardLog, log_folder
+    def _files(self) -> RunFiles:
+        """The run's file names: the trainer's (chosen when it was made), else as the trainer would choose them."""
+        files = getattr(self._trainer, "files", None)
+        if isinstance(files, RunFiles):
+            return files
+        return run_names.choose(self.config.output, self.config.schedule.resume_from)
 
-        folder = log_folder(expand(self.config.output.folder), self.config.output.name)
+    def _open_tensorboard(self, earlier: list[str], first_step: int) -> dict[str, Any] | None:
+        """The TensorBoard writer of this run, at its first step; returns the artifact to record (None: none new).
+
+        A resumed run writes on into the log folder of its earlier parts (one of ``earlier``, the paths its row
+        lists), and tells TensorBoard to drop what they wrote from ``first_step`` on (the steps redone after the
+        state), as the run store's series does.
+        """
+        from guitrainer.engine.tb_events import TensorBoardLog
+
+        files = self._files()
+        logs = [p for p in earlier if Path(p).parent == files.folder / run_names.LOGS_FOLDER and Path(p).is_dir()]
+        folder = logs[-1] if logs else str(files.logs())
         try:
-            self._tb = TensorBoardLog(folder)
+            self._tb = TensorBoardLog(folder, purge_step=first_step if logs else None)
         except ImportError:
             self.inner.on_warning("TensorBoard logs are on, but tensorboardX is not installed: pip install tensorboardX")
-            return
+            return None
         except OSError as e:
             self.inner.on_warning(f"TensorBoard logs cannot be written in {folder}: {e.strerror or e}")
-            return
-        self.tensorboard_folder = str(folder)
-        store.write_batch(run_id, artifacts=[{"kind": "logs", "path": normalize_path(folder)}])
+            return None
+        self.tensorboard_folder = folder
+        return None if logs else {"kind": "logs", "path": normalize_path(folder)}
 
     def _close_tensorboard(self) -> None:
         if self._tb is not None:
@@ -247,49 +376,61 @@ class RunRecorder:
                 self._tb.close()
             self._tb = None
 
-    def _write(self, store: RunStore, items: list[tuple[str, Any]]) -> None:
+    def _prepare_into(self, store: RunStore, batch: _Batch, items: list[tuple[str, Any]]) -> None:
+        batch.add(self._prepare(store, items))
+
+    def _prepare(self, store: RunStore, items: list[tuple[str, Any]]) -> _Batch:
+        """Rows, files and run columns from the reported events (once each: counting images and time goes on)."""
         assert self.run_id is not None
-        rows: list[tuple[Any, ...]] = []
-        artifacts: list[dict[str, Any]] = []
-        run: dict[str, Any] = {}
-        drop_from: int | None = None
+        b = _Batch()
         for kind, p in items:
             if kind == "step":
                 if self._first_step is None:
-                    drop_from = self._first(store, p, run)
-                rows.append(self._row(p))
-                run.update(steps=p.step, total_steps=p.total_steps)
+                    self._first(store, p, b)
+                b.rows.append(self._row(p))
+                b.run.update(steps=p.step, total_steps=p.total_steps)
                 if p.loss == p.loss:  # not NaN
-                    run["final_loss"] = p.loss
+                    b.run["final_loss"] = p.loss
             elif kind == "saved":
-                artifacts.append({"kind": p.kind, "path": normalize_path(p.path), "step": p.step, "epoch": p.epoch})
+                b.artifacts.append({"kind": p.kind, "path": normalize_path(p.path), "step": p.step, "epoch": p.epoch})
                 if p.kind == "state":
-                    run.update(state_path=normalize_path(p.path), state_step=p.step)
+                    b.run.update(state_path=normalize_path(p.path), state_step=p.step)
                 elif p.kind == "lora":
-                    run["lora_path"] = normalize_path(p.path)
+                    b.run["lora_path"] = normalize_path(p.path)
             elif kind == "sample":
-                artifacts.append({"kind": "sample", "path": normalize_path(p.path), "step": p.step, "prompt": p.prompt})
-        store.write_batch(self.run_id, rows, artifacts, run, drop_from_step=drop_from)
+                b.artifacts.append({"kind": "sample", "path": normalize_path(p.path), "step": p.step, "prompt": p.prompt})
         if self._tb is not None:
-            for r in rows:
-                self._tb.add(r[0], dict(zip(("loss", "lr", "grad_scale", "seconds_per_step", "images", "val_loss", "class_loss"), r[2:9])))
+            for r in b.rows:
+                self._tb.add(r[0], dict(zip(_TB_FIELDS, r[2:9])))
+        return b
 
-    def _first(self, store: RunStore, m: StepMetrics, run: dict[str, Any]) -> int | None:
-        """The first step of this launch: device and dataset sizes; a resumed run drops its later steps."""
+    def _commit(self, store: RunStore, b: _Batch) -> None:
         assert self.run_id is not None
+        store.write_batch(self.run_id, b.rows, b.artifacts, b.run, drop_from_step=b.drop_from)
+
+    def _first(self, store: RunStore, m: StepMetrics, b: _Batch) -> None:
+        """The first step of this launch: device and dataset sizes, the TensorBoard folder; a resumed run drops
+        its later steps. Reads the store before changing anything (a read that fails leaves all as it was)."""
+        assert self.run_id is not None
+        before = store.last_metric(self.run_id, m.step) if self._continuing else None
+        earlier = [a["path"] for a in store.artifacts(self.run_id)] if self._continuing else []
         self._first_step = m.step
         self._timings["first_step_at"] = time.time()
-        run.update(device=_device_text(self._trainer))
+        b.run.update(device=_device_text(self._trainer))
+        if isinstance(getattr(self._trainer, "files", None), RunFiles):
+            b.run["name"] = self._files().label  # the run is listed by the name its files carry (name_2 ...)
         sizes = _dataset_sizes(self._trainer)
         if sizes:
             summary = _dataset_summary(self.config)
             summary.update(sizes)
-            run["dataset_json"] = summary
-        if not self._continuing:
-            return None
-        before = store.last_metric(self.run_id, m.step)
-        self._images = float(before[1] or 0.0) if before else 0.0
-        return m.step
+            b.run["dataset_json"] = summary
+        if getattr(self.config.output, "tensorboard", False):
+            logs = self._open_tensorboard(earlier, m.step)
+            if logs is not None:
+                b.artifacts.append(logs)
+        if self._continuing:
+            self._images = float(before[1] or 0.0) if before else 0.0
+            b.drop_from = m.step
 
     def _row(self, m: StepMetrics) -> tuple[Any, ...]:
         images = m.images_per_second * m.seconds_per_step
@@ -308,14 +449,9 @@ class RunRecorder:
             self.run_id = self._new_row(store)
             self._continuing = False
         t = self._timings
-        now = time.time()
-        timings: dict[str, Any] = {"started_at": t.get("started_at"), "ended_at": now, "wall_seconds": now - t["started_at"]}
-        if "first_step_at" in t:
-            timings["setup_seconds"] = t["first_step_at"] - t["started_at"]
-        if self._steps_seen:
-            timings["training_seconds"] = self._train_seconds
-            timings["mean_seconds_per_step"] = self._train_seconds / self._steps_seen
-        values: dict[str, Any] = {"timings_json": timings, "message": summary.message[:2000]}
+        part = run_timings.part(t["started_at"], time.time(), t.get("first_step_at"), self._train_seconds, self._steps_seen)
+        earlier = _loads(self._resumed_row.get("timings_json")) if self._continuing else {}
+        values: dict[str, Any] = {"timings_json": run_timings.add_part(earlier, part), "message": summary.message[:2000]}
         if summary.steps:
             values["steps"] = summary.steps
         if summary.final_loss is not None:
@@ -377,7 +513,7 @@ def recording(
     except BaseException as e:
         rec.fail(str(e) or type(e).__name__, interrupted=isinstance(e, KeyboardInterrupt))
         raise
-    if rec._thread is not None and rec._thread.is_alive():
+    if not rec.ended:
         rec.fail("the run ended without a summary")
 
 
@@ -391,6 +527,17 @@ def _dataset_summary(cfg: TrainingConfig) -> dict[str, Any]:
         "batch_size": cfg.schedule.batch_size,
         "gradient_accumulation": cfg.schedule.gradient_accumulation,
     }
+
+
+def _loads(text: Any) -> dict[str, Any]:
+    """A JSON column as a dict ({} when empty or not a JSON object)."""
+    import json
+
+    try:
+        value = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _built(trainer: Any) -> Any:

@@ -82,8 +82,21 @@ def trainable_state(session: Any) -> dict[str, torch.Tensor]:
     return {k: p.detach().cpu().contiguous() for k, p in trainable_parameters(session).items()}
 
 
-def write_state(target: Path, session: Any, progress: Progress, intermediates: list[str], *, between: Any = None) -> None:
+def write_state(
+    target: Path,
+    session: Any,
+    progress: Progress,
+    intermediates: list[str],
+    *,
+    final_lora: dict[str, Any] | None = None,
+    between: Any = None,
+) -> None:
     """Write the state into a temp folder beside ``target``, then swap it in (:func:`run_state.swap_in`).
+
+    ``intermediates`` and ``final_lora`` (the run's final LoRA so far: ``path``, the ``step`` it was saved at and
+    its ``stamp``, size and mtime) are the LoRA files the run wrote: a resumed run prunes the first, keeps the
+    second under its step's name when it writes its own final LoRA (if it is still the file written then), and
+    writes over nothing else.
 
     Raises whatever the writers raise (``OSError``, safetensors' own errors); the previous state stays whole.
     """
@@ -113,6 +126,7 @@ def write_state(target: Path, session: Any, progress: Progress, intermediates: l
             "dataset_len": len(s.dataset),
             "class_dataset_len": len(s.class_dataset) if s.class_dataset is not None else 0,
             "intermediates": intermediates,
+            "final_lora": final_lora,
             "config": s.config.to_dict(),
         }
         atomic_write_bytes(tmp / run_state.STATE_FILE, json.dumps(info, indent=2).encode("utf-8"))

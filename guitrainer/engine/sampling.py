@@ -15,7 +15,6 @@ import contextlib
 import logging
 import random
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,16 +22,11 @@ import torch
 
 from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
-from guitrainer.base.names import safe_name
 from guitrainer.core.events import SampleImage
+from guitrainer.core.runs.names import RunFiles
 from guitrainer.engine.families import registry
 
 log = logging.getLogger(__name__)
-
-
-def sample_path(folder: str | Path, name: str, step: int, i: int) -> Path:
-    """``<folder>/samples/<name>_step<N>_<i>.png`` (N zero-padded to 6 digits, so names sort by step)."""
-    return Path(folder) / "samples" / f"{safe_name(name, 'lora')}_step{step:06d}_{i}.png"
 
 
 @contextlib.contextmanager
@@ -59,11 +53,11 @@ def generate_samples(
     sampling_cfg: Any,
     *,
     step: int,
-    out_folder: str | Path,
-    name: str,
+    files: RunFiles,
     device: torch.device,
 ) -> list[SampleImage]:
-    """One PNG per prompt of ``sampling_cfg.prompts``, written atomically; returns what was written.
+    """One PNG per prompt of ``sampling_cfg.prompts``, written atomically under the run's label
+    (``samples/<label>_step<N>_<i>.png``: :meth:`RunFiles.sample`); returns what was written.
 
     Leaves every RNG and module mode as it found them.
     """
@@ -85,13 +79,13 @@ def generate_samples(
         for i, sp in enumerate(prompts):
             gen = torch.Generator(device="cpu").manual_seed(sp.seed)
             image = fam.sample(pipe, model, sp, fit(sp.width), fit(sp.height), gen)
-            path = sample_path(out_folder, name, step, i)
+            path = files.sample(step, i)
             atomic_write_with(path, lambda f, im=image: im.save(f, format="PNG"))
             out.append(SampleImage(str(path), sp.prompt, step))
     return out
 
 
-def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any, step: int) -> None:
+def sample_during_run(session: Any, caches: Any, files: RunFiles, feedback: Any, step: int) -> None:
     """Sample images from ``sampling.prompts`` with a run's current LoRA; its training state is left untouched.
 
     Parked modules come back for the pipeline and leave again; a failed sample only warns (the run goes on).
@@ -99,7 +93,7 @@ def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any
     """
     if not session.main:
         return
-    cfg, name = session.config.sampling, session.config.output.name
+    cfg = session.config.sampling
     prompts = [p for p in cfg.prompts if p.strip()]
     if not prompts:
         feedback.status("no sample prompts are set (Sampling settings); no sample images were made")
@@ -115,7 +109,7 @@ def sample_during_run(session: Any, caches: Any, out_folder: Path, feedback: Any
 
         with in_step_dtype, averaged_weights(session.optimizer):  # schedule-free: sample the averaged weights
             samples = generate_samples(
-                session.model, cfg, step=step, out_folder=out_folder, name=name, device=session.device
+                session.model, cfg, step=step, files=files, device=session.device
             )
     except Exception as e:  # noqa: BLE001 - a failed sample must not end the training run
         log.exception("sampling failed")

@@ -11,6 +11,7 @@ import dataclasses
 import errno
 import logging
 import math
+import os
 import re
 import shutil
 from collections import Counter
@@ -21,10 +22,12 @@ from typing import Any
 from guitrainer.base.fileio import WriteError
 from guitrainer.base.fileio import explain as explain_write_error
 from guitrainer.base.names import safe_name
-from guitrainer.base.paths import expand
+from guitrainer.base.paths import expand, path_key
 from guitrainer.core.events import SavedFile
 from guitrainer.core.precision.numerics import SaveReport
+from guitrainer.core.runs import names as run_names
 from guitrainer.core.runs import state as run_state
+from guitrainer.core.runs.names import RunFiles
 from guitrainer.engine import resume
 from guitrainer.engine.optim import averaged_weights
 from guitrainer.engine.resume import Progress
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 class Saver:
     """Writes a session's LoRA and state; remembers what it wrote (``lora_path``, ``state_path``)."""
 
-    def __init__(self, session: Any, feedback: Any, progress: Progress) -> None:
+    def __init__(self, session: Any, feedback: Any, progress: Progress, files: RunFiles | None = None) -> None:
         self.session = session
         self.feedback = feedback
         self.progress = progress
@@ -46,7 +49,14 @@ class Saver:
         self.state_path: str | None = None
         self.save_error: str | None = None  # why the last LoRA write failed (None: it worked)
         self.save_report: SaveReport | None = None  # the save-precision report of the last LoRA written
-        self._state_target: Path | None = None
+        o = self.config.output
+        self._files = files or run_names.choose(o, self.config.schedule.resume_from)
+        self._by_folder: dict[Path, RunFiles] = {self._files.folder: self._files}
+        #: LoRAs this run wrote (a resumed run's earlier parts too), by :func:`path_key`: the only existing
+        #: files it writes over
+        self.own_files: set[str] = set()
+        self.final_lora: str | None = None  # this run's final LoRA so far (a resumed run: the stopped part's)
+        self.final_step: int | None = None  # the step it was saved at
 
     # ------------------------------------------------------------------ the LoRA
     def out_dir(self) -> Path:
@@ -78,6 +88,7 @@ class Saver:
         )
         vds = s.validation_dataset
         meta["ss_num_validation_images"] = str(len(vds.items) if vds is not None else 0)  # sd-scripts' key
+        meta["ss_output_name"] = self.files.label  # as kohya's: the file's name (the run's label, name_2 ...)
         return meta
 
     def write_lora(self, path: Path) -> str | None:
@@ -122,21 +133,85 @@ class Saver:
             self.feedback.warn(w)
         return str(saved_item(path, o.format))
 
-    def lora_target(self, tag: str = "") -> Path:
-        """The next free path for a LoRA (numbered unless ``output.overwrite``)."""
-        from guitrainer.engine.export import free_lora_path
+    @property
+    def files(self) -> RunFiles:
+        """This run's names (:mod:`guitrainer.core.runs.names`) in the folder it saves to now.
 
-        return free_lora_path(self.config.output, tag)
+        Decided when the run starts; an output folder chosen mid-run keeps the label where it is free there
+        (else takes the next free one), and going back to a folder goes back to the names used there.
+        """
+        folder = expand(self.config.output.folder)
+        if folder != self._files.folder:
+            self._files = self._by_folder.get(folder) or run_names.choose(self.config.output, keep=self._files.label)
+            self._by_folder[folder] = self._files
+        return self._files
+
+    def lora_target(self, tag: str = "") -> Path:
+        """Where a LoRA of this run goes: its label's name (``tag``: an intermediate save).
+
+        An existing file there is written over only when this run wrote it (an epoch saved again after a kill,
+        Save now twice at one step) or with ``output.overwrite``; anything else there is kept, and this save
+        takes a name of its own within the run's label (``<label>-step000120``, ``<label>-000003_2``).
+        """
+        from guitrainer.base.fileio import numbered_path
+        from guitrainer.engine.export import saved_item
+
+        files, fmt = self.files, self.config.output.format
+        path = files.lora(tag)
+        item = saved_item(path, fmt)
+        if self.config.output.overwrite or not item.exists() or path_key(item) in self.own_files:
+            return path
+        if not tag:  # the final LoRA's name is taken by a file this run did not write: name it by its step
+            return self.lora_target(f"step{self.progress.global_step:06d}")
+        free = numbered_path(item)
+        return free / path.name if fmt == "diffusers" else free
+
+    def _keep_earlier_final(self) -> None:
+        """A resumed run about to write its final LoRA where its stopped (or finished) part wrote one: that LoRA
+        is renamed by its step (``<label>-step000050``, the name a Save now at that step has), so nothing trained
+        is lost and the run's final LoRA keeps the run's name. When the rename fails, the new one takes the step
+        name instead (the earlier file is never written over)."""
+        from guitrainer.base.fileio import numbered_path
+        from guitrainer.engine.export import saved_item
+
+        earlier, step = self.final_lora, self.final_step
+        item = saved_item(self.files.lora(), self.config.output.format)
+        if not earlier or step is None or step == self.progress.global_step or path_key(earlier) != path_key(item):
+            return
+        self.own_files.discard(path_key(item))  # from here on the file there is not to be written over
+        if not item.exists():
+            return
+        kept = numbered_path(self.files.lora_item(f"step{step:06d}"))  # never over another file, not even this run's
+        try:
+            os.replace(item, kept)
+        except OSError as e:
+            log.warning("could not rename %s to %s: %s", item, kept, e)
+            return
+        self.final_lora = None
+        self.own_files.add(path_key(kept))
+        self.feedback.reporter.on_saved(SavedFile(str(kept), "lora", step, self.progress.epoch))
+        self.feedback.status(f"the LoRA saved at step {step} is kept as {kept.name}")
+
+    def _final_record(self) -> dict[str, Any] | None:
+        """What the state says about the run's final LoRA so far (see :func:`resume.write_state`)."""
+        if not self.final_lora:
+            return None
+        return {"path": self.final_lora, "step": self.final_step, "stamp": _stamp(self.final_lora)}
 
     def _announce(self, path: str) -> None:
+        self.own_files.add(path_key(path))
         p = self.progress
         self.feedback.reporter.on_saved(SavedFile(path, "lora", p.global_step, p.epoch, self.save_report))
 
     def save_final(self) -> str | None:
+        """The run's final LoRA, ``<label>.safetensors``; a resumed run's earlier final LoRA is kept first under
+        the name of its step (:meth:`_keep_earlier_final`)."""
         if not self.session.main:
             return None
+        self._keep_earlier_final()
         out = self.write_lora(self.lora_target())
         if out is not None:
+            self.final_lora, self.final_step = out, self.progress.global_step
             self._announce(out)
         return out
 
@@ -183,6 +258,7 @@ class Saver:
         tried: list[str] = []
         for folder in self._rescue_folders():
             o.folder, o.name = str(folder), folder.name.rsplit("-", 2)[0]
+            self._files = self._by_folder[folder] = run_names.choose(o)
             self.feedback.warn(f"The LoRA was not saved in {wanted}: {reason} Saving it in {folder} instead.")
             self.lora_path = self.save_final()
             if self.lora_path is not None:
@@ -211,11 +287,10 @@ class Saver:
         for folder in self._rescue_folders():
             target = folder / wanted.name
             try:
-                resume.write_state(target, self.session, self.progress, self.intermediates)
+                resume.write_state(target, self.session, self.progress, self.intermediates, final_lora=self._final_record())
             except Exception as e:  # noqa: BLE001 - try the next folder
                 log.warning("the state could not be rescued in %s: %s", target, e)
                 continue
-            self._state_target = target
             self.state_path = str(target)
             p = self.progress
             self.feedback.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
@@ -247,37 +322,40 @@ class Saver:
         except WriteError as e:
             self.feedback.warn(f"The training state was not saved: {e.strerror or e}")
 
-    def adopt_unlisted(self, state_folder: Path) -> None:
-        """Intermediate LoRAs of this run written after its state (a kill between a LoRA and its state) join
-        the ``keep_last`` pruning: this run's tagged names (``<name>-000003``, ``<name>-step000120``), newer
-        than the state. Called on resume."""
-        o = self.config.output
-        pattern = re.compile(rf"^{re.escape(safe_name(str(o.name), 'lora'))}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
+    def continue_from(self, state_folder: Path, intermediates: list[str], info: dict[str, Any]) -> None:
+        """A resumed run: the LoRAs its earlier parts wrote are its own again.
+
+        Those the state lists (its intermediate saves, and its final LoRA while that file is still the one
+        written: same size and time), and intermediate LoRAs written after the state (a kill between a LoRA and
+        its state): this run's tagged names (``<label>-000003``, ``<label>-step000120``), newer than the state.
+        They join the ``keep_last`` pruning; the final LoRA of the part that stopped is kept under its step's name
+        when the run writes its own (:meth:`_keep_earlier_final`); a file put in its place since is left alone.
+        """
+        self.intermediates = list(intermediates)
+        final = info.get("final_lora")
+        known = isinstance(final, dict) and isinstance(final.get("path"), str) and isinstance(final.get("step"), int)
+        if known and _stamp(final["path"]) == final.get("stamp"):  # still the file written then
+            self.final_lora, self.final_step = final["path"], final["step"]
+            self.own_files.add(path_key(final["path"]))
+        pattern = re.compile(rf"^{re.escape(self.files.label)}-(step)?\d{{6}}(_\d+)?(\.safetensors)?$")
         try:
             since = (state_folder / run_state.STATE_FILE).stat().st_mtime
             found = [p for p in self.out_dir().iterdir() if pattern.match(p.name) and p.stat().st_mtime > since]
         except OSError:
-            return
+            found = []
         for p in sorted(found, key=lambda p: p.stat().st_mtime):
             if str(p) not in self.intermediates:
                 self.intermediates.append(str(p))
+        self.own_files.update(path_key(p) for p in self.intermediates)
 
     # ------------------------------------------------------------------ the state
     def state_dir(self) -> Path:
-        """Where this run's resumable state is written, decided at its first save in an output folder.
+        """Where this run's resumable state is written: ``<label>_state`` (:attr:`files`).
 
-        A resumed run writes into the state it resumed from; a new run into ``<name>_state``, or, when an
-        earlier run's state is there, ``<name>_2_state`` ... (the LoRA's numbering rule): a second run with
-        the same name never overwrites the first one's state.
+        A resumed run writes into the state it resumed from (its label is that state's); a new run's label is
+        free in the output folder, so a second run with the same name never overwrites the first one's state.
         """
-        out = self.out_dir()
-        if self._state_target is None or self._state_target.parent != out:
-            resumed = self.config.schedule.resume_from
-            if resumed and self._state_target is None and expand(resumed).parent == out:
-                self._state_target = expand(resumed)
-            else:
-                self._state_target = run_state.new_state_folder(out, self.config.output.name)
-        return self._state_target
+        return self.files.state
 
     def save_state(self) -> str | None:
         """Write the resumable state (:func:`resume.write_state`); a failure is raised as a
@@ -286,9 +364,25 @@ class Saver:
             return None
         target = self.state_dir()
         try:
-            resume.write_state(target, self.session, self.progress, self.intermediates)
+            resume.write_state(target, self.session, self.progress, self.intermediates, final_lora=self._final_record())
         except Exception as e:  # noqa: BLE001 - any failure to write (torch.save, safetensors, JSON) says why
             raise explain_write_error(target, e) from e
         p = self.progress
         self.feedback.reporter.on_saved(SavedFile(str(target), "state", p.global_step, p.epoch))
         return str(target)
+
+
+def _stamp(lora: str | None) -> list[int] | None:
+    """[size, mtime in ns] of a LoRA (a diffusers folder: its weights file): which file it is, for a resume."""
+    if not lora:
+        return None
+    from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
+
+    path = Path(lora)
+    if path.is_dir():
+        path = path / DIFFUSERS_WEIGHT_NAME
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]

@@ -1,20 +1,18 @@
-"""TensorBoard event files for those who use it: ``<output folder>/logs/<name>_<YYYYmmddHHMMSS>/``.
+"""TensorBoard event files for those who use it: ``<output folder>/logs/<label>_<YYYYmmddHHMMSS>/``.
 
 kohya's scripts write ``--logging_dir`` + ``<prefix><time>`` per launch, and people point
 ``tensorboard --logdir`` at that ``logs`` folder; we follow the same layout and tag names
-(``loss/current``, ``lr/unet``), so their dashboards and habits carry over. The writer is
-tensorboardX's ``SummaryWriter`` (maintained, no TensorFlow, writes the standard event format).
+(``loss/current``, ``lr/unet``), so their dashboards and habits carry over. The folder carries the run's
+label (:meth:`guitrainer.core.runs.names.RunFiles.logs`); a resumed run writes on into its folder. The
+writer is tensorboardX's ``SummaryWriter`` (maintained, no TensorFlow, writes the standard event format).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-from guitrainer.base.names import safe_name
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +27,19 @@ TAGS: dict[str, str] = {
 }
 
 
-def log_folder(output_folder: str | Path, name: str, when: datetime | None = None) -> Path:
-    """``<output_folder>/logs/<name>_<YYYYmmddHHMMSS>``: one folder per launch, as kohya does."""
-    stamp = (when or datetime.now()).strftime("%Y%m%d%H%M%S")
-    return Path(output_folder) / "logs" / f"{safe_name(name, 'lora')}_{stamp}"
-
-
 class TensorBoardLog:
-    """Scalars per step into one event file folder. Raises ImportError without tensorboardX."""
+    """Scalars per step into one event file folder. Raises ImportError without tensorboardX.
 
-    def __init__(self, folder: str | Path):
+    ``purge_step``: a resumed run writing on into its folder; TensorBoard drops what the earlier files hold
+    from that step on (the steps redone after the state), so each step shows once.
+    """
+
+    def __init__(self, folder: str | Path, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
 
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._writer: Any = SummaryWriter(logdir=str(self.folder), flush_secs=10)
+        self._writer: Any = SummaryWriter(logdir=str(self.folder), flush_secs=10, purge_step=purge_step)
 
     def add(self, step: int, values: dict[str, float | None]) -> None:
         """One step's scalars; None and non-finite values are left out (TensorBoard would plot NaN)."""

@@ -32,6 +32,8 @@ from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.core.events import Control, Reporter, RunSummary, StepMetrics
 from guitrainer.core.precision.numerics import NonFinite, nan_advice
+from guitrainer.core.runs import names as run_names
+from guitrainer.core.runs.names import RunFiles
 from guitrainer.engine import data, resume, validation
 from guitrainer.engine.amp_step import AmpStep, Pair, StepResult
 from guitrainer.engine.cache import RunCaches
@@ -83,6 +85,8 @@ class Trainer:
         self.step: AmpStep | None = None
         self.saver: Saver | None = None
         self.numerics: StepWatch | None = None  # the numerics monitor (engine/numerics.py), set up with the run
+        # one label on every file of the run (core/runs/names.py), chosen now so the app can show it at once
+        self._files = run_names.choose(config.output, config.schedule.resume_from)
         self._last_nonfinite: NonFinite | None = None  # where the last skipped step's inf/NaN began
 
     # ------------------------------------------------------------------ what a finished run shows
@@ -99,6 +103,11 @@ class Trainer:
     @property
     def lora_path(self) -> str | None:
         return self.saver.lora_path if self.saver is not None else None
+
+    @property
+    def files(self) -> RunFiles:
+        """Where this run writes: its label and folder (the folder it saves to now)."""
+        return self.saver.files if self.saver is not None else self._files
 
     @property
     def state_path(self) -> str | None:
@@ -180,15 +189,14 @@ class Trainer:
         self.caches = RunCaches(s, fb)
         self.numerics = StepWatch(monitor_for(s))
         self.step = AmpStep(s, self.caches, self.progress, self.numerics)
-        self.saver = Saver(s, fb, self.progress)
+        self.saver = Saver(s, fb, self.progress, self._files)
         info = None
         if cfg.schedule.resume_from:
             info = resume.resumable_info(expand(cfg.schedule.resume_from), s, fb, self.progress)
         self.caches.prepare()
         if info is not None:
             folder = expand(cfg.schedule.resume_from)
-            self.saver.intermediates = resume.load_state(folder, s, self.progress, info)
-            self.saver.adopt_unlisted(folder)
+            self.saver.continue_from(folder, resume.load_state(folder, s, self.progress, info), info)
             fb.status(f"resumed from {folder} at step {self.progress.global_step} (epoch {self.progress.epoch + 1})")
             if s.processes.count > 1:  # the state holds the main process's RNG: each process draws its own
                 set_seed(cfg.schedule.seed + self.progress.global_step, device_specific=True)
@@ -356,4 +364,4 @@ class Trainer:
 
         if self.session is None or self.caches is None or self.saver is None:
             return
-        sampling.sample_during_run(self.session, self.caches, self.saver.out_dir(), self.feedback, self.progress.global_step)
+        sampling.sample_during_run(self.session, self.caches, self.saver.files, self.feedback, self.progress.global_step)

@@ -256,6 +256,7 @@ class TrainingWorker(BaseWorker):
     Signals (all queued to the GUI thread; payloads are frozen dataclasses of plain numbers):
         step_finished(StepMetrics), status_changed(str), warning_raised(str),
         sample_ready(SampleImage), checkpoint_saved(SavedFile),
+        files_chosen(RunFiles: the label and folder every file of the run carries, once the trainer is made),
         finished(RunSummary), failed(message, traceback).
 
     The control methods (:meth:`stop`, :meth:`pause`, ...) are safe to call from the GUI thread
@@ -267,6 +268,7 @@ class TrainingWorker(BaseWorker):
     warning_raised = Signal(str)
     sample_ready = Signal(object)
     checkpoint_saved = Signal(object)
+    files_chosen = Signal(object)
 
     def __init__(self, config: TrainingConfig, trainer_factory: TrainerFactory | None = None, *, record: bool = True):
         super().__init__()
@@ -312,6 +314,9 @@ class TrainingWorker(BaseWorker):
         with recording(_SignalReporter(self), self.config, source="app", enabled=self.record) as rec:
             self.run_id = rec.run_id
             trainer = self._factory(self.config, rec.reporter, self.control)
+            files = getattr(trainer, "files", None)
+            if files is not None:
+                self.files_chosen.emit(files)
             rec.attach(trainer)
             summary = trainer.run()
             if not isinstance(summary, RunSummary):

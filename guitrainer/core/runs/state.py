@@ -5,9 +5,9 @@ optimizer, lr-scheduler, GradScaler and RNG states, and :data:`STATE_FILE` (JSON
 config). The engine writes it (``engine/resume.py``), the Training page finds and reads it, export lists
 it among the planned files: every one of them takes the names from here.
 
-Run names follow the LoRA's rule: a new run whose ``<name>_state`` is taken writes ``<name>_2_state``,
-``<name>_3_state`` ... (as its LoRA becomes ``name_2.safetensors``), so a second run never overwrites the
-first one's state. A resumed run keeps writing into the folder it resumed from.
+A run's state is ``<label>_state``, its label the one all its files carry (:mod:`guitrainer.core.runs.names`:
+``name``, ``name_2`` ...), so a second run never overwrites the first one's state. A resumed run keeps
+writing into the folder it resumed from.
 
 A state is written into a temp folder, then swapped in by two renames (:func:`swap_in`). A kill between
 them leaves no folder under the state's name; :func:`repair_interrupted` finds such swaps and leftover
@@ -61,22 +61,6 @@ class StateError(Exception):
 def state_folder(output_folder: str | Path, run_name: str) -> Path:
     """``<output folder>/<run name>_state`` (the name as every system can write it: :func:`safe_name`)."""
     return expand(str(output_folder)) / f"{safe_name(run_name, 'lora')}{STATE_SUFFIX}"
-
-
-def base_state_folder(config: TrainingConfig) -> Path:
-    """The state folder of a config's first run (``<output.name>_state``), before any numbering."""
-    return state_folder(config.output.folder, config.output.name)
-
-
-def new_state_folder(output_folder: str | Path, name: str) -> Path:
-    """The state folder of a new run named ``name``: ``<name>_state`` if free, else ``<name>_2_state`` ..."""
-    first = state_folder(output_folder, name)
-    if not first.exists():
-        return first
-    i = 2
-    while state_folder(output_folder, f"{name}_{i}").exists():
-        i += 1
-    return state_folder(output_folder, f"{name}_{i}")
 
 
 def is_state_folder(folder: str | Path) -> bool:

@@ -5,9 +5,14 @@ One row per run, written when it starts (status ``running``), updated as it goes
 and the files it wrote. The standard library's ``sqlite3`` in WAL mode: a killed writer leaves every
 committed batch readable, and the app can read while a run (in this process or a CLI one) writes.
 
-The schema is versioned (``PRAGMA user_version``) and upgraded by :data:`MIGRATIONS`. A file that
-is not a readable database, or one made by a newer version of the app, is moved aside (never
-overwritten) and a new one is made; :attr:`RunStore.notice` says what happened.
+The schema is versioned (``PRAGMA user_version``) and upgraded by :data:`MIGRATIONS`.
+
+A file that cannot be opened or written *now* is not damaged: a full disk, an I/O error, a file without
+permission, one locked by another program, or one made by a newer version of the app is left exactly as
+it is, and :class:`StoreUnavailable` says why in plain words (try again later). Only a file that is not an
+SQLite database, or one that fails ``PRAGMA integrity_check``, is moved aside (never overwritten, never
+deleted) and a new one made; :attr:`RunStore.notice` says what happened, and
+:mod:`guitrainer.core.runs.recovery` brings the moved file's runs back.
 
 No Qt and no torch here: the UI, the CLI and the engine's recorder all use it.
 """
@@ -15,9 +20,11 @@ No Qt and no torch here: the UI, the CLI and the engine's recorder all use it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import socket
 import sqlite3
 import time
@@ -33,6 +40,9 @@ from guitrainer.core.runs.checks import process_alive, process_started
 log = logging.getLogger(__name__)
 
 DB_NAME = "runs.sqlite3"
+#: how a damaged history is renamed: ``runs.sqlite3.damaged-<time>`` (older versions wrote ``unreadable-`` and
+#: ``newer-``: :mod:`guitrainer.core.runs.recovery` offers those too)
+MOVED_DAMAGED = "damaged"
 SCHEMA_VERSION = 2
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: a running row whose writer has not touched it for this long (and whose process cannot be checked) is dead
@@ -135,8 +145,80 @@ _LIST_COLUMNS = (
 )
 
 
+#: SQLite's primary result codes of a file that is whole but cannot be used just now (sqlite.org/rescode.html):
+#: PERM, BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL (an extended code's low byte is its primary)
+NOT_DAMAGE_CODES = frozenset({3, 5, 6, 7, 8, 10, 13, 14, 15})
+#: ... and those that mean the file's content is wrong: CORRUPT, NOTADB (confirmed by ``integrity_check``)
+DAMAGE_CODES = frozenset({11, 26})
+SQLITE_FULL = 13
+#: a disk with less room than this left is full as far as the run history goes (SQLite's -shm alone is 32 KiB)
+NEARLY_FULL_BYTES = 256 * 1024
+#: the same, from the message, for errors without a code (and for OSError): what a full or failing disk says
+_NOT_DAMAGE_WORDS = ("disk is full", "disk i/o error", "locked", "readonly", "unable to open", "out of memory",
+                     "no space left", "not authorized", "permission denied", "read-only")  # fmt: skip
+_FULL_ERRNOS = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_NOT_DAMAGE_ERRNOS = (*_FULL_ERRNOS, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM, errno.EBUSY)
+
+
 class RunStoreError(Exception):
     """The store could not be opened or written; the message says why in plain words."""
+
+
+class StoreUnavailable(RunStoreError):
+    """The run history is whole but cannot be opened or written now (a full disk, an I/O error, no permission,
+    locked, or made by a newer version): nothing was moved or lost; try again later. ``full``: the disk is full."""
+
+    def __init__(self, message: str, *, full: bool = False):
+        super().__init__(message)
+        self.full = full
+
+
+def is_not_damage(e: BaseException) -> bool:
+    """True for an error that says the disk or the system failed, not the file's content (a full disk, I/O)."""
+    if isinstance(e, OSError) and not isinstance(e, sqlite3.Error):
+        return e.errno in _NOT_DAMAGE_ERRNOS
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in NOT_DAMAGE_CODES
+    return any(w in str(e).lower() for w in _NOT_DAMAGE_WORDS)
+
+
+def is_full(e: BaseException) -> bool:
+    """True for a full disk (SQLITE_FULL, ENOSPC, a quota): the words to say are "free some space"."""
+    if isinstance(e, OSError) and not isinstance(e, sqlite3.Error):
+        return e.errno in _FULL_ERRNOS
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) == SQLITE_FULL:
+        return True
+    text = str(e).lower()
+    return "disk is full" in text or "no space left" in text
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Less room left on the disk of ``folder`` than SQLite needs to open a WAL database (its -wal and -shm)."""
+    try:
+        return shutil.disk_usage(folder).free < NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def unavailable(path: Path, e: BaseException, doing: str = "used") -> StoreUnavailable:
+    """:class:`StoreUnavailable` for ``e`` in plain words: the history is kept, and what to do.
+
+    A full disk often shows as an I/O error (SQLite cannot map its ``-shm`` file): an I/O error on a disk with
+    next to no room left is said as a full disk.
+    """
+    if is_full(e) or (is_not_damage(e) and "i/o" in str(e).lower() and _nearly_full(path.parent)):
+        return StoreUnavailable(
+            f"The disk with the run history ({path}) is full: it cannot be {doing} now. Nothing was lost; the "
+            "history is kept as it is. Free some disk space and it is written again.",
+            full=True,
+        )
+    why = getattr(e, "strerror", None) or str(e)
+    return StoreUnavailable(
+        f"The run history {path} cannot be {doing} now ({why}). Nothing was lost; the file is left as it is. "
+        "It is tried again later."
+    )
 
 
 @dataclass(frozen=True)
@@ -193,7 +275,7 @@ class RunStore:
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 10.0):
         self.path = Path(path) if path is not None else default_path()
-        self.notice = ""  # set when an unreadable or newer file was moved aside
+        self.notice = ""  # set when a damaged file was moved aside
         self.moved_to: Path | None = None
         self._timeout = timeout
         self.conn = self._open()
@@ -212,62 +294,100 @@ class RunStore:
         problem = self._problem()
         if problem:
             self._move_aside(problem)
+        conn: sqlite3.Connection | None = None
         try:
             conn = self._connect()
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a killed process
             self._migrate(conn)
         except sqlite3.DatabaseError as e:
+            if conn is not None:
+                conn.close()
+            if is_not_damage(e):
+                raise unavailable(self.path, e, "opened") from e
             raise RunStoreError(f"Cannot open the run history {self.path}: {e}") from e
         return conn
 
     def _problem(self) -> str:
-        """Why the existing file cannot be used ("" when it can, or when there is none)."""
+        """Why the existing file must be moved aside ("" when it can be used, or when there is none): it is not
+        an SQLite database, or it fails ``integrity_check``.
+
+        Raises :class:`StoreUnavailable` when the file cannot be read or checked now (a full disk, an I/O error,
+        no permission, locked) or was made by a newer version: those are left as they are.
+        """
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return ""
         except OSError as e:
-            return f"it cannot be read ({e.strerror or e})"
+            raise unavailable(self.path, e, "read") from e
         if size == 0:
             return ""
         try:
             with open(self.path, "rb") as f:
                 head = f.read(len(SQLITE_HEADER))
         except OSError as e:
-            return f"it cannot be read ({e.strerror or e})"
+            raise unavailable(self.path, e, "read") from e
         if head != SQLITE_HEADER:
             return "it is not an SQLite database"
         try:
+            version = self._probe()
+        except sqlite3.DatabaseError as e:
+            if is_not_damage(e):
+                raise unavailable(self.path, e, "read") from e
+            verdict = self._integrity()
+            if verdict == "ok":  # whole, but not a run history this app can read: another program's file?
+                raise RunStoreError(
+                    f"The run history {self.path} cannot be read ({e}), although SQLite finds nothing damaged in "
+                    "it; it was left as it is. Point GUITRAINER_RUNS_DB at another file, or move this one away."
+                ) from e
+            return f"it is damaged ({e}; SQLite's integrity check: {verdict})"
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"The run history {self.path} was made by a newer version of guitrainer (schema {version}; this one "
+                f"reads up to {SCHEMA_VERSION}). It was left as it is, and this version records no runs in it: use the "
+                "newer version, or point GUITRAINER_RUNS_DB at another file."
+            )
+        return ""
+
+    def _probe(self) -> int:
+        """Read a little of every part (a few ms): the schema version, the runs table whole, the series' first page."""
+        conn = self._connect()
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if 1 <= version <= SCHEMA_VERSION:
+                conn.execute("SELECT count(*), max(length(config_json)) FROM runs").fetchone()
+                conn.execute("SELECT * FROM metrics LIMIT 1").fetchone()
+            return version
+        finally:
+            conn.close()
+
+    def _integrity(self) -> str:
+        """``PRAGMA integrity_check``'s verdict ("ok", or its first findings); a file SQLite cannot even read as a
+        database says so. Raises :class:`StoreUnavailable` when the check cannot run (a full disk, I/O)."""
+        try:
             conn = self._connect()
             try:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                if 1 <= version <= SCHEMA_VERSION:  # the runs table whole, the series' first page (a few ms)
-                    conn.execute("SELECT count(*), max(length(config_json)) FROM runs").fetchone()
-                    conn.execute("SELECT * FROM metrics LIMIT 1").fetchone()
+                rows = conn.execute("PRAGMA integrity_check(5)").fetchall()
             finally:
                 conn.close()
         except sqlite3.DatabaseError as e:
-            return f"it is damaged ({e})"
-        if version > SCHEMA_VERSION:
-            return f"it was made by a newer version of guitrainer (schema {version}; this one reads up to {SCHEMA_VERSION})"
-        return ""
+            if is_not_damage(e):
+                raise unavailable(self.path, e, "checked") from e
+            return str(e)
+        found = [" ".join(str(r[0]).split()) for r in rows]  # SQLite's findings span lines: one line each
+        return "ok" if found == ["ok"] else "; ".join(found)[:300]
 
     def _move_aside(self, problem: str) -> None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        kind = "newer" if "newer" in problem else "unreadable"
-        target = self.path.with_name(f"{self.path.name}.{kind}-{stamp}")
+        target = self.path.with_name(f"{self.path.name}.{MOVED_DAMAGED}-{stamp}")
         n = 1
         while target.exists():
             n += 1
-            target = self.path.with_name(f"{self.path.name}.{kind}-{stamp}-{n}")
+            target = self.path.with_name(f"{self.path.name}.{MOVED_DAMAGED}-{stamp}-{n}")
         try:
-            os.replace(self.path, target)
-            for suffix in ("-wal", "-shm"):
-                companion = self.path.with_name(self.path.name + suffix)
-                if companion.exists():
-                    os.replace(companion, target.with_name(target.name + suffix))
+            move_database(self.path, target)
         except OSError as e:
             raise RunStoreError(
                 f"The run history {self.path} cannot be used: {problem}, and it could not be moved aside "
@@ -276,7 +396,8 @@ class RunStore:
         self.moved_to = target
         self.notice = (
             f"The run history {self.path} could not be used: {problem}. It was moved to {target} "
-            "(nothing was deleted) and a new, empty history was started."
+            "(nothing was deleted) and a new, empty history was started. The Runs page can bring back the runs "
+            "that can still be read from it."
         )
         log.warning(self.notice)
 
@@ -314,10 +435,12 @@ class RunStore:
         c.execute("BEGIN IMMEDIATE")
         try:
             yield c
+            c.execute("COMMIT")  # a full disk can fail here too: then the transaction is still open
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may have rolled back already (SQLITE_FULL): ROLLBACK would then raise
+                with contextlib.suppress(sqlite3.Error):
+                    c.execute("ROLLBACK")
             raise
-        c.execute("COMMIT")
 
     # ------------------------------------------------------------------ writing
     def begin_run(
@@ -454,6 +577,35 @@ class RunStore:
                 )
         return [r for r in (self.run_row(i) for i in dead) if r is not None]
 
+    def import_run(self, values: dict[str, Any], metrics: Sequence[dict[str, Any]], artifacts: Sequence[dict[str, Any]]) -> int:
+        """Add a run read from another history (:mod:`~guitrainer.core.runs.recovery`) under a new id, with its
+        series and files, in one transaction; ``values`` are its columns (unknown ones are left out)."""
+        cols = [c for c in values if c in self._run_columns() and c != "id"]
+        metric_cols = [c for c in METRIC_COLUMNS if any(c in m for m in metrics)] or ["step"]
+        with self._tx() as c:
+            cur = c.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", [values[k] for k in cols])
+            run_id = int(cur.lastrowid or 0)
+            c.executemany(
+                f"INSERT OR REPLACE INTO metrics (run_id, {', '.join(metric_cols)}) VALUES (?{', ?' * len(metric_cols)})",
+                [(run_id, *(m.get(k) for k in metric_cols)) for m in metrics if m.get("step") is not None],
+            )
+            c.executemany(
+                "INSERT INTO artifacts (run_id, kind, path, step, epoch, prompt) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, a.get("kind") or "", a.get("path") or "", a.get("step"), a.get("epoch"), a.get("prompt"))
+                 for a in artifacts if a.get("path")],
+            )  # fmt: skip
+        return run_id
+
+    def has_run(self, name: str, created_at: float, host: str) -> bool:
+        """A run with this name, start time and machine is here (a run brought back twice is one run)."""
+        r = self.conn.execute(
+            "SELECT 1 FROM runs WHERE name = ? AND created_at = ? AND host = ? LIMIT 1", (name, created_at, host)
+        ).fetchone()
+        return r is not None
+
+    def _run_columns(self) -> set[str]:
+        return {str(r[1]) for r in self.conn.execute("PRAGMA table_info(runs)").fetchall()}
+
     def delete_run(self, run_id: int) -> None:
         """Forget a run (its series and file list too). Its files on disk are left alone."""
         with self._tx() as c:
@@ -517,20 +669,44 @@ class RunStore:
         return int(r[0]) if r else None
 
     def files_of(self, run_id: int) -> list[Path]:
-        """The files and folders on disk this run wrote that still exist (LoRAs, state, samples, logs)."""
-        out: list[Path] = []
-        seen: set[str] = set()
-        row = self.run_row(run_id)
+        """The files and folders on disk this run wrote that still exist (LoRAs, state, samples, logs).
+
+        Only the run's own: a path that another run recorded after it (written over with ``output.overwrite``,
+        a state saved over it, or the shared names of runs before one label went on all of a run's files) is
+        the later run's, and deleting this run leaves it where it is.
+        """
+        last_writer = {
+            str(path): int(owner)
+            for path, _last, owner in self.conn.execute(
+                # SQLite: with max(), the bare column (run_id) comes from the row holding the maximum
+                "SELECT path, max(rowid), run_id FROM artifacts "
+                "WHERE path IN (SELECT path FROM artifacts WHERE run_id = ?) GROUP BY path",
+                (run_id,),
+            ).fetchall()
+        }
         paths = [a["path"] for a in self.artifacts(run_id)]
+        row = self.run_row(run_id)
         if row is not None:
             paths += [p for p in (row.lora_path, row.state_path) if p]
-        for p in paths:
-            if p in seen:
+        out: list[Path] = []
+        for p in dict.fromkeys(paths):  # once each, in the order written
+            if last_writer.get(p, run_id) != run_id:
                 continue
-            seen.add(p)
+            if p == (row.state_path if row else None) and p not in last_writer and self.run_for_state(p) != run_id:
+                continue
             if Path(p).exists():
                 out.append(Path(p))
         return out
+
+
+def move_database(source: Path, target: Path) -> None:
+    """Rename an SQLite file with its ``-wal`` and ``-shm`` companions (the WAL holds committed runs: the two
+    belong together)."""
+    os.replace(source, target)
+    for suffix in ("-wal", "-shm"):
+        companion = source.with_name(source.name + suffix)
+        if companion.exists():
+            os.replace(companion, target.with_name(target.name + suffix))
 
 
 def _loads(text: str | None) -> dict[str, Any]:

@@ -1,11 +1,13 @@
 """Output page: where the LoRA goes, its format, save precision, metadata, and a check that others can load it.
 
-No torch at import: the file-name preview uses :mod:`guitrainer.engine.export`'s pure helpers, and the
-Verify button imports the engine in its worker thread.
+No torch at import: the file-name preview is :mod:`guitrainer.core.runs.names`' (one label on every file of
+a run: the next run's before it starts, the running run's while it runs), and the Verify button imports
+the engine in its worker thread.
 """
 
 from __future__ import annotations
 
+import copy
 import html
 import logging
 from collections.abc import Callable, Mapping
@@ -14,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -26,9 +29,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.paths import expand
+from guitrainer.core.dataset.report import plural
 from guitrainer.core.events import SavedFile
 from guitrainer.core.precision.advisor import save_overflow_advice
 from guitrainer.core.precision.numerics import SaveReport
+from guitrainer.core.runs import names as run_names
+from guitrainer.core.runs.names import RunFiles
 from guitrainer.engine import export as X
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
@@ -79,6 +86,10 @@ class OutputPage(Page):
         self._verifier = verifier
         self.verify_running = False
         self._last_run_path = ""
+        self._run_files: RunFiles | None = None  # the names of the run going on (None: no run)
+        self._run_config: Any = None  # that run's settings (its own copy)
+        self._written: dict[str, list[str]] = {}  # what the run going on wrote so far, by kind
+        self._moved: dict[Path, RunFiles] = {}  # the running run's names per output folder it was given
         self._verifying_path = ""
         self._verified_path = ""  # the file the result shown is about
         self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
@@ -111,19 +122,30 @@ class OutputPage(Page):
         h.addWidget(self.folder_edit, 1)
         h.addWidget(browse)
         self._row(form, "output.folder", row).setToolTip(self.folder_edit.toolTip())
-        self.name_edit = self._row(form, "output.name")
+        # Overwrite beside the name it is about (a row of its own would push the page past 1366 x 768)
+        self.name_edit = make_editor(self.binding, "output.name", box)
+        self.overwrite_check = make_editor(self.binding, "output.overwrite", box)
+        if isinstance(self.overwrite_check, QCheckBox):
+            self.overwrite_check.setText(label_for("output.overwrite"))
+        name_row = QWidget(box)
+        h = QHBoxLayout(name_row)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.addWidget(self.name_edit, 1)
+        h.addWidget(self.overwrite_check)
+        self._row(form, "output.name", name_row).setToolTip(self.name_edit.toolTip())
         self.format_combo = self._row(form, "output.format")
-        self._row(form, "output.overwrite")
         self.preview = QLabel(box)
         self.preview.setObjectName("file_preview")
         self.preview.setWordWrap(True)
         self.preview.setTextInteractionFlags(self.preview.textInteractionFlags() | self.preview.textInteractionFlags().TextSelectableByMouse)
-        form.addRow(QLabel("Files written", box), self.preview)
+        self.preview_title = QLabel("Next run writes", box)
+        self.preview_title.setObjectName("file_preview_title")
+        form.addRow(self.preview_title, scrolled(self.preview, lines=2))  # all of them in its tooltip
         self.last_run_label = QLabel("No run yet in this session.", box)
         self.last_run_label.setObjectName("last_run_file")
         self.last_run_label.setWordWrap(True)
         self.last_run_label.setTextInteractionFlags(self.last_run_label.textInteractionFlags() | self.last_run_label.textInteractionFlags().TextSelectableByMouse)
-        form.addRow(QLabel("Last run wrote", box), self.last_run_label)
+        form.addRow(QLabel("Last run wrote", box), scrolled(self.last_run_label, lines=2))  # more lines scroll
         return box
 
     def _saving_box(self) -> QGroupBox:
@@ -147,8 +169,19 @@ class OutputPage(Page):
         self._advice_row = adv
         adv.setVisible(False)
         self._advice: Any = None
-        every = self._row(form, "output.save_every_n_epochs")
-        keep = self._row(form, "output.keep_last")
+        # Keep last beside Save every (it prunes those saves): the Where box's preview of every file needs the room
+        every = make_editor(self.binding, "output.save_every_n_epochs", box)
+        keep = make_editor(self.binding, "output.keep_last", box)
+        keep_label = QLabel(label_for("output.keep_last"), box)
+        keep_label.setToolTip(keep.toolTip())
+        keep_label.setBuddy(keep)
+        saves = QWidget(box)
+        h = QHBoxLayout(saves)
+        h.setContentsMargins(0, 0, 0, 0)
+        h.addWidget(every, 1)
+        h.addWidget(keep_label)
+        h.addWidget(keep, 1)
+        self._row(form, "output.save_every_n_epochs", saves).setToolTip(every.toolTip())
         self.tensorboard_switch = self._row(form, "output.tensorboard")
         # 0 means "off" / "no limit": say it in words instead of "0 epochs"
         for editor, zero in ((every, "never (only the final LoRA)"), (keep, "all of them")):
@@ -201,30 +234,84 @@ class OutputPage(Page):
         if path == "precision.save" and self.binding.get("precision.save") != "fp16":
             self._advice_row.setVisible(False)
 
+    def show_run_files(self, files: RunFiles) -> None:
+        """A run started and chose its names: the preview shows them ("This run writes") until it ends."""
+        self._run_files = files
+        self._moved = {files.folder: files}
+        self._refresh_preview()
+
+    def _running_files(self) -> RunFiles | None:
+        """The running run's names in the output folder set now: a folder chosen mid-run gets the run's label
+        where it is free there, as the engine decides it (:func:`~guitrainer.core.runs.names.choose`), once."""
+        files = self._run_files
+        if files is None:
+            return None
+        output = copy.copy(self._run_config.output if self._run_config is not None else self.binding.config.output)
+        output.folder = self.binding.config.output.folder
+        folder = expand(output.folder)
+        if folder not in self._moved:
+            self._moved[folder] = run_names.choose(output, keep=files.label)
+        return self._moved[folder]
+
+    def _note_written(self, item: Any) -> None:
+        """A file the run going on wrote (a SavedFile or a SampleImage), for "Last run wrote"."""
+        kind = getattr(item, "kind", "sample")
+        self._written.setdefault(kind, []).append(str(item.path))
+
+    def _run_failed(self, *_args: object) -> None:
+        """The run ended with an error (no summary): the preview goes back to the next run's names."""
+        self._run_files = self._run_config = None
+        self._refresh_preview()
+
     def show_last_run(self, summary: Any) -> None:
-        """A run ended: name the file it actually wrote (``name_3.safetensors`` when others were there)."""
+        """A run ended: name the files it actually wrote (``name_3.safetensors``, ``name_3_state``, its samples)."""
+        self._run_files = self._run_config = None
+        written, self._written = self._written, {}
         path = getattr(summary, "lora_path", "") or ""
+        state = getattr(summary, "state_path", "") or ""
+        folder = Path(path or state).parent if path or state else None
+        parts = [f"<b>{html.escape(path)}</b>" if path else "no LoRA file"]
+        if state:
+            parts.append(f"<b>state</b> {html.escape(_inside(state, folder) if folder else state)}")
+        samples = written.get("sample", [])
+        if samples:
+            parts.append(f"<b>{plural(len(samples), 'sample image')}</b> in {html.escape(str(Path(samples[-1]).parent))}")
+        saves = [p for p in written.get("lora", []) if p != path]
+        if saves:
+            parts.append(f"<b>{plural(len(saves), 'other save')}</b>, the last {html.escape(saves[-1])}")
+        self.last_run_label.setText(" · ".join(parts) if path or state or samples else "The last run wrote no LoRA file.")
+        self.last_run_label.setToolTip("\n".join([p for p in (path, state) if p] + samples[-1:] + saves))
+        self._refresh_preview()
         if not path:
-            self.last_run_label.setText("The last run wrote no LoRA file.")
             return
-        self.last_run_label.setText(f"<b>{html.escape(path)}</b>")
         if not self.verify_path.text().strip() or self.verify_path.text() == self._last_run_path:
             self.verify_path.setText(path)  # "Verify" checks that file
         self._last_run_path = path
-        self._refresh_preview()
+
+    def _preview_rows(self) -> list[tuple[str, str]]:
+        files = self._running_files()
+        config = self._run_config if files is not None and self._run_config is not None else self.binding.config
+        return run_names.planned(config, files)
 
     def _refresh_preview(self) -> None:
-        rows = X.planned_files(self.binding.config.output)
-        rows = [("Next run's LoRA" if what == "Final LoRA" else what, p) for what, p in rows]
+        running = self._run_files is not None
+        rows = self._preview_rows()
+        files = self._running_files()
+        folder = files.folder if files is not None else expand(self.binding.config.output.folder)
+        self.preview_title.setText("This run writes" if running else "Next run writes")
+        # in the output folder (named just above), one after the other; the whole paths in the tooltip
         self.preview.setText(
-            "<br>".join(f"<b>{html.escape(what)}</b>: {html.escape(path)}" for what, path in rows)
+            " · ".join(f"<b>{html.escape(what)}</b> {html.escape(_inside(path, folder))}" for what, path in rows)
         )
-        self.preview.setToolTip("A file that exists is never overwritten unless “Overwrite” is on: the next run "
-                                "then writes name_2, name_3, …")
+        self.preview.setToolTip(
+            "In " + str(folder) + ":\n" + "\n".join(path for _w, path in rows) + "\n\nEvery file of a run carries one "
+            "name: the output name, or name_2, name_3, … when an earlier run's files are there. A file that exists is "
+            "never overwritten unless “Overwrite” is on."
+        )
 
     def preview_paths(self) -> list[str]:
-        """The previewed paths, in order (final, intermediate when enabled, state folder)."""
-        return [p for _w, p in X.planned_files(self.binding.config.output)]
+        """The previewed paths, in order (final, intermediate when enabled, state folder, samples, logs)."""
+        return [p for _w, p in self._preview_rows()]
 
     def _browse_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(
@@ -241,10 +328,18 @@ class OutputPage(Page):
             self.verify_path.setText(path)
 
     # ------------------------------------------------------------------ fp16 advice
-    def begin_run(self, *_args: object) -> None:
-        """A run starts: what the last one's save warned about no longer applies to the file to come."""
+    def begin_run(self, worker: object = None, *_args: object) -> None:
+        """A run starts (``worker``: its :class:`~guitrainer.ui.workers.TrainingWorker`): what the last one's save
+        warned about no longer applies to the file to come, and the preview follows the run's own names."""
         self._advice = None
         self._advice_row.setVisible(False)
+        self._written = {}
+        self._run_config = getattr(worker, "config", None)
+        for name, slot in (("files_chosen", self.show_run_files), ("checkpoint_saved", self._note_written),
+                           ("sample_ready", self._note_written), ("failed", self._run_failed)):  # fmt: skip
+            signal = getattr(worker, name, None)
+            if signal is not None:
+                signal.connect(slot)
 
     def set_fp16_overflow(self, report: Mapping[str, float] | list[str] | None) -> None:
         """Show (or clear) the advice for tensors the last run could not save in fp16 (name -> max |value|)."""
@@ -325,3 +420,11 @@ class OutputPage(Page):
         self.verify_button.setEnabled(True)
         log.warning("verify %s: could not check the file: %s", self._verifying_path, message)
         self._show_result(self._verifying_path, False, f"Could not check the file: {message}")
+
+
+def _inside(path: str, folder: Path) -> str:
+    """``path`` as seen from the output ``folder`` (``samples/x.png``); a path elsewhere stays whole."""
+    try:
+        return str(Path(path).relative_to(folder))
+    except ValueError:
+        return path

@@ -33,11 +33,14 @@ class DeleteRunsDialog(QDialog):
         self.files_check = QCheckBox()
         self.files_check.setObjectName("delete_files_check")
         if self.files:
-            lay.addWidget(QLabel(f"{'These runs' if len(names) > 1 else 'This run'} wrote these files and folders, still on disk:"))
+            lay.addWidget(QLabel(f"{'These runs' if len(names) > 1 else 'This run'} wrote "
+                                 f"{'this' if len(self.files) == 1 else 'these files and folders'}, still on disk "
+                                 "(files another run wrote over are that run's, and stay):"))
             for f in self.files:
                 self.file_list.addItem(f"{f}{'/' if f.is_dir() else ''}")
             lay.addWidget(self.file_list, 1)
-            self.files_check.setText(f"Also delete these {len(self.files)} files and folders from disk")
+            what = "this file or folder" if len(self.files) == 1 else f"these {len(self.files)} files and folders"
+            self.files_check.setText(f"Also delete {what} from disk")
             lay.addWidget(self.files_check)
         else:
             lay.addWidget(QLabel("None of its files are on disk any more."))

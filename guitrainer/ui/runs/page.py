@@ -39,9 +39,19 @@ from PySide6.QtWidgets import (
 from guitrainer.config import ConfigError, TrainingConfig, field_info
 from guitrainer.config.files import config_from_dict
 from guitrainer.core.dataset.report import plural
+from guitrainer.core.runs import recovery
+from guitrainer.core.runs import timings as run_timings
 from guitrainer.core.runs.checks import remove_paths, resumable
 from guitrainer.core.runs.compare import config_diff, format_value
-from guitrainer.core.runs.store import STATUSES, RunRow, RunStore, RunStoreError
+from guitrainer.core.runs.store import (
+    STATUSES,
+    RunRow,
+    RunStore,
+    RunStoreError,
+    StoreUnavailable,
+    is_not_damage,
+    unavailable,
+)
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.runs.model import ID_ROLE, RunsFilter, RunsTableModel
 from guitrainer.ui.widgets import messages
@@ -86,7 +96,16 @@ class RunsPage(Page):
         self.notice.setWordWrap(True)
         self.notice.setStyleSheet("color: #b3261e;")
         self.notice.hide()
-        self.body.addWidget(self.notice)
+        self.bring_back_button = QPushButton("Bring back its runs")
+        self.bring_back_button.setObjectName("runs_bring_back")
+        self.bring_back_button.setToolTip("Copy the runs that can still be read from the history that was moved aside "
+                                          "into this one (the moved file is kept).")
+        self.bring_back_button.clicked.connect(self.bring_back)
+        self.bring_back_button.hide()
+        notice_row = QHBoxLayout()
+        notice_row.addWidget(self.notice, 1)
+        notice_row.addWidget(self.bring_back_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.body.addLayout(notice_row)
         bar = QHBoxLayout()
         self.filter_edit = QLineEdit()
         self.filter_edit.setObjectName("runs_filter")
@@ -202,22 +221,84 @@ class RunsPage(Page):
     # ------------------------------------------------------------------ store
     @property
     def store(self) -> RunStore | None:
-        """The store, opened on first use (None, with :attr:`store_error` and a notice, when it cannot be)."""
+        """The store, opened on first use (None, with :attr:`store_error` and a notice, when it cannot be).
+
+        A store that cannot be used *now* (a full disk, locked: :class:`StoreUnavailable`) is tried again at the
+        next refresh (the Refresh button, showing the page, the live timer); one that cannot be used at all is not.
+        """
         if self._store is None and not self.store_error:
             try:
                 self._store = RunStore(self.store_path)
+            except StoreUnavailable as e:
+                self._show_notice(str(e))
+                return None
             except RunStoreError as e:
                 self.store_error = str(e)
                 self._show_notice(self.store_error)
                 return None
+            self._clear_notice()
             if self._store.notice:
                 self._show_notice(self._store.notice)
+            self._offer_bring_back()
         return self._store
 
     def _show_notice(self, text: str) -> None:
+        if text != self.notice.text() or self.notice.isHidden():
+            self.status_changed.emit(text)
         self.notice.setText(text)
         self.notice.show()
-        self.status_changed.emit(text)
+
+    def _clear_notice(self) -> None:
+        self.notice.clear()
+        self.notice.hide()
+
+    def _store_failed(self, e: sqlite3.Error, doing: str) -> None:
+        """A read or write of the open store failed: a full disk says so (and is tried again), damage too."""
+        store = self.store
+        if store is not None and is_not_damage(e):
+            self._show_notice(str(unavailable(store.path, e, doing)))
+        else:
+            self._show_notice(f"The run history could not be {doing}: {e}")
+
+    # ------------------------------------------------------------------ a history moved aside
+    def moved_aside(self) -> list[Path]:
+        """Histories moved aside beside the store (damaged, or by older versions) whose runs can be brought back."""
+        store = self.store
+        return recovery.moved_aside(store.path) if store is not None else []
+
+    def _offer_bring_back(self) -> None:
+        moved = self.moved_aside()
+        self.bring_back_button.setVisible(bool(moved))
+        if not moved:
+            return
+        files = ", ".join(str(p) for p in moved[:2]) + (f" and {len(moved) - 2} more" if len(moved) > 2 else "")
+        if not self.notice.text():
+            self._show_notice(
+                f"A run history was moved aside earlier ({files}): it could not be used then. Its runs can be "
+                "brought back into this one; the file is kept either way."
+            )
+
+    def bring_back(self) -> list[recovery.BroughtBack]:
+        """Copy the runs of every moved-aside history into the store (the files are kept, renamed)."""
+        store = self.store
+        if store is None:
+            return []
+        done: list[recovery.BroughtBack] = []
+        try:
+            for moved in self.moved_aside():
+                done.append(recovery.bring_back(store, moved))
+        except sqlite3.Error as e:
+            self._store_failed(e, "written")
+            return done
+        self.bring_back_button.setVisible(bool(self.moved_aside()))
+        self.refresh()
+        text = " ".join(d.describe() for d in done)
+        if any(d.error for d in done):
+            self._show_notice(text)
+        else:
+            self._clear_notice()
+        self._say(text)
+        return done
 
     def close_store(self) -> None:
         if self._store is not None:
@@ -227,7 +308,7 @@ class RunsPage(Page):
     # ------------------------------------------------------------------ list
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802
         super().showEvent(event)
-        if not self._loaded:
+        if not self._loaded or self._store is None:  # a history that could not be opened is tried again
             self.refresh()
         self._live.start()
         if self.chart is None:  # built after the list is painted (importing pyqtgraph takes a moment)
@@ -244,8 +325,8 @@ class RunsPage(Page):
         self._live.stop()
 
     def _refresh_live(self) -> None:
-        if any(r.status == "running" for r in self.model.rows):
-            self.refresh()
+        if any(r.status == "running" for r in self.model.rows) or (self._store is None and not self.store_error):
+            self.refresh()  # a run going on, or a history that could not be opened now (a full disk): again
 
     def refresh(self) -> None:
         """Read the list again, keeping the selection."""
@@ -255,8 +336,8 @@ class RunsPage(Page):
         if store is not None:
             try:
                 rows = store.list_runs()
-            except sqlite3.DatabaseError as e:  # a damaged file: say so, keep going
-                self._show_notice(f"The run history could not be read: {e}")
+            except sqlite3.DatabaseError as e:  # a damaged file or a failing disk: say which, keep going
+                self._store_failed(e, "read")
         self._loaded = True
         self.model.set_rows(rows)
         self._update_count()
@@ -303,7 +384,7 @@ class RunsPage(Page):
             self._update_diff(ids)
             self._update_details(ids)
         except sqlite3.DatabaseError as e:  # a file damaged past its first page: say so, keep the page usable
-            self._show_notice(f"The run history could not be read: {e}")
+            self._store_failed(e, "read")
 
     def _update_buttons(self, ids: list[int]) -> None:
         one = len(ids) == 1
@@ -353,7 +434,8 @@ class RunsPage(Page):
         a, b = self._rows(ids)
         changes = config_diff(store.config(a.id), store.config(b.id))
         self.diff_table.setHorizontalHeaderLabels(["Setting", f"{a.name} · {a.date_text}", f"{b.name} · {b.date_text}"])
-        self.diff_note.setText(f"{len(changes)} settings differ." if changes else "The two runs have the same settings.")
+        differ = f"{plural(len(changes), 'setting differs', 'settings differ')}."
+        self.diff_note.setText(differ if changes else "The two runs have the same settings.")
         self.diff_table.setRowCount(len(changes))
         for i, c in enumerate(changes):
             label = _label(c.path)
@@ -384,9 +466,9 @@ class RunsPage(Page):
         lines.append(f"from: {'the command line' if r.source == 'cli' else 'the app'}; device: {d.device or '?'}")
         lines.append(f"model: {r.model}; training precision {r.precision}, saved as {d.save_precision}")
         lines.append(f"steps: {r.steps} of {r.total_steps}; final loss: {r.final_loss if r.final_loss is not None else '—'}")
-        t = d.timings
-        if t.get("mean_seconds_per_step") is not None:
-            lines.append(f"time: setting up {t.get('setup_seconds', 0):.1f} s, {t['mean_seconds_per_step']:.3f} s per step, {t.get('wall_seconds', 0):.0f} s in all")
+        time_line = run_timings.describe(d.timings)
+        if time_line:
+            lines.append(time_line)
         lines += dataset_lines(d.dataset)
         lines.append(f"output folder: {r.output_folder}")
         for a in d.artifacts:
@@ -483,13 +565,20 @@ class RunsPage(Page):
         if store is None:
             return
         problems = remove_paths(files) if files else []
-        for i in ids:
-            store.delete_run(i)
+        try:
+            for i in ids:
+                store.delete_run(i)
+        except sqlite3.Error as e:
+            self._store_failed(e, "written")
+            self.refresh()
+            return
         self.refresh()
         if problems:
             self._say("Some files could not be deleted: " + "; ".join(problems[:3]))
         else:
-            self._say(f"Deleted {len(ids)} run(s)" + (f" and {len(files)} files and folders." if files else "; their files were kept."))
+            kept = "; its files were kept." if len(ids) == 1 else "; their files were kept."
+            removed = f" and {plural(len(files), 'file or folder', 'files and folders')}." if files else kept
+            self._say(f"Deleted {plural(len(ids), 'run')}{removed}")
 
     def _say(self, text: str) -> None:
         log.info(text)
@@ -504,8 +593,8 @@ class RunsPage(Page):
             return []
         try:
             dead = store.mark_dead_runs()
-        except sqlite3.DatabaseError as e:  # a damaged file: the notice says so
-            self._show_notice(f"The run history could not be checked: {e}")
+        except sqlite3.DatabaseError as e:  # a damaged file or a full disk: the notice says which
+            self._store_failed(e, "checked")
             return []
         if not dead:
             return []

@@ -35,6 +35,7 @@ class TrainState(str, Enum):  # noqa: UP042 - the value doubles as the name show
     PAUSED = "paused"
     STOPPING = "stopping"
     FINISHED = "finished"
+    STOPPED = "stopped"  # ended by Stop (or before its first step): the LoRA and a state saved, resumable
     FAILED = "failed"
 
 
@@ -46,6 +47,7 @@ STATE_TEXT = {
     TrainState.PAUSED: ("Paused", "#e67700"),
     TrainState.STOPPING: ("Stopping…", "#e67700"),
     TrainState.FINISHED: ("Done", "#1971c2"),
+    TrainState.STOPPED: ("Stopped", "#5c677d"),
     TrainState.FAILED: ("Failed", "#c92a2a"),
 }
 TRAIN_TIP = "Check the settings and start training a new LoRA."

@@ -471,7 +471,7 @@ class TrainingPage(Page):
             self._say(f"Training failed: {summary.message}")
             self.show_error("Training failed", summary.message, summary.advice, summary.details or log_tail(self.log_panel.text(), LOG_TAIL_LINES))
         else:
-            self._set_state(TrainState.FINISHED)
+            self._set_state(TrainState.STOPPED if summary.status == "stopped" else TrainState.FINISHED)
             where = f" LoRA: {summary.lora_path}" if summary.lora_path else ""
             if summary.status == "stopped" and not summary.steps:
                 self._say(f"Stopped: {summary.message}.")
