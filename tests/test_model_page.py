@@ -182,7 +182,7 @@ def test_browse_buttons(qtbot, settings, tmp_path, monkeypatch):
     picker = ModelPicker(binding, settings=settings)
     qtbot.addWidget(picker)
     sd = _ckpt(tmp_path / "pick.safetensors", SD15)
-    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(sd), "")))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(lambda *a, **k: ([str(sd)], "")))
     qtbot.mouseClick(picker.file_button, Qt.MouseButton.LeftButton)
     assert binding.get("model.base") == str(sd)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: ""))  # cancelled

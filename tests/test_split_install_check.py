@@ -44,8 +44,8 @@ def test_the_transformer_file_alone_says_which_files_to_add(split):
 
 
 def test_text_encoder_files_beside_a_one_file_family_are_refused(tmp_path, split):
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     sd15 = tmp_path / "sd15.safetensors"  # an SD 1.x checkpoint's key layout is enough for detection
     save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(4, 4, 3, 3),

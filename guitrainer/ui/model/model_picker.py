@@ -3,7 +3,9 @@
 Bound to ``model.base`` and ``model.family``. Detection is :func:`guitrainer.core.model.checkpoint.detect_model`
 (reads a .safetensors header only, so it is instant and safe on the GUI thread). A user's choice that
 detects a family sets ``model.family``; loading a preset only shows what it detects.
-Recently used models are kept in QSettings under ``recent_models`` (newest first, at most 10).
+Several files chosen or dropped together are a split install (Flux.1 or SD 3.5 as ComfyUI keeps them): each goes
+where its tensors say (:func:`guitrainer.core.model.split_files.arrange`) — ``model.base``, ``model.text_encoders``,
+``model.vae``. Recently used models are kept in QSettings under ``recent_models`` (newest first, at most 10).
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from PySide6.QtWidgets import (
 
 from guitrainer.base import paths
 from guitrainer.base.constants import PICKLE_SUFFIXES
+from guitrainer.base.names import printable
 from guitrainer.config import field_info
+from guitrainer.core.families.registry import facts
+from guitrainer.core.memory.specs import resolve_family
 from guitrainer.core.model.checkpoint import SINGLE_FILE_SUFFIXES, ModelDetection, detect_model
+from guitrainer.core.model.split_files import SplitChoice, arrange
 from guitrainer.ui import start_dirs
 from guitrainer.ui.app_settings import default_settings
 from guitrainer.ui.binding import BINDING_PROPERTY, ConfigBinding, make_editor
@@ -62,41 +68,43 @@ def droppable_model_path(path: str) -> str | None:
 PATH_MIN_WIDTH = 240
 
 class ModelPathEdit(QLineEdit):
-    """A line edit that accepts a dropped model folder or checkpoint file (local files only)."""
+    """A line edit that accepts a dropped model folder or checkpoint file (local files only), or the several
+    .safetensors files of a split install dropped together."""
 
     path_dropped = Signal(str)
+    files_dropped = Signal(list)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setAcceptDrops(True)
 
-    def _dropped_path(self, event: QDragEnterEvent | QDropEvent) -> str | None:
+    def _dropped_paths(self, event: QDragEnterEvent | QDropEvent) -> list[str]:
         mime = event.mimeData()
         if not mime.hasUrls():
-            return None
-        for url in mime.urls():
-            if url.isLocalFile():
-                found = droppable_model_path(url.toLocalFile())
-                if found:
-                    return found
-        return None
+            return []
+        found = (droppable_model_path(url.toLocalFile()) for url in mime.urls() if url.isLocalFile())
+        return list(dict.fromkeys(p for p in found if p))
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
-        if self._dropped_path(event):
+        if self._dropped_paths(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
-        event.acceptProposedAction() if self._dropped_path(event) else event.ignore()
+        event.acceptProposedAction() if self._dropped_paths(event) else event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
-        path = self._dropped_path(event)
-        if path is None:
+        dropped = self._dropped_paths(event)
+        if not dropped:
             event.ignore()
             return
         event.acceptProposedAction()
-        self.path_dropped.emit(path)
+        split = [p for p in dropped if p.lower().endswith(".safetensors") and Path(p).is_file()]
+        if len(split) > 1:
+            self.files_dropped.emit(split)  # a split install's files, dropped together
+        else:
+            self.path_dropped.emit(dropped[0])
 
 
 class ModelPicker(QWidget):
@@ -113,6 +121,8 @@ class ModelPicker(QWidget):
         self.binding = binding
         self.settings = settings or default_settings()
         self._network_note = ""
+        self._split_note = ""  # what a split install's files were taken as (until the next choice)
+        self._split_vae = ""  # the VAE file a split choice set: cleared with it when a one-file model is chosen
         self._detection: ModelDetection = detect_model(binding.get("model.base"))
 
         outer = QVBoxLayout(self)
@@ -130,6 +140,7 @@ class ModelPicker(QWidget):
         self.edit.setText(str(binding.get("model.base")))
         self.edit.editingFinished.connect(self._on_editing_finished)
         self.edit.path_dropped.connect(self.choose)
+        self.edit.files_dropped.connect(self.choose_split)
         row.addWidget(self.edit, 1)
         style = self.style()
         self.folder_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_DirOpenIcon), "Folder…", self)
@@ -138,7 +149,9 @@ class ModelPicker(QWidget):
         self.folder_button.clicked.connect(self.browse_folder)
         self.file_button = QPushButton(style.standardIcon(QStyle.StandardPixmap.SP_FileIcon), "File…", self)
         self.file_button.setObjectName("browse_file")
-        self.file_button.setToolTip("Choose a single-file checkpoint (.safetensors).")
+        self.file_button.setToolTip("Choose a single-file checkpoint (.safetensors), or a split install's files "
+                                    "together (the transformer, its text encoders and VAE, e.g. Flux.1 as "
+                                    "ComfyUI keeps it).")
         self.file_button.clicked.connect(self.browse_file)
         self.demo_button = QPushButton("Built-in demo", self)
         self.demo_button.setObjectName("use_demo")
@@ -201,8 +214,10 @@ class ModelPicker(QWidget):
             p = paths.expand(model)
             if p.name == "model_index.json" and p.is_file():
                 model = str(p.parent)
+        self._split_note = ""
         self.binding.set("model.base", model)
         self._set_text(model)
+        self._drop_split_parts()
         detection = self._detect(model)
         if detection.ok and detection.family:
             self.binding.set("model.family", detection.family)
@@ -212,6 +227,44 @@ class ModelPicker(QWidget):
             self.remember(model)
         return detection
 
+    def choose_split(self, files: list[str]) -> SplitChoice:
+        """The user chose several files together: a split install (the transformer, its text encoders, the VAE).
+        Each is put where its tensors say it belongs; a set without a transformer changes nothing and says why."""
+        choice = arrange(files)
+        if choice.family is None:
+            self._split_note = " ".join(choice.problems)
+            self._show_detection()
+            return choice
+        self.binding.set("model.base", choice.base)
+        self._set_text(choice.base)
+        self.binding.set("model.text_encoders", list(choice.text_encoders))
+        if choice.vae:
+            self.binding.set("model.vae", choice.vae)
+            self._split_vae = choice.vae
+        detection = self._detect(choice.base)
+        if detection.ok and detection.family:
+            self.binding.set("model.family", detection.family)
+        names = ", ".join(printable(Path(t).name) for t in choice.text_encoders) or "none"
+        vae = printable(Path(choice.vae).name) if choice.vae else "the VAE setting's"
+        self._split_note = f"Split install: text encoders {names}; VAE {vae}."
+        self._show_detection()
+        if detection.ok:
+            self.remember(choice.base)
+        return choice
+
+    def _drop_split_parts(self) -> None:
+        """A model that holds its own text encoders (a folder, a one-file SD checkpoint, a hub id, the demo) takes
+        no split parts: the text-encoder files go, and the VAE file a split choice set."""
+        base = str(self.binding.get("model.base"))
+        split_file = base.lower().endswith(".safetensors") and facts(resolve_family("auto", base)).check_parts is not None
+        if split_file:
+            return
+        if self.binding.get("model.text_encoders"):
+            self.binding.set("model.text_encoders", [])
+        if self._split_vae and str(self.binding.get("model.vae")) == self._split_vae:
+            self.binding.set("model.vae", "")
+        self._split_vae = ""
+
     def browse_folder(self) -> None:
         start = self._start_dir()
         folder = QFileDialog.getExistingDirectory(self, "Choose a diffusers model folder", start)
@@ -219,9 +272,12 @@ class ModelPicker(QWidget):
             self.choose(folder)
 
     def browse_file(self) -> None:
-        path, _filter = QFileDialog.getOpenFileName(self, "Choose a checkpoint", self._start_dir(), FILE_FILTER)
-        if path:
-            self.choose(path)
+        chosen, _filter = QFileDialog.getOpenFileNames(self, "Choose a checkpoint (or a split install's files)",
+                                                       self._start_dir(), FILE_FILTER)
+        if len(chosen) > 1:
+            self.choose_split(list(chosen))
+        elif chosen:
+            self.choose(chosen[0])
 
     def recent_models(self) -> list[str]:
         value = self.settings.value(RECENT_KEY, [])
@@ -315,8 +371,8 @@ class ModelPicker(QWidget):
         d = self._detection
         mismatch = self.family_mismatch()
         level = "warning" if mismatch and d.level == "info" else d.level
-        if level == "info" and self._network_note:
-            level = "warning"
+        if level == "info" and (self._network_note or self._split_refused()):
+            level = "warning"  # no network; or the files chosen together were not a model (this model stays)
         # a model on this computer shows a check; a hub id (downloaded on first use) shows an "i", not a check
         icon = level_icon(self, ("info" if d.kind == "hub_id" else "ok") if level == "info" else level)
         self.status_icon.setPixmap(icon.pixmap(18, 18))
@@ -328,9 +384,12 @@ class ModelPicker(QWidget):
             " padding: 1px 6px; font-weight: 600;"
         )
         # a family mismatch is the news: it replaces the detection's description (kept in the tooltip)
-        self.message_label.setText(f"{mismatch or d.message} {self._network_note}".strip())
+        self.message_label.setText(f"{mismatch or d.message} {self._network_note} {self._split_note}".strip())
         self.message_label.setToolTip(d.message if mismatch else "")
         self.setProperty("detection_level", level)
+
+    def _split_refused(self) -> bool:
+        return bool(self._split_note) and not self._split_note.startswith("Split install")
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()

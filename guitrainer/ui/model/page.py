@@ -22,6 +22,7 @@ from guitrainer.ui.model.init_lora_row import InitLoraRow
 from guitrainer.ui.model.model_picker import ModelPicker
 from guitrainer.ui.model.precision_lab import LabRunner, PrecisionLabDialog
 from guitrainer.ui.model.precision_picker import PrecisionPicker
+from guitrainer.ui.model.text_encoder_row import TextEncoderRow
 from guitrainer.ui.model.vae_picker import VaePicker
 from guitrainer.ui.widgets.pages import Page, two_columns
 
@@ -82,6 +83,12 @@ class ModelPage(Page):
         self.model_picker = ModelPicker(binding, model_box, settings=settings)
         mb.addWidget(self.model_picker)
         extra = QFormLayout()
+        self.text_encoders = TextEncoderRow(binding, model_box)
+        te_label = QLabel(label_for("model.text_encoders"), model_box)
+        te_label.setToolTip(self.text_encoders.files_label.toolTip())
+        te_label.setBuddy(self.text_encoders.files_button)
+        extra.addRow(te_label, self.text_encoders)
+        self._text_encoder_label = te_label
         self.vae_picker = VaePicker(binding, model_box)
         vae_label = QLabel(label_for("model.vae"), model_box)
         vae_label.setToolTip(self.vae_picker.edit.toolTip())
@@ -122,6 +129,10 @@ class ModelPage(Page):
         self.precision_picker.errors_changed.connect(self._update_errors)
         self.model_picker.detected.connect(self._update_errors)
         self.vae_picker.problem_changed.connect(self._update_errors)
+        self.text_encoders.problem_changed.connect(self._update_errors)
+        binding.changed.connect(self._show_text_encoders)
+        binding.replaced.connect(self._show_text_encoders)
+        self._show_text_encoders()
         self.init_lora.problem_changed.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
@@ -160,18 +171,27 @@ class ModelPage(Page):
     def _on_probe_failed(self, reason: str) -> None:
         self.precision_picker.set_status(f"Could not detect the device: {reason}")
 
+    def _show_text_encoders(self, *_args: object) -> None:
+        """The text-encoder files' row shows for a split install only (a Flux.1 / SD 3.5 transformer file, or
+        files chosen): an SD user never sees it."""
+        wanted = self.text_encoders.wanted()
+        self.text_encoders.setVisible(wanted)
+        self._text_encoder_label.setVisible(wanted)
+
     # ------------------------------------------------------------------ errors for the Start button
     def has_errors(self) -> bool:
         """True when training cannot start: an unusable base model, VAE or LoRA to continue from, or error-level
         precision advice."""
         return (not self.model_picker.detection().ok) or self.vae_picker.has_problem() or bool(self.init_lora.problem) \
-            or self.precision_picker.has_errors()
+            or self.text_encoders.has_problem() or self.precision_picker.has_errors()
 
     def error_text(self) -> str:
         parts = []
         d = self.model_picker.detection()
         if not d.ok:
             parts.append(d.message)
+        if self.text_encoders.has_problem():
+            parts.append(self.text_encoders.problem_text())
         if self.vae_picker.has_problem():
             parts.append(self.vae_picker.problem_text())
         if self.init_lora.problem:
