@@ -58,7 +58,8 @@ def test_four_files_dropped_together_make_one_model(page, parts):
     assert page.text_encoders.isVisibleTo(page)
     assert "clip_l.safetensors" in page.text_encoders.files_label.text()
     assert not page.has_errors(), page.error_text()
-    assert "Split install" in page.model_picker.message_label.text()
+    assert "split install" in page.model_picker.message_label.text()
+    assert "Choose its" not in page.model_picker.message_label.text()  # the row says what is chosen and lacking
 
     # the demo holds its own text encoders and VAE: the split parts go with the split model
     page.model_picker.choose("demo")

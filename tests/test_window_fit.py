@@ -481,3 +481,19 @@ def test_train_is_off_says_where_and_a_click_goes_there(qtbot, tmp_path, monkeyp
     qtbot.mouseClick(label, _Qt.MouseButton.LeftButton)
     assert w.stack.currentWidget() is w.model_page, "a click on why Train is off did not go to the page"
     w.dataset_page.shutdown()
+
+
+@pytest.mark.slow  # builds a tiny Flux for its files
+@pytest.mark.parametrize("device", ["rtx4090", "gtx1080"])
+def test_the_model_page_fits_1366_with_a_split_flux_install_lacking_a_part(qtbot, tmp_path, monkeypatch, device):
+    """The text-encoder row and its problem, the Flux fp16 warning and the device's notes at once."""
+    from helpers import tiny_flux
+
+    parts = tiny_flux.save_split(tiny_flux.build(), tmp_path / "flux")
+    w = _window(qtbot, tmp_path, monkeypatch, (1366, 745), device)
+    _show(qtbot, w, w.model_page)
+    w.model_page.model_picker.choose_split([str(parts["transformer"]), str(parts["clip_l"]), str(parts["vae"])])
+    w.binding.set("precision.training", "fp16")
+    qtbot.wait(30)
+    assert w.model_page.text_encoders.isVisible() and "T5" in w.model_page.text_encoders.status.text()
+    _fits(w.model_page, f"Model & Precision with a split Flux.1 install lacking T5, fp16, on {device}")

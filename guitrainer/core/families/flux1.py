@@ -354,7 +354,8 @@ def split_install_problems(files: Sequence[tuple[str, Mapping[str, Any]]]) -> li
     missing = [p for p in FLUX_PARTS if p not in have]
     if missing and "transformer" in have:
         problems.append("Missing: " + "; ".join(f"{PART_LABELS[p]} ({PART_FILES[p]})" for p in missing)
-                        + ". A Flux model needs the transformer, T5-XXL, CLIP-L and the VAE: choose those files too.")
+                        + f": choose {'its file' if len(missing) == 1 else 'their files'} too (Flux.1 is the "
+                        "transformer, T5-XXL, CLIP-L and the VAE).")
     return problems
 
 

@@ -318,6 +318,10 @@ def vae_summary(config: TrainingConfig) -> tuple[str, str]:
     if vae_fp16_safe(config):
         later = " Downloaded when training starts (online only)." if hub_pending(value) else ""
         return "", "fp16-safe (its config says force_upcast = false): it runs in fp16 under fp16 AMP." + later
+    family = registry.facts(config_family(config))
+    if not family.precision.vae_upcast:  # its VAE runs in the training precision: nothing about fp16 fixes to say
+        channels = f" ({facts.latent_channels} latent channels)" if facts.latent_channels else ""
+        return "", f"A VAE file{channels}; it runs in the training precision."
     if facts.force_upcast is None:
         return "", ("No config.json beside the file: it is built like the base model's own VAE and runs as it does; "
                     "an fp16-fixed VAE runs in fp16 with its config.json (force_upcast false) beside it.")

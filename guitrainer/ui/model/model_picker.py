@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
 
 from guitrainer.base import paths
 from guitrainer.base.constants import PICKLE_SUFFIXES
-from guitrainer.base.names import printable
 from guitrainer.config import field_info
 from guitrainer.core.families.registry import facts
 from guitrainer.core.memory.specs import resolve_family
@@ -121,7 +120,7 @@ class ModelPicker(QWidget):
         self.binding = binding
         self.settings = settings or default_settings()
         self._network_note = ""
-        self._split_note = ""  # what a split install's files were taken as (until the next choice)
+        self._split_note = ""  # why files chosen together were not taken as a model (until the next choice)
         self._split_vae = ""  # the VAE file a split choice set: cleared with it when a one-file model is chosen
         self._detection: ModelDetection = detect_model(binding.get("model.base"))
 
@@ -244,9 +243,6 @@ class ModelPicker(QWidget):
         detection = self._detect(choice.base)
         if detection.ok and detection.family:
             self.binding.set("model.family", detection.family)
-        names = ", ".join(printable(Path(t).name) for t in choice.text_encoders) or "none"
-        vae = printable(Path(choice.vae).name) if choice.vae else "the VAE setting's"
-        self._split_note = f"Split install: text encoders {names}; VAE {vae}."
         self._show_detection()
         if detection.ok:
             self.remember(choice.base)
@@ -311,7 +307,7 @@ class ModelPicker(QWidget):
     def _on_changed(self, path: str) -> None:
         if path == "model.base":
             self._pull()
-        elif path == "model.family":
+        elif path in ("model.family", "model.text_encoders"):
             self._show_detection()
 
     def _pull(self) -> None:
@@ -370,7 +366,8 @@ class ModelPicker(QWidget):
     def _show_detection(self) -> None:
         d = self._detection
         mismatch = self.family_mismatch()
-        level = "warning" if mismatch and d.level == "info" else d.level
+        split = self._split_part()
+        level = "warning" if mismatch and d.level == "info" else "info" if split else d.level
         if level == "info" and (self._network_note or self._split_refused()):
             level = "warning"  # no network; or the files chosen together were not a model (this model stays)
         # a model on this computer shows a check; a hub id (downloaded on first use) shows an "i", not a check
@@ -384,12 +381,21 @@ class ModelPicker(QWidget):
             " padding: 1px 6px; font-weight: 600;"
         )
         # a family mismatch is the news: it replaces the detection's description (kept in the tooltip)
-        self.message_label.setText(f"{mismatch or d.message} {self._network_note} {self._split_note}".strip())
-        self.message_label.setToolTip(d.message if mismatch else "")
+        said = f"{d.family_label}: a split install's transformer (text encoders and VAE below)." \
+            if split else d.message
+        self.message_label.setText(f"{mismatch or said} {self._network_note} {self._split_note}".strip())
+        self.message_label.setToolTip(d.message if mismatch or split else "")
         self.setProperty("detection_level", level)
 
     def _split_refused(self) -> bool:
-        return bool(self._split_note) and not self._split_note.startswith("Split install")
+        return bool(self._split_note)
+
+    def _split_part(self) -> bool:
+        """The base model is the transformer file of a split install whose other files are chosen: the row under
+        the picker names them and what the set lacks, so the picker does not ask for them too."""
+        d = self._detection
+        return bool(self.binding.get("model.text_encoders")) and d.ok and d.kind == "single_file" \
+            and d.family is not None and facts(d.family).check_parts is not None
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
