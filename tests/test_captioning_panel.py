@@ -279,3 +279,27 @@ def test_known_captioners_fill_the_source_and_offline_says_so_at_once(page, qtbo
     assert text.startswith("Captioning failed: No network:") and hub_id in text and "Errno" not in text
     assert tried == [] and captions(images) == [None, None]
 
+
+
+def test_a_run_whose_thread_ends_before_start_returns_still_unlocks_the_panel(page, qtbot, tmp_path, monkeypatch):
+    """The panel learns of its thread's end even when the thread is gone before ``start()`` returns (a run
+    that fails at once on a busy machine): it is not left "running" with Start greyed out for good."""
+    from PySide6.QtCore import QThread
+
+    from guitrainer.ui import workers
+
+    class EndsBeforeStartReturns(QThread):
+        def start(self, *args) -> None:  # noqa: ANN002
+            super().start(*args)
+            assert self.wait(10000), "the worker thread did not end"
+
+    monkeypatch.setattr(workers, "QThread", EndsBeforeStartReturns)
+    monkeypatch.setattr(captioning, "hub_reachable", lambda *a, **k: False)  # fails at once: "No network"
+    load_images(page, qtbot, tmp_path / "set", 2)
+    panel = page.captioning
+    set_up(page, "SmilingWolf/wd-vit-tagger-v3")
+    with qtbot.waitSignal(panel.run_failed, timeout=10000):
+        panel.start_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=5000)
+    assert panel.start_button.isEnabled() and not panel.cancel_button.isEnabled()
+    panel.shutdown()  # nothing left to wait for (it raised on the deleted thread)
