@@ -17,6 +17,8 @@ from guitrainer.core.dataset import scan as ds
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset.page import DatasetPage
 
+pytestmark = pytest.mark.slow  # every test here loads 600 images into the Dataset page and writes their captions (seconds each)
+
 N = 600
 TRIGGER = "Add trigger word “zz”"
 

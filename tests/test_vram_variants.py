@@ -13,6 +13,7 @@ from guitrainer.engine.memory import model_spec, variant_spec
 from guitrainer.engine.network import variants
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_shipped_tables_are_the_models(family):
     assert vram_variants.CONV_TABLES[family] == variant_spec.conv_table(family)
@@ -30,6 +31,7 @@ def _injected_count(family: str, network) -> int:
     return sum(p.numel() for m in (unet, *tes) for p in variants.trainable_parameters(m))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "rank", "conv_rank", "factor", "te"), [
     ("locon", 16, 16, -1, False),
     ("dora", 16, 8, -1, True),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QPushButton
 from xinput import open_page, pump, wait_for
 
@@ -10,6 +11,7 @@ from guitrainer.core.precision.lab import Candidate
 from guitrainer.ui.model.precision_lab import PrecisionLabDialog
 
 
+@pytest.mark.slow
 def test_measure_on_this_machine_then_use_this(main_window, xin):
     main_window.binding.replace(PresetStore().get(DEFAULT_PRESET).config())  # the Demo preset: seconds on a CPU
     open_page(main_window, xin, "Model & Precision")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QToolTip, QWidget
 from readouts import shows_size, sizes_in
 from xinput import choose_in_combo, open_page, wait_for
@@ -30,6 +31,7 @@ def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
     assert len(seen) == len(segments)
 
 
+@pytest.mark.slow
 def test_check_precisely_with_adafactor_reports_a_measurement_in_plain_words(main_window, xin):
     """Adafactor picked in the Training page's combo box, then "Check precisely" clicked: a measured peak,
     and the status line's tooltip holds no Python traceback."""
