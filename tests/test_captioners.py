@@ -76,6 +76,7 @@ def test_wd14_tagger_thresholds_modes_and_undo(tmp_path, images):
     assert res3.cancelled and seen == [1, 2] and len(res3.changes) + res3.skipped == 2  # img1 already had it
 
 
+@pytest.mark.slow
 def test_blip_captioner_runs_and_cancels(tmp_path, images):
     folder = build_tiny_blip(tmp_path / "blip")
     blip = cap.load_captioner("blip", folder, max_new_tokens=4, num_beams=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers.taggers import FakeHub, build_tiny_tagger
 from PIL import Image
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Slot
 
 from guitrainer.engine import captioners as cap
 from guitrainer.ui.dataset import captioning
@@ -116,6 +116,18 @@ def test_modes_progress_buttons_and_one_undo_step_per_run(page, qtbot, tmp_path,
     assert {it.name: it.caption for it in page.items}["img03.png"] == ""
 
 
+class _Recorder(QObject):
+    """Appends ``what`` to ``events`` when its slot is called (lives on the GUI thread)."""
+
+    def __init__(self, events: list, what: object) -> None:
+        super().__init__()
+        self.events, self.what = events, what
+
+    @Slot()
+    def record(self) -> None:
+        self.events.append(self.what)
+
+
 def test_cancel_stops_mid_run_and_ends_the_thread(page, qtbot, tmp_path, tagger, monkeypatch):
     images = load_images(page, qtbot, tmp_path / "set", 12)  # the worker captions 4 per batch: 3 batches
     release = threading.Event()
@@ -142,7 +154,10 @@ def test_cancel_stops_mid_run_and_ends_the_thread(page, qtbot, tmp_path, tagger,
 
     events: list[object] = []
     panel.run_finished.connect(events.append)
-    thread.finished.connect(lambda: events.append("thread finished"), Qt.ConnectionType.QueuedConnection)  # as the panel sees it
+    # queued, as the panel sees it; to a receiver of the test's own: a lambda's hidden receiver goes with the
+    # thread when the panel deletes it, and the queued call then never arrived (a flake of the whole file)
+    ended_seen = _Recorder(events, "thread finished")
+    thread.finished.connect(ended_seen.record, Qt.ConnectionType.QueuedConnection)
     with qtbot.waitSignal(panel.run_finished, timeout=20000):
         panel.cancel_button.click()
         assert panel.status.text() == "Stopping after the current images…"
@@ -264,3 +279,27 @@ def test_known_captioners_fill_the_source_and_offline_says_so_at_once(page, qtbo
     assert text.startswith("Captioning failed: No network:") and hub_id in text and "Errno" not in text
     assert tried == [] and captions(images) == [None, None]
 
+
+
+def test_a_run_whose_thread_ends_before_start_returns_still_unlocks_the_panel(page, qtbot, tmp_path, monkeypatch):
+    """The panel learns of its thread's end even when the thread is gone before ``start()`` returns (a run
+    that fails at once on a busy machine): it is not left "running" with Start greyed out for good."""
+    from PySide6.QtCore import QThread
+
+    from guitrainer.ui import workers
+
+    class EndsBeforeStartReturns(QThread):
+        def start(self, *args) -> None:  # noqa: ANN002
+            super().start(*args)
+            assert self.wait(10000), "the worker thread did not end"
+
+    monkeypatch.setattr(workers, "QThread", EndsBeforeStartReturns)
+    monkeypatch.setattr(captioning, "hub_reachable", lambda *a, **k: False)  # fails at once: "No network"
+    load_images(page, qtbot, tmp_path / "set", 2)
+    panel = page.captioning
+    set_up(page, "SmilingWolf/wd-vit-tagger-v3")
+    with qtbot.waitSignal(panel.run_failed, timeout=10000):
+        panel.start_button.click()
+    qtbot.waitUntil(lambda: not panel.is_running(), timeout=5000)
+    assert panel.start_button.isEnabled() and not panel.cancel_button.isEnabled()
+    panel.shutdown()  # nothing left to wait for (it raised on the deleted thread)

@@ -90,6 +90,7 @@ def test_sigint_handler_is_not_installed_off_the_main_thread():
     assert seen == [before]
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_lora_and_a_state_then_exits_130(tmp_path, tmp_path_factory):
     env = dict(os.environ)
     env["GUITRAINER_HOME"] = str(tmp_path_factory.getbasetemp() / "guitrainer_home")  # the cached demo model

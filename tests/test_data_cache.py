@@ -13,6 +13,8 @@ from PIL import Image
 from guitrainer.core.events import NullReporter
 from guitrainer.engine.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model or builds its caches
+
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg  # noqa: E402
 

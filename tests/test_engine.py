@@ -74,6 +74,7 @@ def precision_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_fp32_training_lowers_the_loss(precision_runs):
     r = precision_runs["fp32"]
     assert r["summary"].status == "finished", r["summary"].message
@@ -83,6 +84,7 @@ def test_fp32_training_lowers_the_loss(precision_runs):
     assert Path(r["summary"].lora_path).is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prec", ["bf16", "fp16"])
 def test_amp_matches_fp32_within_5_percent(precision_runs, prec):
     ref, run = precision_runs["fp32"], precision_runs[prec]
@@ -97,6 +99,7 @@ def test_amp_matches_fp32_within_5_percent(precision_runs, prec):
     assert run["after"] < ref["before"]
 
 
+@pytest.mark.slow
 def test_fp16_keeps_fp32_master_weights_and_reports_scale(precision_runs):
     r = precision_runs["fp16"]
     unet = r["trainer"].session.model.denoiser
@@ -116,6 +119,7 @@ def test_fp16_keeps_fp32_master_weights_and_reports_scale(precision_runs):
     assert all(t.dtype == torch.float32 for t in tensors.values())  # save precision fp32 here
 
 
+@pytest.mark.slow
 def test_fp16_inf_gradient_is_skipped_and_scale_backs_off(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     orig = AmpStep.forward_loss
@@ -137,6 +141,7 @@ def test_fp16_inf_gradient_is_skipped_and_scale_backs_off(tmp_path, monkeypatch)
     assert all(torch.isfinite(p).all() for p in tr.session.params)
 
 
+@pytest.mark.slow
 def test_fp16_too_many_skipped_steps_stop_with_advice(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     orig = AmpStep.forward_loss
@@ -151,6 +156,7 @@ def test_fp16_too_many_skipped_steps_stop_with_advice(tmp_path, monkeypatch):
     assert summary.lora_path is None
 
 
+@pytest.mark.slow
 def test_nan_loss_in_fp32_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     orig = AmpStep.forward_loss
@@ -180,6 +186,7 @@ def test_nan_loss_in_fp32_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch)
     assert not (tmp_path / "demo_lora.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_stop_and_resume_is_bit_exact(tmp_path):
     torch.set_num_threads(1)
     common = {"schedule__max_steps": 10, "network__dropout": 0.1, "dataset__flip_augment": True}
@@ -205,6 +212,7 @@ def test_stop_and_resume_is_bit_exact(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_network(tmp_path):
     control = Control()
     first = Trainer(demo_cfg(tmp_path, schedule__max_steps=2), StopAt(control, 1), control).run()
@@ -213,6 +221,7 @@ def test_resume_refuses_a_different_network(tmp_path):
     assert summary.status == "failed" and "network.rank" in summary.message
 
 
+@pytest.mark.slow
 def test_out_of_memory_fails_with_advice(tmp_path, monkeypatch):
     def oom(self, batch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -224,6 +233,7 @@ def test_out_of_memory_fails_with_advice(tmp_path, monkeypatch):
     assert any("8-bit" in a for a in summary.advice)
 
 
+@pytest.mark.slow
 def test_other_errors_propagate(tmp_path, monkeypatch):
     def boom(self, batch):
         raise RuntimeError("shape mismatch")
@@ -233,6 +243,7 @@ def test_other_errors_propagate(tmp_path, monkeypatch):
         Trainer(demo_cfg(tmp_path, schedule__max_steps=2), NullReporter()).run()
 
 
+@pytest.mark.slow
 def test_no_usable_images_fail_before_training(tmp_path):
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -244,6 +255,7 @@ def test_no_usable_images_fail_before_training(tmp_path):
     assert rep.steps == [] and any("broken.png" in w for w in rep.warnings)
 
 
+@pytest.mark.slow
 def test_text_encoder_lora_8bit_optimizer_and_checkpointing_run(tmp_path):
     torch.set_num_threads(1)
     rep = NullReporter()
@@ -273,6 +285,7 @@ def test_text_encoder_lora_8bit_optimizer_and_checkpointing_run(tmp_path):
     assert rep.steps[0].images_per_second > 0 and rep.steps[0].seconds_per_step > 0
 
 
+@pytest.mark.slow
 def test_pause_save_now_and_sample_request(tmp_path):
     import threading
 
@@ -313,6 +326,7 @@ def test_pause_save_now_and_sample_request(tmp_path):
 # --------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prec", ["fp32", "bf16", "fp16"])
 def test_cli_demo_preset_writes_a_lora(tmp_path, prec, capsys):
     from guitrainer.cli import main
@@ -330,6 +344,7 @@ def test_cli_demo_preset_writes_a_lora(tmp_path, prec, capsys):
     assert f"saved {out}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_subprocess_runs_the_demo(tmp_path, tmp_path_factory):
     env = dict(os.environ)
     env["GUITRAINER_HOME"] = str(tmp_path_factory.getbasetemp() / "guitrainer_home")
@@ -340,6 +355,7 @@ def test_cli_subprocess_runs_the_demo(tmp_path, tmp_path_factory):
     assert (tmp_path / "demo_lora.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_continue_from_an_existing_lora(tmp_path):
     torch.set_num_threads(1)
     first = Trainer(demo_cfg(tmp_path / "a", schedule__max_steps=2, network__train_text_encoder=True), NullReporter()).run()
@@ -354,6 +370,7 @@ def test_continue_from_an_existing_lora(tmp_path):
     assert all(torch.equal(out[k], src[k]) for k in out)  # lr 1e-30 (0 is refused): the loaded LoRA comes out unchanged
 
 
+@pytest.mark.slow
 def test_intermediate_saves_keep_only_the_newest(tmp_path):
     torch.set_num_threads(1)
     cfg = demo_cfg(

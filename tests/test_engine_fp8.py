@@ -16,7 +16,10 @@ from guitrainer.engine.trainer import Trainer
 from guitrainer.engine.verify import verify_lora
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
-pytestmark = pytest.mark.skipif(FP8 is None, reason="this PyTorch has no float8 types")
+pytestmark = [
+    pytest.mark.skipif(FP8 is None, reason="this PyTorch has no float8 types"),
+    pytest.mark.slow,  # every test here trains or builds the demo model
+]
 
 
 def demo_cfg(out: Path, base_weights: str, **settings: object) -> TrainingConfig:

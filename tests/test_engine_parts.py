@@ -25,6 +25,7 @@ def demo():
     return load_base_model(ModelConfig(base="demo", family="demo"))
 
 
+@pytest.mark.slow
 def test_demo_model_is_a_diffusers_folder_loaded_by_the_general_loader(demo):
     folder = demo_model_dir()
     index = json.loads((folder / "model_index.json").read_text())
@@ -45,6 +46,7 @@ def test_demo_model_is_a_diffusers_folder_loaded_by_the_general_loader(demo):
     assert (folder / "model_index.json").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_demo_tokenizer_knows_the_demo_words(demo):
     tok = demo.tokenizer
     ids = tok("a photo of a red circle").input_ids
@@ -142,6 +144,7 @@ def _randomise(params, seed):
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("targets,extra", [("attention", None), ("attention_ff", "ff_net_2"), ("attention_ff_proj", "proj_in")])
 def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra):
     L.inject_unet_lora(demo.denoiser, rank=4, alpha=2.0, targets=targets)
@@ -167,6 +170,7 @@ def test_kohya_export_keys_shapes_and_real_alpha(demo, tmp_path, targets, extra)
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
 
 
+@pytest.mark.slow
 def test_load_kohya_lora_round_trip_and_alpha_rescale(tmp_path):
     torch.set_num_threads(1)
     src = load_base_model(ModelConfig(base="demo"))
@@ -305,6 +309,7 @@ def test_into_a_file_progress_is_a_line_every_5_percent_not_a_redrawn_bar():
     assert "\r" in outputs["terminal"]  # a terminal gets the redrawn bar
 
 
+@pytest.mark.slow
 def test_diffusers_reads_our_kohya_file_with_the_same_result(tmp_path):
     """DESIGN §5: an outside reader (diffusers' load_lora_weights) gives the output of our in-memory model."""
     from diffusers import StableDiffusionPipeline

@@ -13,6 +13,8 @@ from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.session import Session, build_session
 
+pytestmark = pytest.mark.slow  # every test here builds a training session on the demo model
+
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
     cfg = PresetStore().get(DEFAULT_PRESET).config()

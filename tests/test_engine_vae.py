@@ -48,6 +48,7 @@ def fixed_vae(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     return folder, vae
 
 
+@pytest.mark.slow
 def test_a_vae_folder_replaces_the_base_models_own(fixed_vae):
     folder, reference = fixed_vae
     own = load_base_model(ModelConfig(base="demo"))
@@ -58,6 +59,7 @@ def test_a_vae_folder_replaces_the_base_models_own(fixed_vae):
     assert not m.vae.training and not any(p.requires_grad for p in m.vae.parameters())
 
 
+@pytest.mark.slow
 def test_a_hub_id_offline_loads_its_snapshot_also_a_pipeline_repos_vae_folder(tmp_path, monkeypatch):
     """A hub id given as the VAE loads from the Hugging Face cache offline: a VAE repo (files at its root, as the
     fp16-fixed SDXL VAE) and a whole pipeline repo (its vae/ folder)."""
@@ -74,6 +76,7 @@ def test_a_hub_id_offline_loads_its_snapshot_also_a_pipeline_repos_vae_folder(tm
         assert same_weights(m.vae, reference), repo
 
 
+@pytest.mark.slow
 def test_a_single_vae_file_in_the_original_layout_loads_offline(tmp_path):
     """A1111's kind of VAE file (ldm keys, no config beside it): built from the base's VAE config, same weights."""
     from safetensors.torch import save_file
@@ -90,6 +93,7 @@ def test_a_single_vae_file_in_the_original_layout_loads_offline(tmp_path):
     assert same_weights(load_base_model(ModelConfig(base="demo", vae=str(diffusers_layout))).vae, reference)
 
 
+@pytest.mark.slow
 def test_a_vae_the_unet_cannot_take_is_refused_naming_both(tmp_path):
     folder = tmp_path / "vae16"
     demo_like_vae(1, force_upcast=False, latent_channels=8).save_pretrained(folder)
@@ -130,6 +134,7 @@ def test_the_latent_cache_key_changes_with_the_vae(tmp_path):
     assert key() == LatentCache(None, "model", torch.float32, torch.float16).key(image, g, False)
 
 
+@pytest.mark.slow
 def test_a_run_encodes_with_the_chosen_vae_and_never_reuses_the_other_vaes_latents(tmp_path, fixed_vae, monkeypatch):
     from guitrainer.base import paths
     from guitrainer.core.events import NullReporter

@@ -127,6 +127,7 @@ def sdxl(tmp_path_factory) -> str:
 # --------------------------------------------------------------------------- diffusers reproduces our model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_kohya_file_loads_in_diffusers_with_real_alpha_sd15(sd15, tmp_path, precision):
     m = _trained(sd15)
@@ -148,6 +149,7 @@ def test_kohya_file_loads_in_diffusers_with_real_alpha_sd15(sd15, tmp_path, prec
         assert v.max_abs_diff_te is not None and v.max_abs_diff_te <= 1e-5
 
 
+@pytest.mark.slow
 def test_writing_alpha_equal_to_rank_would_fail_the_check(sd15, tmp_path):
     """What diffusers' convert_state_dict_to_kohya does (alpha = rank): the file no longer matches the model."""
     m = _trained(sd15, te=False)
@@ -158,6 +160,7 @@ def test_writing_alpha_equal_to_rank_would_fail_the_check(sd15, tmp_path):
     assert "differ" in v.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_sdxl_two_text_encoders_te1_te2(sdxl, tmp_path, precision):
     m = _trained(sdxl)
@@ -184,6 +187,7 @@ def test_sdxl_two_text_encoders_te1_te2(sdxl, tmp_path, precision):
     assert v2.ok and v2.reference == "our loader" and v2.max_abs_diff_unet <= 1e-6, v2.message
 
 
+@pytest.mark.slow
 def test_every_key_is_consumed_and_leftovers_are_reported(sd15, tmp_path):
     from diffusers.loaders.lora_pipeline import StableDiffusionLoraLoaderMixin
 
@@ -202,6 +206,7 @@ def test_every_key_is_consumed_and_leftovers_are_reported(sd15, tmp_path):
     assert "2 keys were not used" in v.message
 
 
+@pytest.mark.slow
 def test_diffusers_format_round_trips_with_alpha_metadata(sd15, sdxl, tmp_path):
     from safetensors.torch import save_file
 
@@ -233,6 +238,7 @@ def test_diffusers_format_round_trips_with_alpha_metadata(sd15, sdxl, tmp_path):
 # --------------------------------------------------------------------------- save precision
 
 
+@pytest.mark.slow
 def test_fp16_overflow_and_underflow_are_named_before_writing(sd15, tmp_path):
     sd = {
         "a.lora_up.weight": torch.tensor([1.0, 1e6, -3.0]),
@@ -311,6 +317,7 @@ def test_the_lora_the_user_sees_is_the_file_or_the_diffusers_folder(tmp_path):
 # --------------------------------------------------------------------------- atomic writes
 
 
+@pytest.mark.slow
 def test_a_crash_inside_the_write_leaves_the_old_file(sd15, tmp_path, monkeypatch):
     import safetensors.torch as st
 
@@ -353,6 +360,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a torch subprocess started and killed mid-write: seconds
 def test_killing_the_process_mid_write_leaves_the_old_file(tmp_path):
     path = tmp_path / "big.safetensors"
     X.save_lora(path, {"lora_unet_x.lora_down.weight": torch.ones(2, 2)}, {"v": "old"}, "fp32")
@@ -372,6 +380,7 @@ def test_killing_the_process_mid_write_leaves_the_old_file(tmp_path):
 # --------------------------------------------------------------------------- other trainers' files
 
 
+@pytest.mark.slow
 def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
     """lora_te1_ for one text encoder, names without ``text_model``, 2-D ``proj_in`` for a 1x1 conv,
     kohya-ss' SDXL ``input_blocks`` names, alpha != rank: all land on the right layers with the same effect."""
@@ -411,6 +420,7 @@ def test_load_other_trainers_kohya_names_alpha_and_shapes(sd15, sdxl):
             assert torch.allclose(a.lora_B[L.ADAPTER].weight * 2.0 / RANK, b.lora_B[L.ADAPTER].weight * 8.0 / RANK)
 
 
+@pytest.mark.slow
 def test_clear_errors_for_rank_mismatch_unknown_keys_and_non_lora(sd15):
     src = _trained(sd15, te=False)
     sd = L.kohya_state_dict(src.denoiser)
@@ -440,6 +450,7 @@ def _demo_cfg(out: Path, **settings: object) -> TrainingConfig:
     return demo_cfg(out, network__rank=RANK, network__alpha=ALPHA, **settings)
 
 
+@pytest.mark.slow
 def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     from guitrainer.engine.trainer import Trainer
 
@@ -479,6 +490,7 @@ def test_continue_training_starts_from_the_loaded_weights(tmp_path):
     assert cont_rep.steps[0].loss != pytest.approx(fresh_rep.steps[0].loss, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_trainer_writes_diffusers_format_and_fp16_overflow_warning(tmp_path, monkeypatch, caplog):
     from guitrainer.engine.trainer import Trainer
 

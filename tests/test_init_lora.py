@@ -56,6 +56,7 @@ def _engine_accepts(path, network_type: str, base) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file_kind", TYPES)
 def test_the_check_before_train_agrees_with_the_engines_loader(files, file_kind):
     paths, base = files
@@ -64,6 +65,7 @@ def test_the_check_before_train_agrees_with_the_engines_loader(files, file_kind)
         assert (problem == "") == _engine_accepts(paths[file_kind], network_type, base), (file_kind, network_type, problem)
 
 
+@pytest.mark.slow
 def test_a_wrong_type_is_named_with_the_apps_words_and_the_way_out(files):
     paths, _ = files
     problem = init_lora_problem(str(paths["lokr"]), "dora")
@@ -84,6 +86,7 @@ def test_missing_and_unreadable_files_are_named(tmp_path):
     assert init_lora_problem("", "lora") == ""
 
 
+@pytest.mark.slow
 def test_the_model_page_says_it_and_blocks_train_and_its_file_button_picks(files, qtbot, tmp_path, monkeypatch):
     from helpers import fake_device
     from PySide6.QtCore import Qt

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -117,6 +119,7 @@ def test_install_script_registers_for_user(tmp_path):
     assert os.access(home / ".local/bin/guitrainer", os.X_OK)
 
 
+@pytest.mark.slow
 def test_self_test_flag_trains_and_verifies(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", GUITRAINER_HOME=str(tmp_path), OMP_NUM_THREADS="1")
     proc = subprocess.run(

@@ -19,6 +19,8 @@ from guitrainer.config import NetworkConfig
 from guitrainer.engine.memory import model_spec
 from guitrainer.engine.network import lycoris_keys, variants
 
+pytestmark = pytest.mark.slow  # every test here builds full-size models on the meta device or a tiny one
+
 SDXL_NAMES = {
     "lora": [
         "lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q",

@@ -22,6 +22,7 @@ def _no_measurements_left_behind():
     (user_data_dir() / FILE_NAME).unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_compare_prints_the_table_and_json(capsys, monkeypatch):
     cfg = PresetStore().get(DEFAULT_PRESET).config()
     assert run(cfg, steps=1) == 0
@@ -53,6 +54,7 @@ def _cli(*args: str):
     return subprocess.Popen(exe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_guitrainer_train_compare_precisions_json():
     proc = _cli("--preset", "demo", "--compare-precisions", "--steps", "1", "--json")
     out, err = proc.communicate(timeout=300)
@@ -62,6 +64,7 @@ def test_guitrainer_train_compare_precisions_json():
     assert data["family"] == "demo" and data["steps"] == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_lab(tmp_path):
     import signal
 

@@ -20,6 +20,8 @@ from guitrainer.config import TrainingConfig
 from guitrainer.core.memory import network, specs
 from guitrainer.core.model import lora_format
 
+pytestmark = pytest.mark.slow  # every test here builds a model and runs training steps
+
 torch.set_num_threads(1)
 
 needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")

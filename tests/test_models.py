@@ -59,6 +59,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert not bad, bad[:5]
 
 
+@pytest.mark.slow
 def test_folder_and_single_file_load_offline_with_equal_weights(tiny, monkeypatch):
     fam, folder, single, configs = tiny
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -77,6 +78,7 @@ def test_folder_and_single_file_load_offline_with_equal_weights(tiny, monkeypatc
     assert not any(p.requires_grad for p in b.denoiser.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
 def test_pickle_checkpoint_with_weights_only_loads(tiny, tmp_path):
     fam, _folder, single, configs = tiny
@@ -114,6 +116,7 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path):
         assert not marker.exists(), "the pickle's payload ran"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
 def test_broken_files_give_errors_naming_the_file(tiny, tmp_path):
     fam, folder, single, configs = tiny
@@ -169,6 +172,7 @@ def test_shipped_config_folders_are_complete():
     assert CLIPTokenizer.from_pretrained(RES / "sdxl", subfolder="tokenizer_2").pad_token_id == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny", ["sd15"], indirect=True)
 def test_v_prediction_single_file_gets_a_v_prediction_scheduler(tiny, tmp_path):
     """A1111 / ComfyUI mark v-prediction checkpoints with a ``v_pred`` key (or modelspec metadata); the shipped

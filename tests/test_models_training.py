@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from PIL import Image
 
@@ -17,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg
 from helpers.doubles import StopAt  # noqa: E402
 from tiny_models import build_tiny  # noqa: E402
+
+pytestmark = pytest.mark.slow  # every test here trains a tiny model
 
 
 def _images(folder: Path) -> Path:

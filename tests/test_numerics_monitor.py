@@ -106,6 +106,7 @@ def test_sampled_steps():
     assert not any(is_sampled(s, 0) for s in range(1, 100))
 
 
+@pytest.mark.slow
 def test_clean_steps_report_every_block_and_no_alarm(harness):
     mon = harness.monitor(every=2)
     seen_hooks: list[int] = []
@@ -128,6 +129,7 @@ def test_clean_steps_report_every_block_and_no_alarm(harness):
         assert snap.grad_underflow is not None and 0.0 <= snap.grad_underflow < 0.05
 
 
+@pytest.mark.slow
 def test_headroom_is_the_limit_over_the_largest_activation(harness):
     """A hook scales one module's output to a known peak: its block's headroom is 65,504 / that peak."""
     target = harness.denoiser.get_submodule("mid_block.attentions.0.transformer_blocks.0.ff.net.2")
@@ -144,6 +146,7 @@ def test_headroom_is_the_limit_over_the_largest_activation(harness):
     assert min(headroom.values()) == headroom["unet.mid.ff"]
 
 
+@pytest.mark.slow
 def test_injected_overflow_is_named_and_the_step_skipped(harness):
     """x1e6 under fp16 in attn2.to_v: the step is skipped and to_v is the first non-finite module."""
     module = harness.denoiser.get_submodule(TO_V)
@@ -173,6 +176,7 @@ def test_injected_overflow_is_named_and_the_step_skipped(harness):
     assert mon.installed_steps == [7] and mon.hooks_installed == 0
 
 
+@pytest.mark.slow
 def test_diagnosis_leaves_the_random_streams_as_the_step_left_them(harness):
     """A skipped step's replay does not change what the next steps draw."""
     mon = harness.monitor(every=0)
@@ -186,6 +190,7 @@ def test_diagnosis_leaves_the_random_streams_as_the_step_left_them(harness):
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.slow
 def test_gradient_overflow_is_found_in_the_backward(harness):
     """Finite activations but an inf gradient: the module whose output's gradient went inf first is named."""
     module = harness.denoiser.get_submodule("conv_out")

@@ -18,6 +18,8 @@ from guitrainer.core.precision.numerics import block_of
 from guitrainer.engine.reporting import ConsoleReporter
 from guitrainer.engine.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model
+
 TO_V = "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v"
 
 

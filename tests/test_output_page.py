@@ -55,6 +55,7 @@ def test_fp16_overflow_advice_switches_to_bf16(page, qtbot):
     page.note_warning("something else")  # other warnings are not this page's business
 
 
+@pytest.mark.slow
 def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
     import torch
 

@@ -21,6 +21,8 @@ from guitrainer.engine.lab.precision_lab import compare_precisions, engine_suppo
 from guitrainer.engine.network import lora as L
 from guitrainer.engine.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # every test here runs the precision lab's training steps
+
 THREE = [Candidate("fp32"), Candidate("fp16"), Candidate("bf16")]
 
 

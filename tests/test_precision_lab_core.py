@@ -263,17 +263,33 @@ def test_nvml_energy_counter(monkeypatch):
 
 
 def test_nvml_without_energy_counter_integrates_power_samples(monkeypatch):
+    """Energy = sum of power x time between samples, on a clock the test controls (each reading 50 ms
+    after the last, not the sampler's 20 ms: the time between samples is measured, not assumed), so the
+    sum is exact: a count of samples, not a wait on the real clock."""
     import time
+    from types import SimpleNamespace
 
     import torch
 
+    from guitrainer.engine.lab import meters
     from guitrainer.engine.lab.meters import NvmlPowerSamples, energy_meter
 
-    _fake_cuda(monkeypatch, FakeNvml(energy_counter=False))
+    readings: list[float] = []
+
+    def clock() -> float:  # each reading 50 ms after the one before
+        readings.append(0.05 * len(readings))
+        return readings[-1]
+
+    monkeypatch.setattr(meters, "time", SimpleNamespace(perf_counter=clock))
+    nvml = FakeNvml(energy_counter=False)  # 250 W (250,000 mW) at every sample
+    _fake_cuda(monkeypatch, nvml)
     meter = energy_meter(torch.device("cuda", 0))
     assert isinstance(meter, NvmlPowerSamples) and "power samples" in meter.source
-    start, t0 = meter.read(), time.perf_counter()
-    time.sleep(0.3)
-    joules, seconds = meter.read() - start, time.perf_counter() - t0
+    deadline = time.monotonic() + 30  # a hang guard only: the sampler wakes every 20 ms of real time
+    while len(readings) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
     meter.close()
-    assert 0 < joules <= 250.0 * seconds * 1.2  # 250 W for at most the time that passed
+    assert not meter._thread.is_alive() and len(readings) >= 6
+    # the sampler reads the clock once before its first sample and once per sample, each sample adding
+    # 250 W x 0.05 s = 12.5 J
+    assert meter.read() == pytest.approx(12.5 * (len(readings) - 1))

@@ -141,6 +141,7 @@ def test_cancel_leaves_nothing_running_and_changes_no_setting(qtbot):
     assert binding.config.to_toml() == before
 
 
+@pytest.mark.slow
 def test_a_real_measurement_on_the_demo_model_then_use_this(qtbot):
     binding = demo_binding()
     before = binding.config.to_dict()

@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg
 from helpers.doubles import StopAt  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model with class images
+
 CLASS_PROMPT = "a photo of a shape"
 TRIGGER = "sks"
 #: class images and their own captions (None: no caption file, "": an empty one)

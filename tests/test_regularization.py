@@ -118,6 +118,7 @@ def _pixels(path: Path) -> bytes:
         return im.convert("RGB").tobytes()
 
 
+@pytest.mark.slow
 def test_generation_writes_images_and_captions_then_resumes_pixel_exact(tmp_path, demo_model):
     from guitrainer.config import ModelConfig
     from guitrainer.engine.class_images import generate_class_images
@@ -150,6 +151,7 @@ def test_generation_writes_images_and_captions_then_resumes_pixel_exact(tmp_path
     assert (r3.written, r3.skipped_existing, r3.cancelled) == (0, 5, False)
 
 
+@pytest.mark.slow
 def test_generation_cancel_stops_early(tmp_path, demo_model):
     from guitrainer.config import ModelConfig
     from guitrainer.engine.class_images import generate_class_images

@@ -136,6 +136,7 @@ def test_training_page_has_bound_prior_loss_weight(qtbot):
     assert "1 class image folder" in hint.text()
 
 
+@pytest.mark.slow
 def test_generate_dialog_makes_images_and_adds_the_folder(page, qtbot, tmp_path, artifacts_dir):
     panel = page.regularization
     page.binding.set("dataset.class_prompt", "")
@@ -166,6 +167,7 @@ def test_generate_dialog_makes_images_and_adds_the_folder(page, qtbot, tmp_path,
     assert not dlg.isVisible()
 
 
+@pytest.mark.slow
 def test_generate_dialog_cancel(page, qtbot, tmp_path):
     dlg = page.regularization.open_generate_dialog()
     dlg.prompt.setText("a photo of a shape")

@@ -14,6 +14,8 @@ from guitrainer.core.events import NullReporter
 from guitrainer.core.runs import state as run_state
 from guitrainer.engine.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model
+
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
     cfg = PresetStore().get(DEFAULT_PRESET).config()

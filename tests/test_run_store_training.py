@@ -23,6 +23,8 @@ from guitrainer.core.device import hardware
 from guitrainer.core.runs.store import RunStore
 from guitrainer.ui.workers import TrainingWorker, run_in_thread
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model (in-process or through the CLI)
+
 DEMO = "Demo — tiny built-in model (CPU, seconds)"
 REPO = Path(__file__).resolve().parent.parent
 

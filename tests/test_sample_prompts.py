@@ -44,6 +44,7 @@ def test_config_reports_a_bad_prompt_before_the_run():
     assert "prompt 2: --s needs a number" in str(err)
 
 
+@pytest.mark.slow
 def test_sampler_honours_per_prompt_size_and_seed(tmp_path):
     import torch
     from helpers import demo_cfg  # tests/ is on sys.path

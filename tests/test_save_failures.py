@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from guitrainer.config import TrainingConfig
@@ -63,6 +64,7 @@ def _lora_in_message(message: str) -> Path:
     return Path(m.group(1)) / m.group(2)
 
 
+@pytest.mark.slow
 def test_full_disk_in_safetensors_writer_rescues_the_final_lora(tmp_path, monkeypatch):
     out = tmp_path / "out"
     _full_disk_safetensors(monkeypatch, out)
@@ -77,6 +79,7 @@ def test_full_disk_in_safetensors_writer_rescues_the_final_lora(tmp_path, monkey
     assert not any("Save now" in w for w in summary.warnings)
 
 
+@pytest.mark.slow
 def test_rescue_falls_back_to_the_temp_folder_when_the_data_folder_fails_too(tmp_path, monkeypatch):
     import tempfile
 
@@ -91,6 +94,7 @@ def test_rescue_falls_back_to_the_temp_folder_when_the_data_folder_fails_too(tmp
     assert read_lora(found)[0]
 
 
+@pytest.mark.slow
 def test_an_output_name_too_long_for_the_file_system_is_rescued_under_a_short_name(tmp_path):
     out = tmp_path / "out"
     summary = Trainer(demo_cfg(out, output__name="n" * 300)).run()
@@ -121,6 +125,7 @@ def _full_disk_torch_save(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(torch, "save", save)
 
 
+@pytest.mark.slow
 def test_full_disk_in_torch_save_at_the_end_rescues_the_state(tmp_path, monkeypatch):
     out = tmp_path / "out"
     _full_disk_torch_save(monkeypatch, out)
@@ -136,6 +141,7 @@ def test_full_disk_in_torch_save_at_the_end_rescues_the_state(tmp_path, monkeypa
     assert more.status == "finished" and more.steps == 3  # the rescued state resumes
 
 
+@pytest.mark.slow
 def test_torchs_own_words_for_a_full_disk_become_the_disk_is_full_and_where(tmp_path, monkeypatch):
     """Issue 27 (14): on a full disk ``torch.save`` raises "[enforce fail at inline_container.cc:672] . unexpected
     pos 576 vs 534" (seen on a 256 KB tmpfs), which the state warning used to quote. Now it says the disk is full,
@@ -162,6 +168,7 @@ def test_torchs_own_words_for_a_full_disk_become_the_disk_is_full_and_where(tmp_
     assert "The disk is full: could not write" in said and str(out) in said and "inline_container" not in said
 
 
+@pytest.mark.slow
 def test_full_disk_at_an_intermediate_state_only_warns(tmp_path, monkeypatch):
     out = tmp_path / "out"
     real = resume.atomic_write_bytes
@@ -194,6 +201,7 @@ def test_lora_files_follow_the_umask(tmp_path):
     assert (tmp_path / "b.safetensors").stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.slow
 def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
     out = tmp_path / "out"
     first = Trainer(demo_cfg(out, schedule__max_steps=1)).run()
@@ -227,6 +235,7 @@ def test_a_kill_between_the_two_renames_is_repaired_at_the_next_start(tmp_path):
     assert again.status == "complete"  # it resumes: nothing was lost
 
 
+@pytest.mark.slow
 def test_a_lora_written_just_before_a_kill_is_still_pruned_by_keep_last(tmp_path):
     out = tmp_path / "out"
     cfg = demo_cfg(out, schedule__max_steps=0, schedule__epochs=1, output__save_every_n_epochs=1, output__keep_last=1)
@@ -243,6 +252,7 @@ def test_a_lora_written_just_before_a_kill_is_still_pruned_by_keep_last(tmp_path
     assert (out / "demo_lora-000002.safetensors").is_file()  # the newest one kept
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_an_intermediate_lora_only_warns_and_the_run_goes_on(tmp_path, monkeypatch):
     import safetensors.torch as st
     from safetensors import SafetensorError

@@ -7,9 +7,12 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import torch
 
 from guitrainer.core.events import Control, NullReporter
+
+pytestmark = pytest.mark.slow  # every test here trains the demo model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg  # noqa: E402

@@ -6,10 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers.file_work import count_file_work
 from PIL import Image
 
 from guitrainer.base.paths import path_key
@@ -188,22 +188,43 @@ def test_check_without_device_imports_no_torch(tmp_path):
 
 
 @pytest.mark.parametrize("exclude", [0, 1000])
-def test_two_thousand_images_check_quickly(tmp_path, exclude):
-    """The check is a directory listing; the time is printed (a figure, not asserted: CI machines are shared)."""
+def test_two_thousand_images_check_quickly(tmp_path, monkeypatch, exclude):
+    """The check is a directory listing: it opens no image and stats each one at most once, counted by
+    wrapping the calls that touch the files (a count, not a time: the time moves with the machine)."""
     folder = tmp_path / "many"
     folder.mkdir()
-    for i in range(2000):
+    n = 2000
+    for i in range(n):
         (folder / f"img{i:04d}.png").write_bytes(b"\x89PNG\r\n\x1a\n")
         (folder / f"img{i:04d}.txt").write_text("x", encoding="utf-8")
     cfg = config(tmp_path, folder)
     cfg.dataset.exclude = [str(folder / f"img{i:04d}.png") for i in range(0, 2 * exclude, 2)]
-    check_start(cfg)  # warm the file system cache
-    t0 = time.perf_counter()
+    work = count_file_work(monkeypatch, folder)
     check = check_start(cfg)
-    elapsed = time.perf_counter() - t0
-    print(f"check_start, 2,000 images, {exclude} left out: {elapsed * 1000:.1f} ms")
+    print(f"\ncheck_start, {n:,} images, {exclude} left out: {work.summary()}")
     assert check.ok
-    assert look_at_folders(cfg.dataset.folders, ".txt", cfg.dataset.exclude)[0].images == 2000 - exclude
+    # What a correct check needs, by hand, for one folder of n images (each with a caption), k left out:
+    # - no image opened, no caption read: the images are counted by name (0 and 0);
+    assert work.total("image_open") == 0 and work.total("open") == 0, work.summary()
+    # - the folder listed once (images were found, so no subfolder is looked into): 1;
+    assert work.total("scandir") == 1 and work.on_root("scandir") == 1
+    # - each image stat'ed at most once, for the same-file rule (device, inode): at most n; captions never;
+    assert work.most("stat", ".png") <= 1 and work.total("stat", ".png") <= n and work.total("stat", ".txt") == 0
+    # - with left-out images, one symlink test (lstat) per listed image and one per left-out path, each
+    #   left-out image so twice: at most n + k; without, no path is normalised: 0;
+    assert work.most("lstat", ".png") <= (2 if exclude else 0) and work.total("lstat", ".png") <= n + exclude
+    # - the folder itself a few times, however many images it holds: the settings' same-folder rule
+    #   resolves it (Path.resolve: realpath's lstat + a stat), the check and the listing ask "is it a
+    #   folder?" (a stat each), and with left-out images it is resolved once more as every image's parent:
+    #   at most 3 + 1 stats and 1 + 1 lstats.
+    assert work.on_root("stat") <= 3 + bool(exclude) and work.on_root("lstat") <= 1 + bool(exclude)
+    assert look_at_folders(cfg.dataset.folders, ".txt", cfg.dataset.exclude)[0].images == n - exclude
+
+    # The counter sees the work it forbids above: the engine's look at one image (as its read of the dataset
+    # looks at each) opens it once and stats it.
+    work.reset()
+    core_ds.probe_image(folder / "img0001.png")
+    assert work.total("image_open") == 1 and work.total("stat", "img0001.png") >= 1, work.summary()
 
 
 def test_find_state_follows_the_lora_numbering(tmp_path):

@@ -35,6 +35,7 @@ def _demo_run(tmp_path, tensorboard: bool):
     return rec, inner
 
 
+@pytest.mark.slow
 def test_event_files_hold_the_same_losses_as_the_run(tmp_path):
     rec, inner = _demo_run(tmp_path, tensorboard=True)
     logs = tmp_path / "out" / "logs"
@@ -55,6 +56,7 @@ def test_event_files_hold_the_same_losses_as_the_run(tmp_path):
         assert kinds["logs"] == str(folder)  # listed with the run's files (deleting the run can remove it)
 
 
+@pytest.mark.slow
 def test_no_event_files_unless_asked(tmp_path):
     _demo_run(tmp_path, tensorboard=False)
     assert not (tmp_path / "out" / "logs").exists()

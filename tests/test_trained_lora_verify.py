@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import demo_cfg
 from helpers.doubles import HashingReporter  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model
+
 RANK, ALPHA = 4, 8.0
 FILE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 

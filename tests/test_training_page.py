@@ -507,6 +507,7 @@ def test_real_engine_failure_shows_dialog(qtbot, make_page, tmp_path, real_engin
     assert page.state == TrainState.FAILED and page.train_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_real_engine_output_folder_changed_mid_run_takes_save_now_while_paused(qtbot, make_page, tmp_path, real_engine):
     cfg = demo_config(tmp_path, max_steps=500)
     cfg.precision.training = "fp32"

@@ -65,6 +65,7 @@ def _trained(base, network: NetworkConfig, seed: int = 0):
     return unet, tes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("kind", TYPES)
 @pytest.mark.parametrize("family", ["sd15", "sdxl"])
@@ -97,6 +98,7 @@ def test_file_read_by_the_clients_rules_gives_the_trained_weights(bases, tmp_pat
     assert convs > 0  # the 3x3 convolutions are trained and exported
 
 
+@pytest.mark.slow
 def test_a_wrong_alpha_in_the_file_fails_the_comparison(bases, tmp_path):
     """The check can fail: doubling every alpha (or dora_scale) moves the merged weights."""
     unet, tes = _trained(bases["sd15"], _network("loha"))
@@ -111,6 +113,7 @@ def test_a_wrong_alpha_in_the_file_fails_the_comparison(bases, tmp_path):
     assert float((merged[clean] - expected).abs().max()) > 1e-3
 
 
+@pytest.mark.slow
 def test_targets_and_metadata_per_type(bases, tmp_path):
     unet, tes = _trained(bases["sd15"], _network("dora"))
     unet_paths = set(variants.adapter_layers(unet))
@@ -153,6 +156,7 @@ def test_diffusers_format_refuses_variants_with_the_field_named():
     assert "output.format" not in [e.field for e in check_all(cfg)]
 
 
+@pytest.mark.slow
 def test_dora_layers_compute_the_weight_the_clients_merge(bases):
     """The forward pass of a DoRA Linear and 3x3 Conv equals the plain op with W + effective delta."""
     import torch.nn.functional as F
@@ -174,6 +178,7 @@ def test_dora_layers_compute_the_weight_the_clients_merge(bases):
         assert float(variants.effective_delta(conv).abs().max()) > 1e-2
 
 
+@pytest.mark.slow
 def test_a_plain_lora_file_continues_a_dora_network_as_the_same_weights(bases, tmp_path):
     from guitrainer.engine.network import lycoris_keys
 
@@ -188,6 +193,7 @@ def test_a_plain_lora_file_continues_a_dora_network_as_the_same_weights(bases, t
         assert torch.allclose(variants.effective_delta(layer), want, atol=1e-5), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("file_kind", "net", "words"), [
     ("loha", _network("lokr"), "set network.type to loha"),
     ("lokr", replace(_network("lokr"), rank=8), "network.rank"),
@@ -218,6 +224,7 @@ def test_dropout_kinds_belong_to_their_types():
     assert (config.rank_dropout, config.module_dropout) == (0.2, 0.3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", TYPES)
 def test_an_sdxl_file_continues_in_kohyas_spelling_and_in_the_diffusers_one(bases, kind):
     """SDXL files name UNet layers as kohya does (input_blocks_...); continuing reads them, and the diffusers

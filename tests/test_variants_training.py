@@ -14,6 +14,8 @@ from guitrainer.core.events import NullReporter
 from guitrainer.engine.network import variants
 from guitrainer.engine.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # every test here trains the demo model
+
 TYPES = ("locon", "loha", "lokr", "dora")
 
 

@@ -16,6 +16,8 @@ from guitrainer.engine import export
 from guitrainer.engine.network import variants
 from guitrainer.engine.verify import verify_lora
 
+pytestmark = pytest.mark.slow  # every test here builds tiny models and trains or loads LoRA files on them
+
 
 @pytest.fixture(scope="module")
 def sd15(tmp_path_factory) -> tuple[Path, SimpleNamespace]:

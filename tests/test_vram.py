@@ -31,6 +31,7 @@ def test_reference_counts() -> None:
     assert sd15.lora_params_per_rank("attention") == 199_296
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_tables_equal_recomputed(family: str) -> None:
     from guitrainer.engine.memory.model_spec import compute_model_spec
@@ -38,6 +39,7 @@ def test_tables_equal_recomputed(family: str) -> None:
     assert compute_model_spec(family) == specs.spec_of(family)
 
 
+@pytest.mark.slow
 def test_lora_counts_match_peft_on_meta() -> None:
     """The table's rank*(in+out) equals what peft really injects (SD 1.5, attention, rank 4)."""
     from guitrainer.config import TrainingConfig as TC
@@ -179,6 +181,7 @@ def test_estimate_within_10_percent_of_stored_measurements() -> None:
     assert worst <= 0.10
 
 
+@pytest.mark.slow
 def test_fake_tracker_agrees_with_real_cpu_step() -> None:
     """The same training step on the demo model, once on fake tensors and once on real CPU tensors.
 

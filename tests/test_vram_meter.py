@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from guitrainer.base import units
 from guitrainer.config import TrainingConfig
 from guitrainer.ui.binding import ConfigBinding
@@ -69,6 +71,7 @@ def test_colour_levels(qtbot, artifacts_dir) -> None:
     meter.grab().save(str(artifacts_dir / "vram_meter_cpu.png"))
 
 
+@pytest.mark.slow
 def test_check_precisely_runs_in_background(qtbot) -> None:
     binding, meter = make(qtbot, model__family="demo", dataset__resolution=64,
                           precision__cache_text_encoder_outputs=True)

@@ -12,6 +12,7 @@ from guitrainer.engine.memory import model_spec, variant_spec
 from guitrainer.engine.network import variants
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["demo", "sd15", "sdxl"])
 def test_shipped_tables_are_the_models(family):
     assert specs.conv_table(family) == variant_spec.conv_table(family)
@@ -29,6 +30,7 @@ def _injected_count(family: str, network) -> int:
     return sum(p.numel() for m in (unet, *tes) for p in variants.trainable_parameters(m))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "rank", "conv_rank", "factor", "te"), [
     ("locon", 16, 16, -1, False),
     ("dora", 16, 8, -1, True),

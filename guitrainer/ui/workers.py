@@ -85,12 +85,16 @@ class BaseWorker(QObject):
             self.moveToThread(app.thread())
 
 
-def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
+def run_in_thread(
+    worker: BaseWorker, *, name: str = "", thread_finished: Callable[[], None] | None = None
+) -> QThread:
     """Start ``worker`` on a new QThread with the canonical wiring and return the thread.
 
     ``thread.started -> worker.run``; ``worker.finished / failed -> thread.quit``;
     ``thread.finished -> deleteLater`` of both. Keep no Python reference to either after
-    ``thread.finished``: their C++ objects are deleted then.
+    ``thread.finished``: their C++ objects are deleted then. ``thread_finished`` (a slot of a GUI-thread
+    object, to drop those references) is connected before the thread starts: connected to the returned
+    thread, it would miss the end of a worker that is done before ``run_in_thread`` returns.
     """
     thread = QThread()
     thread.setObjectName(name or f"{type(worker).__name__}Thread")
@@ -108,6 +112,8 @@ def run_in_thread(worker: BaseWorker, *, name: str = "") -> QThread:
     thread.finished.connect(worker.deleteLater)
     thread.finished.connect(thread.deleteLater)
     thread.finished.connect(janitor.release)
+    if thread_finished is not None:
+        thread.finished.connect(thread_finished)
     thread.start()
     return thread
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from PySide6.QtCore import QEvent, QObject, QSettings
 from PySide6.QtWidgets import (
@@ -157,6 +158,7 @@ def verify_on_the_output_page(window, xin, lora: Path) -> None:  # noqa: ANN001
     assert "✔" in result.text(), result.text()
 
 
+@pytest.mark.slow
 def test_a_new_user_drags_a_folder_in_fixes_captions_and_trains_the_demo(qapp, xin, tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()

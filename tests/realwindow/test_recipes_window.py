@@ -3,12 +3,14 @@ split draws its validation loss beside the training loss."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QComboBox, QLabel
 from xinput import choose_in_combo, open_page, train_and_wait, wait_for
 
 from guitrainer.ui.training.charts import TrainingCharts
 
 
+@pytest.mark.slow
 def test_prodigy_by_mouse_and_a_validation_curve_after_a_run(main_window, xin, tmp_path):
     w, b = main_window, main_window.binding
     assert b.config.model.base == "demo", "the window opens on the Demo preset"

@@ -11,9 +11,8 @@ import tomllib
 from pathlib import Path
 
 from PIL import Image
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QComboBox, QMessageBox, QSpinBox
-from xinput import ModalAnswerer, button_with_role, choose_in_combo, click_args, open_page, pump, wait_for
+from PySide6.QtWidgets import QComboBox, QSpinBox
+from xinput import ModalAnswerer, choose_in_combo, click_discard, open_page, pump, wait_for
 
 from guitrainer.base import paths
 
@@ -37,15 +36,6 @@ def edit_rank(window, xin, value: int) -> QSpinBox:  # noqa: ANN001
     wait_for(lambda: spin.value() == value, 10, "the typed rank")
     assert "•" in window.windowTitle()  # the window says it has unsaved changes
     return spin
-
-
-def discard(box) -> list[str] | None:  # noqa: ANN001
-    """Click the button that throws the changes away (Discard / Don't save)."""
-    if not isinstance(box, QMessageBox):
-        return None
-    button = button_with_role(box, QMessageBox.ButtonRole.DestructiveRole, QMessageBox.ButtonRole.NoRole)
-    assert button is not None, {b.text(): box.buttonRole(b) for b in box.buttons()}
-    return click_args(button)
 
 
 def add_a_folder(window, tmp_path: Path) -> None:  # noqa: ANN001
@@ -73,7 +63,7 @@ def test_changing_the_preset_with_unsaved_edits_asks_first(main_window, xin):
         answerer.stop()
     assert combo.currentText() == demo and spin.value() == 12  # cancelled: nothing changed
 
-    answerer = ModalAnswerer(xin, discard)
+    answerer = ModalAnswerer(xin, click_discard)
     try:
         choose_in_combo(xin, combo, name)
         wait_for(lambda: answerer.seen, 4, "the question again")
@@ -112,7 +102,7 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
         answerer.stop()
     assert main_window.isVisible() and len(main_window.dataset_page.items) == 3  # cancelled: still open
 
-    answerer = ModalAnswerer(xin, discard)
+    answerer = ModalAnswerer(xin, click_discard)
     try:
         xin.key("ctrl+q")
         wait_for(lambda: not main_window.isVisible(), 10, "the window to close after Discard")
@@ -120,25 +110,3 @@ def test_quitting_with_unsaved_edits_asks_first(main_window, xin, tmp_path):
         answerer.stop()
     # one question came, and Discard closed the window
     assert [d.title for d in answerer.seen] == ["Quit guitrainer?"]
-
-
-def test_a_save_discard_cancel_question_is_answered_with_real_input(main_window, xin):
-    """The answering above works on a modal question run by exec() (a nested event loop), as a close guard's is."""
-    buttons = QMessageBox.StandardButton
-    results = []
-
-    def ask() -> None:
-        box = QMessageBox(QMessageBox.Icon.Question, "Unsaved changes", "Save your changes?",
-                          buttons.Save | buttons.Discard | buttons.Cancel, main_window)
-        results.append(buttons(box.exec()))
-
-    for answer, expected in ((lambda _box: ["key", "Escape"], buttons.Cancel), (discard, buttons.Discard)):
-        answerer = ModalAnswerer(xin, answer)
-        try:
-            open_page(main_window, xin, "Output")  # real input while nothing is modal yet
-            asked = len(results)
-            QTimer.singleShot(0, ask)
-            wait_for(lambda asked=asked: len(results) > asked, 10, "the answer")
-        finally:
-            answerer.stop()
-        assert results[-1] == expected and answerer.seen[0].title == "Unsaved changes"

@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
+import pytest
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QToolTip, QWidget
+from readouts import shows_size, sizes_in
 from xinput import choose_in_combo, open_page, wait_for
 
 from guitrainer.ui.model.vram_meter import VramMeter
-
-UNITS = {"B": 1, "KB": 2**10, "KIB": 2**10, "MB": 2**20, "MIB": 2**20, "GB": 2**30, "GIB": 2**30}
-SIZE = re.compile(r"(\d+(?:[.,]\d+)?)\s*(GiB|MiB|KiB|GB|MB|KB|B)\b", re.IGNORECASE)
-
-
-def sizes_in(text: str) -> list[tuple[float, float]]:
-    """Each size written in ``text`` as (bytes, rounding step in bytes): "1.5 GB" -> (1.5 GiB, 0.1 GiB)."""
-    out = []
-    for number, unit in SIZE.findall(text):
-        decimals = len(number.replace(",", ".").partition(".")[2])
-        scale = UNITS[unit.upper()]
-        out.append((float(number.replace(",", ".")) * scale, scale * 10**-decimals))
-    return out
-
-
-def shows_size(text: str, nbytes: int) -> bool:
-    """``text`` states ``nbytes`` (to its own rounding, or within 2 %)."""
-    return any(abs(value - nbytes) <= step / 2 + 0.02 * nbytes for value, step in sizes_in(text))
-
-
-def test_size_parser_reads_what_people_write():
-    assert shows_size("<b>UNet weights</b>: 1.6 GB", int(1.6 * 2**30))
-    assert shows_size("LoRA: 12 MB", 12 * 2**20 + 300_000)
-    assert not shows_size("LoRA: 12 MB", 20 * 2**20)
-    assert not shows_size("no number here", 10)
 
 
 def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
@@ -56,6 +31,7 @@ def test_hovering_each_vram_part_shows_its_name_and_size(main_window, xin):
     assert len(seen) == len(segments)
 
 
+@pytest.mark.slow
 def test_check_precisely_with_adafactor_reports_a_measurement_in_plain_words(main_window, xin):
     """Adafactor picked in the Training page's combo box, then "Check precisely" clicked: a measured peak,
     and the status line's tooltip holds no Python traceback."""

@@ -176,6 +176,15 @@ def button_with_role(box: QMessageBox, *roles: QMessageBox.ButtonRole) -> QAbstr
     return None
 
 
+def click_discard(box: QDialog) -> list[str] | None:
+    """A :class:`ModalAnswerer` answer: click the button that throws the changes away (Discard / Don't save)."""
+    if not isinstance(box, QMessageBox):
+        return None
+    button = button_with_role(box, QMessageBox.ButtonRole.DestructiveRole, QMessageBox.ButtonRole.NoRole)
+    assert button is not None, {b.text(): box.buttonRole(b) for b in box.buttons()}
+    return click_args(button)
+
+
 def choose_in_combo(xin: XInput, combo, text: str) -> None:  # noqa: ANN001 - a QComboBox
     """Open ``combo`` with a click and click the entry reading ``text`` in its pop-up list."""
     row = combo.findText(text)

@@ -253,8 +253,7 @@ class CaptioningPanel(QWidget):
         self.cancel_button.setEnabled(True)
         self.status.setText(f"Loading the model, then captioning {plural(len(paths), 'image')}…")
         self._worker = worker
-        self._thread = run_in_thread(worker, name="CaptionThread")
-        self._thread.finished.connect(self._cleanup)
+        self._thread = run_in_thread(worker, name="CaptionThread", thread_finished=self._cleanup)
         return True
 
     def cancel(self) -> None:
