@@ -80,7 +80,7 @@ def test_verify_button_checks_a_real_file(page, qtbot, tmp_path, artifacts_dir):
     qtbot.waitUntil(lambda: "diffusers reads this file" in page.verify_result.text(), timeout=5000)
     assert sig.args[0].ok and "every key used" in page.verify_result.text()
     assert "<b>check.safetensors</b>" in page.verify_result.text()  # the result names the file it is about
-    assert "ComfyUI, A1111/Forge, kohya sd-scripts and diffusers read it" in page.verify_result.text()
+    assert "lora: ComfyUI / Forge, A1111, LyCORIS, diffusers, kohya&#x27;s networks.lora read it." in page.verify_result.text()
     assert page.verify_button.isEnabled()
     page.set_fp16_overflow({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": 7.1e4})
     page.grab().save(str(artifacts_dir / "output_page.png"))

@@ -55,7 +55,9 @@ def test_lycoris_files_verify_against_the_trained_model_and_a_wrong_one_fails(sd
     result = verify_lora(path, str(folder), reference=trained)
     assert result.ok, result.message
     assert not result.keys_unused and result.lora_effect > 0
-    assert "ComfyUI and A1111/Forge read it" in result.message and "diffusers" in result.message
+    readers = {v.reader: v for v in result.readers}
+    assert readers["comfyui"].as_trained and "ComfyUI / Forge: reads it as trained" in result.message
+    assert "diffusers: " in result.message and "LyCORIS" in result.message
     other = _trained(base, kind)
     with torch.no_grad():
         for p in variants.trainable_parameters(other.denoiser):
@@ -70,7 +72,11 @@ def test_dora_says_diffusers_does_not_read_it_as_trained(sd15, tmp_path):
     export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
     result = verify_lora(path, str(folder))
     assert result.ok, result.message  # every key read by the clients' rules, the merge changes the output
-    assert "diffusers' outputs differ from the clients'" in result.message
+    assert "diffusers: loads it, outputs up to" in result.message and "drops dora_scale" in result.message
+    readers = {v.reader: v for v in result.readers}
+    assert readers["comfyui"].as_trained and readers["a1111"].as_trained
+    assert not readers["lycoris"].as_trained and "its loader stops" in readers["lycoris"].words
+    assert not readers["kohya"].as_trained and readers["kohya"].worst > 0.1  # a plain LoRA there
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +145,8 @@ def test_a_merge_rule_that_reads_the_file_otherwise_than_training_fails(sd15, tm
     export.export_lora(path, trained.denoiser, trained.text_encoders, save_precision="fp32")
     rule = client_merge.module_weight
 
-    def unscaled(parts, weight):
-        return rule({**parts, "alpha": torch.tensor(float(parts["hada_w1_b"].shape[0]))}, weight)
+    def unscaled(parts, weight, reader="comfyui"):
+        return rule({**parts, "alpha": torch.tensor(float(parts["hada_w1_b"].shape[0]))}, weight, reader)
 
     monkeypatch.setattr(client_merge, "module_weight", unscaled)
     result = verify_lora(path, str(folder))
@@ -180,8 +186,8 @@ def test_an_alpha_edited_in_the_file_fails_against_the_files_own_metadata(sd15, 
 @pytest.mark.parametrize(("edit", "words"), [
     (lambda sd, m: sd.update({f"{m}.hada_t1": torch.zeros(2, 2, 3, 3), f"{m}.hada_t2": torch.zeros(2, 2, 3, 3)}),
      "a Tucker core (LoHa use_tucker)"),
-    (lambda sd, m: sd.update({f"{m}.dora_scale": torch.ones(sd[f"{m}.hada_w1_a"].shape[0], 1)}),
-     "a dora_scale per output channel"),
+    (lambda sd, m: sd.update({f"{m}.dora_scale": torch.ones(3, 1)}),  # per output channel is read now (row layout)
+     "a dora_scale of shape (3, 1), neither per input nor per output channel"),
     (lambda sd, m: sd.pop(f"{m}.hada_w2_b"), "an unknown layout"),
 ])
 def test_layouts_other_trainers_write_are_named_not_checked_and_never_crash(sd15, tmp_path, edit, words):

@@ -31,19 +31,20 @@ def _injected_count(family: str, network) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "rank", "conv_rank", "factor", "te"), [
-    ("locon", 16, 16, -1, False),
-    ("dora", 16, 8, -1, True),
-    ("loha", 8, 4, -1, True),
-    ("lokr", 16, 8, -1, True),
-    ("lokr", 4, 4, 8, False),
-    ("lokr", 64, 64, 16, True),  # whole second factors where the rank is large
+@pytest.mark.parametrize(("kind", "rank", "conv_rank", "factor", "te", "layout"), [
+    ("locon", 16, 16, -1, False, "column"),
+    ("dora", 16, 8, -1, True, "column"),
+    ("dora", 16, 8, -1, True, "row"),  # one magnitude per output channel: [out] instead of [in]
+    ("loha", 8, 4, -1, True, "column"),
+    ("lokr", 16, 8, -1, True, "column"),
+    ("lokr", 4, 4, 8, False, "column"),
+    ("lokr", 64, 64, 16, True, "column"),  # whole second factors where the rank is large
 ])
-def test_counted_parameters_are_the_injected_ones_on_sd15(kind, rank, conv_rank, factor, te):
+def test_counted_parameters_are_the_injected_ones_on_sd15(kind, rank, conv_rank, factor, te, layout):
     cfg = TrainingConfig()
     cfg.set("model.family", "sd15")
     for key, value in (("type", kind), ("rank", rank), ("conv_rank", conv_rank), ("lokr_factor", factor),
-                       ("train_text_encoder", te), ("target_modules", "attention_ff_proj")):
+                       ("train_text_encoder", te), ("target_modules", "attention_ff_proj"), ("dora_layout", layout)):
         cfg.set(f"network.{key}", value)
     counted = sum(r * k * c for r, k, c in network.variant_tensor_shapes(specs.spec_of("sd15"), cfg.network))
     assert counted == _injected_count("sd15", cfg.network)

@@ -183,8 +183,9 @@ class NetworkConfig:
         label="Network type",
         help="LoRA: attention layers only. LoCon: also the ResNet and down/upsampling convolutions and the text "
         "encoder's MLP (kohya's conv_dim). LoHa / LoKr: LyCORIS' Hadamard / Kronecker products on the same layers. "
-        "DoRA: LoCon with a learned magnitude per input channel (LyCORIS' dora_wd). ComfyUI and A1111/Forge read "
-        "all five; diffusers reads LoRA and LoCon.",
+        "DoRA: LoCon with a learned magnitude per channel (LyCORIS' dora_wd; DoRA layout says which axis). ComfyUI "
+        "reads all five as trained; A1111/Forge too (LoHa / LoKr: save them as fp32 there); diffusers and kohya's "
+        "networks.lora read LoRA and LoCon only. The README's table says which program reads which file.",
         choice_labels={"lora": "LoRA", "locon": "LoCon", "loha": "LoHa", "lokr": "LoKr", "dora": "DoRA"},
     )
     conv_rank: int = setting(
@@ -206,6 +207,18 @@ class NetworkConfig:
     lokr_factor: int = setting(
         -1, label="LoKr factor", help="LoKr splits each weight into a Kronecker product with this factor; -1 picks "
         "the most balanced split (LyCORIS' factor).", minimum=-1, maximum=1024, advanced=True, applies=("network.type", ("lokr",)),
+    )
+    dora_layout: Literal["column", "row"] = setting(
+        "column", label="DoRA layout",
+        help="Which axis DoRA's magnitude (the file's dora_scale) normalises, which decides who reads the file as "
+        "trained. Column: one magnitude per input channel, dora_scale [1, in]: ComfyUI, A1111 and Forge merge it "
+        "exactly; LyCORIS' own loader (create_network_from_weights) cannot build it and stops. Row: one per output "
+        "channel, dora_scale [out, 1], as peft's use_dora and LyCORIS' default (wd_on_output): LyCORIS reads "
+        "it exactly; ComfyUI and Forge read it but divide by the base weight's row norms instead of the merged "
+        "weight's (close, not exact: Verify says how close); A1111 spreads the row magnitudes over its columns "
+        "(wrong). diffusers and kohya's networks.lora drop dora_scale either way (a plain LoRA there).",
+        choice_labels={"column": "Column (ComfyUI, A1111, Forge)", "row": "Row (LyCORIS, peft)"},
+        advanced=True, applies=("network.type", ("dora",)),
     )
 
 

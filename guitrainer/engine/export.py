@@ -6,8 +6,19 @@ all of a run's files) is :mod:`guitrainer.core.runs.names`'.
 
 Formats (DESIGN §5):
 
-* ``kohya``: ``<folder>/<name>.safetensors`` with ``lora_unet_*`` / ``lora_te_*`` keys and the real alpha;
-  what ComfyUI, A1111/Forge and diffusers read.
+* ``kohya``: ``<folder>/<name>.safetensors`` with ``lora_unet_*`` / ``lora_te_*`` keys and the real alpha. Who reads
+  which type as trained (:mod:`guitrainer.core.model.variant_readers`; README, "Which program reads which file"):
+
+  - LoRA, LoCon: ComfyUI, Forge, A1111, diffusers, kohya sd-scripts, LyCORIS.
+  - LoHa: ComfyUI, Forge; A1111 too, but it computes LoHa in the file's dtype, so save LoHa as fp32 for it
+    (an export in fp16 or bf16 says so in its warnings); LyCORIS through its forward (its ``merge_to``
+    multiplies by alpha / rank twice). diffusers refuses it; kohya's ``networks.lora`` builds nothing from it.
+  - LoKr: ComfyUI, Forge; A1111 as for LoHa; LyCORIS where its factor guess finds each module's split (a
+    non-default ``network.lokr_factor`` is recorded in ``ss_network_args`` as ``factor``). diffusers refuses
+    it; ``networks.lora`` builds nothing from it.
+  - DoRA, ``network.dora_layout`` "column" (dora_scale [1, in]): ComfyUI, Forge, A1111; LyCORIS' loader stops on it.
+    "row" ([out, 1]): LyCORIS; ComfyUI and Forge read it normalised by the base weight's rows (not as
+    trained), A1111 misreads it. diffusers and ``networks.lora`` drop dora_scale either way (a plain LoRA).
 * ``diffusers``: ``<folder>/<name>/pytorch_lora_weights.safetensors`` with peft keys (``unet.<module>.lora_A.weight``)
   and diffusers' ``lora_adapter_metadata`` (the LoraConfig, so alpha != rank survives), as
   ``StableDiffusionPipeline.save_lora_weights`` writes it; ``pipe.load_lora_weights(<folder>/<name>)`` reads it.
@@ -26,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from guitrainer.base.constants import FP16_MAX
 from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.model.lora_format import DIFFUSERS_WEIGHT_NAME
+from guitrainer.core.model.variant_readers import save_precision_note
 from guitrainer.core.precision.numerics import SaveReport, TensorFinding
 
 if TYPE_CHECKING:
@@ -375,6 +387,10 @@ def export_lora(
                 warnings.append(f"{FP16_WARNING_TAG} {report.message()} It was saved as fp16 anyway.")
         elif report.underflow:
             warnings.append(f"{FP16_WARNING_TAG} {report.message()}")
+    kind = meta.get("ss_network_args", "") and json.loads(meta["ss_network_args"]).get("algo", "")
+    note = save_precision_note(str(kind), used)
+    if note:  # LoHa / LoKr in half precision: A1111 computes them in the file's dtype
+        warnings.append(note)
     meta["ss_save_precision"] = used
     save_lora(path, sd, meta, used, check=False)
     for w in warnings:  # the caller reports them (the trainer: its feedback, which logs them once)

@@ -236,7 +236,7 @@ def init_lora_problems(cfg: TrainingConfig) -> list[Problem]:
     """``model.init_lora``: a LoRA file this network type continues (a resume continues its own state instead)."""
     if cfg.schedule.resume_from:
         return []
-    problem = init_lora_problem(cfg.model.init_lora, cfg.network.type)
+    problem = init_lora_problem(cfg.model.init_lora, cfg.network.type, cfg.network.dora_layout)
     return [Problem("model.init_lora", problem + ".")] if problem else []
 
 

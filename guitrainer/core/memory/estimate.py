@@ -182,7 +182,7 @@ def extra_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
 
     Conv adapters save their ``[batch, rank, H, W]`` middle (LoCon, DoRA); DoRA saves each adapted layer's
     scaled input (``x * magnitude / norm``): :data:`DORA_INPUT_SHARE` of the inputs' size stays alive at the
-    peak, plus :data:`DORA_TRANSIENT_WEIGHTS` fp32 copies of the largest layer's weight while it takes the norm.
+    peak (the row layout scales the output instead: the same share of the outputs' size, not measured apart), plus :data:`DORA_TRANSIENT_WEIGHTS` fp32 copies of the largest layer's weight while it takes the norm.
     With gradient checkpointing only the recomputed block's share stays alive: the same fraction the plain-LoRA
     fit finds between checkpointing and not. LoHa / LoKr rebuild each adapted weight in the forward pass
     (in the compute dtype) and keep it for the backward pass: the adapted layers' weights once more, with the
@@ -198,8 +198,9 @@ def extra_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
         per_sample += sum(c * f * px * net.conv_rank for _, _, k, c, f in conv_table(spec.family) if k > 1)
     transient = 0.0
     if net.type == "dora":
-        layers = [(i, c, f) for i, _, c, f in spec.denoiser_lora[net.target_modules]]
-        layers += [(cin // 1, c, f) for cin, _, _, c, f in conv_table(spec.family)]
+        row = net.dora_layout == "row"  # the row layout scales each layer's output, the column layout its input
+        layers = [(o if row else i, c, f) for i, o, c, f in spec.denoiser_lora[net.target_modules]]
+        layers += [(o if row else cin, c, f) for cin, o, _, c, f in conv_table(spec.family)]
         per_sample += DORA_INPUT_SHARE * sum(c * f * px * i for i, c, f in layers)
         transient = DORA_TRANSIENT_WEIGHTS * 4 * max(cin * o * k * k for cin, o, k, _, _ in (conv_table(spec.family) or ((0, 0, 0, 0, 0.0),)))
     if net.type in ("loha", "lokr"):

@@ -59,11 +59,14 @@ def factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
     return (m, n) if m <= n else (n, m)
 
 
-def _layer_shapes(kind: str, cin: int, out: int, k: int, rank: int, factor: int, count: int) -> list[Shape]:
+def _layer_shapes(
+    kind: str, cin: int, out: int, k: int, rank: int, factor: int, count: int, dora_layout: str = "column"
+) -> list[Shape]:
     flat = cin * k * k
     if kind in ("lora", "locon", "dora"):
         shapes = [(rank, flat, count), (out, rank, count)]
-        return shapes + ([(1, cin, count)] if kind == "dora" else [])
+        magnitude = (out, 1, count) if dora_layout == "row" else (1, cin, count)  # dora_scale [out, 1] or [1, in]
+        return shapes + ([magnitude] if kind == "dora" else [])
     if kind == "loha":
         return [(out, rank, count), (rank, flat, count)] * 2
     # LoKr (peft / LyCORIS): w1 whole [out_l, in_m]; w2 whole or split at ``rank``
@@ -78,18 +81,18 @@ def _layer_shapes(kind: str, cin: int, out: int, k: int, rank: int, factor: int,
 def variant_tensor_shapes(spec: ModelSpec, network: NetworkConfig) -> list[Shape]:
     """Every trainable tensor of ``network`` (a NetworkConfig whose ``type`` is not plain LoRA) on ``spec``."""
     kind, rank, factor = network.type, int(network.rank), int(network.lokr_factor)
-    conv_rank = int(network.conv_rank)
+    conv_rank, layout = int(network.conv_rank), network.dora_layout
     out: list[Shape] = []
     for i, o, c, _ in spec.denoiser_lora[network.target_modules]:
-        out += _layer_shapes(kind, i, o, 1, rank, factor, c)
+        out += _layer_shapes(kind, i, o, 1, rank, factor, c, layout)
     for cin, o, k, c, _ in conv_table(spec.family):
-        out += _layer_shapes(kind, cin, o, k, conv_rank if k > 1 else rank, factor, c)
+        out += _layer_shapes(kind, cin, o, k, conv_rank if k > 1 else rank, factor, c, layout)
     if network.train_text_encoder:
         tables = list(spec.text_encoder_lora[network.target_modules])
         tables += [tuple((i, o, c, 0.0) for i, o, c in t) for t in text_encoder_mlp_tables(spec.family)]
         for table in tables:
             for i, o, c, _ in table:
-                out += _layer_shapes(kind, i, o, 1, rank, factor, c)
+                out += _layer_shapes(kind, i, o, 1, rank, factor, c, layout)
     return out
 
 

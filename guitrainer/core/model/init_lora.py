@@ -3,7 +3,7 @@ network type this run's ``network.type`` can continue.
 
 Pure Python: the file's type comes from its .safetensors header (tensor names and shapes), the same rules the
 engine's loader applies (:mod:`guitrainer.engine.network.lycoris_keys`): LoHa continues LoHa, LoKr continues LoKr, DoRA
-continues DoRA; a plain LoRA file (linear layers only) can also start a LoCon or DoRA network (the convolutions
+continues DoRA (of the same ``network.dora_layout``); a plain LoRA file (linear layers only) can also start a LoCon or DoRA network (the convolutions
 start fresh), and a LoCon file a DoRA one, or a plain LoRA (its convolutions are then left out, with a warning).
 """
 
@@ -26,6 +26,8 @@ CONTINUES: dict[str, tuple[str, ...]] = {
     "loha": ("loha",),
     "lokr": ("lokr",),
 }
+#: each DoRA layout's axis in words (``network.dora_layout``)
+LAYOUT_WORDS = {"column": "input channel (column)", "row": "output channel (row)"}
 #: how the app names each type (``network.type``'s choice labels)
 TYPE_LABELS = {"lora": "LoRA", "locon": "LoCon", "loha": "LoHa", "lokr": "LoKr", "dora": "DoRA"}
 
@@ -46,6 +48,15 @@ def file_network_type(tensors: dict[str, Any]) -> str:
     return "lora"
 
 
+def file_dora_layout(tensors: dict[str, Any]) -> str:
+    """"column" ([1, in, ...] dora_scale) or "row" ([out, 1, ...]) of a DoRA file's tensor table ("" for neither)."""
+    for name, info in tensors.items():
+        shape = info.get("shape", []) if isinstance(info, dict) else []
+        if name.endswith(".dora_scale") and len(shape) >= 2 and (shape[0] == 1) != (shape[1] == 1):
+            return "column" if shape[0] == 1 else "row"
+    return ""
+
+
 def _weights_file(p: Path) -> Path:
     """The .safetensors of a LoRA given as a file or as a diffusers folder."""
     if safe_open.look(p).kind == "folder":
@@ -54,8 +65,9 @@ def _weights_file(p: Path) -> Path:
     return p
 
 
-def init_lora_problem(value: str, network_type: str) -> str:
-    """Why ``model.init_lora`` cannot be continued with ``network.type`` ("" when it can, or is not set)."""
+def init_lora_problem(value: str, network_type: str, dora_layout: str = "column") -> str:
+    """Why ``model.init_lora`` cannot be continued with ``network.type`` (and, for DoRA, ``network.dora_layout``):
+    "" when it can, or is not set."""
     text = str(value or "").strip()
     if not text:
         return ""
@@ -76,6 +88,11 @@ def init_lora_problem(value: str, network_type: str) -> str:
     if not any(k.endswith((".weight", ".alpha")) or "hada_" in k or "lokr_" in k for k in tensors):
         return f"{shown} holds no LoRA weights: choose a LoRA file, or clear Continue from LoRA"
     kind = file_network_type(tensors)
+    layout = file_dora_layout(tensors) if kind == "dora" else ""
+    if network_type in CONTINUES[kind] and layout and layout != dora_layout:
+        return (f"{shown} keeps DoRA's magnitude per {LAYOUT_WORDS[layout]}, but DoRA layout (Training page, "
+                f"Network) is {dora_layout}: set DoRA layout to {layout} to continue from it, or clear Continue from "
+                "LoRA to start a new one")
     if network_type in CONTINUES[kind]:
         return ""
     can = " or ".join(TYPE_LABELS[t] for t in CONTINUES[kind])

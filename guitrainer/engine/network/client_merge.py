@@ -1,18 +1,27 @@
-"""How the clients merge a kohya / LyCORIS file into a model: the rules ComfyUI's ``weight_adapter`` and A1111/Forge's
-built-in Lora extension apply, for the module layouts guitrainer can check.
+"""How the clients merge a kohya / LyCORIS file into a model: the rules of ComfyUI's ``weight_adapter`` (which Forge
+copies), A1111's built-in Lora extension and LyCORIS' own modules, for the module layouts guitrainer can check.
 
-Per module (fp32, from the file's tensors, as the clients' ``intermediate_dtype``):
+Per module, ``scale`` = alpha / rank (1 without alpha):
 
-* LoRA / LoCon: diff = up.flatten(1) @ down.flatten(1), scale alpha / down.shape[0] (1 without alpha);
-* LoHa: diff = (w1_a @ w1_b) * (w2_a @ w2_b), scale alpha / w1_b.shape[0];
-* LoKr: w1 = lokr_w1 or w1_a @ w1_b, w2 likewise; diff = kron(w1, w2); scale alpha / (the inner size of the last
-  split factor), 1 when no factor is split;
-* ``dora_scale`` [1, in, ...] beside any of them: W' = (W + scale * diff) * dora_scale / ||W + scale * diff||
-  per input column (LyCORIS ``dora_wd``).
+* LoRA / LoCon: diff = up.flatten(1) @ down.flatten(1), rank = down.shape[0];
+* LoHa: diff = (w1_a @ w1_b) * (w2_a @ w2_b), rank = w1_b.shape[0];
+* LoKr: w1 = lokr_w1 or w1_a @ w1_b, w2 likewise; diff = kron(w1, w2); rank = the inner size of the last split
+  factor, and scale 1 when no factor is split;
+* ``dora_scale`` beside any of them, V = W + scale * diff:
+
+  - ComfyUI / Forge (``weight_decompose``): [1, in] -> V * dora_scale / ||V||_column; a dora_scale whose first
+    size is the weight's output size -> V * dora_scale / ||W||_row, the base weight's row norm, not V's;
+  - A1111 (``apply_weight_decompose``): V * dora_scale / ||V||_column, whatever dora_scale's shape (an [out, 1]
+    one broadcasts over the columns);
+  - LyCORIS (``weight_decompose``, ``wd_on_out`` as its loader builds it: True): V * dora_scale / ||V||_row.
+
+Where the arithmetic happens differs too: ComfyUI computes in fp32 from the file's tensors (its
+``intermediate_dtype``); A1111 computes LoHa and LoKr in the file's dtype and adds them to the weight in it
+(``weight.to(updown.dtype) + updown``), LoRA in the model's dtype; LyCORIS in fp32 here (its modules'
+parameters are fp32). :func:`module_weight` applies one reader's rules, :data:`READERS` names them.
 
 Layouts other trainers write that these rules do not cover (Tucker cores ``hada_t1`` / ``lokr_t2`` /
-``lora_mid``, a ``dora_scale`` per output channel, full ``diff`` weights, norm layers) are named by
-:func:`unsupported`, not guessed at.
+``lora_mid``, full ``diff`` weights, norm layers) are named by :func:`unsupported`, not guessed at.
 """
 
 from __future__ import annotations
@@ -20,17 +29,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from guitrainer.core.memory.network import factorization  # LyCORIS' split, as peft has it
 from guitrainer.engine.network import lora
 
-#: which clients read each network type (and what writes it)
-CLIENTS = {
-    "lora": "ComfyUI, A1111/Forge, kohya sd-scripts and diffusers read it",
-    "locon": "ComfyUI, A1111/Forge, kohya sd-scripts (conv_dim) and diffusers read it",
-    "loha": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
-    "lokr": "ComfyUI and A1111/Forge read it (built-in LyCORIS support); kohya sd-scripts through LyCORIS; diffusers cannot",
-    "dora": "ComfyUI and A1111/Forge read it (dora_scale per input channel); kohya sd-scripts through LyCORIS; "
-    "diffusers loads it but applies the magnitude per output channel, so it does not look as trained there",
-}
+#: the readers whose merge rules :func:`module_weight` applies
+READERS = ("comfyui", "a1111", "lycoris")
 
 
 #: the parts of each layout the rules read (``alpha`` and ``dora_scale`` may join any)
@@ -78,34 +81,66 @@ def unsupported(parts: dict[str, torch.Tensor], weight: torch.Tensor) -> str:
         what = next((_NAMED[p] for p in odd if p in _NAMED), None)
         return what or f"an unknown layout ({', '.join(sorted(core))})"
     scale = parts.get("dora_scale")
-    if scale is not None and (scale.dim() < 2 or scale.shape[0] != 1 or scale.shape[1] != weight.shape[1]):
-        return "a dora_scale per output channel (LyCORIS wd_on_out)"
+    if scale is not None and scale.numel() not in (weight.shape[0], weight.shape[1]):
+        return f"a dora_scale of shape {tuple(scale.shape)}, neither per input nor per output channel"
     return ""
 
 
-def module_weight(parts: dict[str, torch.Tensor], weight: torch.Tensor) -> torch.Tensor:
-    """The merged weight of one module (fp32), by the clients' rules (check :func:`unsupported` first)."""
-    f = {k: v.float() for k, v in parts.items()}
+def dora_layout(scale: torch.Tensor, weight: torch.Tensor) -> str:
+    """"row" when a dora_scale holds one value per output channel ([out, 1, ...]), else "column" ([1, in, ...])."""
+    return "row" if scale.dim() >= 2 and scale.shape[0] == weight.shape[0] and scale.shape[0] != 1 else "column"
+
+
+def _diff(f: dict[str, torch.Tensor], shape: torch.Size) -> tuple[torch.Tensor, float]:
+    """One module's un-scaled weight difference, in the dtype of ``f``'s tensors, and the scale alpha implies."""
     alpha = float(f["alpha"]) if "alpha" in f else None
     if "lora_up.weight" in f:
         down, up = f["lora_down.weight"], f["lora_up.weight"]
-        diff, scale = (up.flatten(1) @ down.flatten(1)).reshape(weight.shape), (alpha / down.shape[0] if alpha else 1.0)
-    elif "hada_w1_a" in f:
-        diff = ((f["hada_w1_a"] @ f["hada_w1_b"]) * (f["hada_w2_a"] @ f["hada_w2_b"])).reshape(weight.shape)
-        scale = alpha / f["hada_w1_b"].shape[0] if alpha else 1.0
-    else:
-        dim = None
-        w1 = f["lokr_w1"] if "lokr_w1" in f else f["lokr_w1_a"] @ f["lokr_w1_b"]
-        dim = f["lokr_w1_b"].shape[0] if "lokr_w1" not in f else dim
-        w2 = f["lokr_w2"] if "lokr_w2" in f else f["lokr_w2_a"] @ f["lokr_w2_b"]
-        dim = f["lokr_w2_b"].shape[0] if "lokr_w2" not in f else dim
-        w1 = w1[:, :, None, None] if w2.dim() == 4 else w1
-        diff, scale = torch.kron(w1, w2).reshape(weight.shape), (alpha / dim if alpha and dim else 1.0)
-    merged = weight + scale * diff
+        return (up.flatten(1) @ down.flatten(1)).reshape(shape), (alpha / down.shape[0] if alpha else 1.0)
+    if "hada_w1_a" in f:
+        diff = ((f["hada_w1_a"] @ f["hada_w1_b"]) * (f["hada_w2_a"] @ f["hada_w2_b"])).reshape(shape)
+        return diff, (alpha / f["hada_w1_b"].shape[0] if alpha else 1.0)
+    dim = None
+    w1 = f["lokr_w1"] if "lokr_w1" in f else f["lokr_w1_a"] @ f["lokr_w1_b"]
+    dim = f["lokr_w1_b"].shape[0] if "lokr_w1" not in f else dim
+    w2 = f["lokr_w2"] if "lokr_w2" in f else f["lokr_w2_a"] @ f["lokr_w2_b"]
+    dim = f["lokr_w2_b"].shape[0] if "lokr_w2" not in f else dim
+    w1 = w1[:, :, None, None] if w2.dim() == 4 else w1
+    return torch.kron(w1, w2).reshape(shape), (alpha / dim if alpha and dim else 1.0)
+
+
+def _norm(v: torch.Tensor, axis: str) -> torch.Tensor:
+    """||v|| per output row ([out, 1, ...]) or per input column ([1, in, ...]), shaped to divide ``v``."""
+    if axis == "row":
+        return v.reshape(v.shape[0], -1).norm(dim=1).reshape(-1, *[1] * (v.dim() - 1))
+    return v.transpose(0, 1).reshape(v.shape[1], -1).norm(dim=1).reshape(1, -1, *[1] * (v.dim() - 2))
+
+
+def module_weight(parts: dict[str, torch.Tensor], weight: torch.Tensor, reader: str = "comfyui") -> torch.Tensor:
+    """The merged weight of one module by ``reader``'s rules (one of :data:`READERS`), returned in fp32.
+
+    ``weight`` is the model's weight (its dtype is the model's). Check :func:`unsupported` first. LyCORIS'
+    loader cannot build a column dora_scale at all (:func:`lycoris_problem`): its rule
+    here is what its module computes once built.
+    """
+    base = weight.float()
+    low = reader == "a1111" and ("hada_w1_a" in parts or any(k.startswith("lokr_") for k in parts))
+    dtype = next(v.dtype for k, v in parts.items() if k != "alpha") if low else torch.float32
+    f = {k: v.to(dtype) for k, v in parts.items()}
+    diff, scale = _diff(f, weight.shape)
+    merged = base.to(dtype) + diff * scale  # A1111: weight.to(updown.dtype) + updown, in the file's dtype
     if "dora_scale" in f:
-        norm = merged.transpose(0, 1).reshape(merged.shape[1], -1).norm(dim=1)
-        merged = merged * (f["dora_scale"].flatten() / norm).view(1, -1, *[1] * (merged.dim() - 2))
-    return merged
+        magnitude = f["dora_scale"]
+        layout = dora_layout(magnitude, weight)
+        if reader == "comfyui" and layout == "row":  # ComfyUI normalises by the base weight's rows, not V's
+            norm = _norm(base, "row").to(dtype) + torch.finfo(weight.dtype).eps
+            merged = merged * (magnitude.reshape(-1, *[1] * (merged.dim() - 1)) / norm)
+        elif reader == "lycoris":  # built with wd_on_out=True: V's rows
+            merged = merged * (magnitude.reshape(-1, *[1] * (merged.dim() - 1)) / _norm(merged, "row"))
+        else:  # V's columns; A1111 divides an [out, 1] dora_scale by [1, in] norms: it broadcasts
+            shaped = magnitude if magnitude.dim() == merged.dim() else magnitude.reshape(1, -1, *[1] * (merged.dim() - 2))
+            merged = merged * (shaped / _norm(merged, "column"))
+    return merged.float()
 
 
 def weight_layers(model: nn.Module) -> dict[str, nn.Module]:
@@ -114,9 +149,9 @@ def weight_layers(model: nn.Module) -> dict[str, nn.Module]:
 
 
 def merge_file(
-    sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list[nn.Module]
+    sd: dict[str, torch.Tensor], unet: nn.Module, text_encoders: list[nn.Module], reader: str = "comfyui"
 ) -> tuple[int, list[str], dict[str, str]]:
-    """Merge a kohya/LyCORIS state dict into the models' weights in place.
+    """Merge a kohya/LyCORIS state dict into the models' weights in place, by ``reader``'s rules.
 
     Returns (modules merged, keys that match no layer, ``{module: why not merged}`` for layouts these rules do not
     cover); those modules are left out.
@@ -136,6 +171,52 @@ def merge_file(
             if why:
                 skipped[module] = why
                 continue
-            layer.weight.copy_(module_weight(parts, layer.weight.float()).to(layer.weight.dtype))
+            layer.weight.copy_(module_weight(parts, layer.weight, reader).to(layer.weight.dtype))
             merged += 1
     return merged, sorted(unread), skipped
+
+
+def _lycoris_lokr_factor(parts: dict[str, torch.Tensor]) -> int:
+    """The factor LyCORIS' ``LokrModule.make_module_from_state_dict`` guesses from a module's factor shapes.
+
+    Its rule: the Kronecker product's size is w1's times w2's (w2_b's second size counts a conv kernel in); -1
+    when w1's shape is that size's most balanced split, else the larger side of w1 (or of w2) if it divides both
+    sizes and is one of each pair's factors, else the smaller of the two."""
+    w1 = tuple(parts["lokr_w1"].shape) if "lokr_w1" in parts else (parts["lokr_w1_a"].shape[0], parts["lokr_w1_b"].shape[1])
+    w2 = tuple(parts["lokr_w2"].shape[:2]) if "lokr_w2" in parts else (parts["lokr_w2_a"].shape[0], parts["lokr_w2_b"].shape[1])
+    out_dim, in_dim = w1[0] * w2[0], w1[1] * w2[1]
+    if w1[0] == factorization(out_dim, -1)[0] and w1[1] == factorization(in_dim, -1)[0]:
+        return -1
+    for f in (max(w1), max(w2)):
+        if out_dim % f == 0 and in_dim % f == 0 and f in (w1[0], w2[0]) and f in (w1[1], w2[1]):
+            return f
+    return min(max(w1), max(w2))
+
+
+def lycoris_problem(parts: dict[str, torch.Tensor], module: nn.Module) -> str:
+    """Why LyCORIS' ``create_network_from_weights`` cannot build this module ("" when it can), from its modules' code.
+
+    A dora_scale per input column: it builds one per output row (``wd_on_out=True``) and the copy fails. LoKr:
+    it rebuilds the module with the factor it guesses (:func:`_lycoris_lokr_factor`); where that factor splits
+    the layer otherwise than the file, the copy fails.
+    """
+    scale = parts.get("dora_scale")
+    if scale is not None and dora_layout(scale, module.weight) == "column":
+        return "it builds dora_scale per output row and cannot copy this per-input-column one"
+    if not any(k.startswith("lokr_") for k in parts):
+        return ""
+    factor = _lycoris_lokr_factor(parts)
+    out_dim, in_dim = int(module.weight.shape[0]), int(module.weight.shape[1])
+    want = (factorization(out_dim, factor)[0], factorization(in_dim, factor)[0])
+    w1 = tuple(parts["lokr_w1"].shape) if "lokr_w1" in parts else (parts["lokr_w1_a"].shape[0], parts["lokr_w1_b"].shape[1])
+    if w1 != want:
+        return (f"its LoKr factor guess ({factor}, from shapes that count the {module.weight.shape[-1]}x"
+                f"{module.weight.shape[-1]} kernel in) splits it as w1 {list(want)}, the file as {list(w1)}")
+    return ""
+
+
+def lycoris_double_scale(parts: dict[str, torch.Tensor]) -> bool:
+    """True for a LoHa module whose alpha / rank is not 1: LyCORIS' merge multiplies its product by it twice."""
+    if "hada_w1_b" not in parts or "alpha" not in parts:
+        return False
+    return abs(float(parts["alpha"]) / parts["hada_w1_b"].shape[0] - 1.0) > 1e-6

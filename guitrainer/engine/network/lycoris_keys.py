@@ -5,8 +5,10 @@ SDXL's UNet in the original layout, :mod:`guitrainer.engine.network.kohya_names`
 
 * LoRA / LoCon: ``lora_down.weight`` [r, in] or [r, in, kh, kw], ``lora_up.weight`` [out, r] or [out, r, 1, 1], ``alpha``;
   a client adds ``alpha / r * up @ down``.
-* DoRA: the same plus ``dora_scale`` [1, in] ([1, in, 1, 1] for convs); a client sets
-  ``W' = (W + alpha / r * up @ down) * dora_scale / ||.||_column``.
+* DoRA: the same plus ``dora_scale``, on the axis ``network.dora_layout`` chose: [1, in] ([1, in, 1, 1] for
+  convs) for "column", where ComfyUI and A1111/Forge set ``W' = (W + alpha / r * up @ down) * dora_scale / ||.||_column``;
+  [out, 1] ([out, 1, 1, 1]) for "row", where LyCORIS sets ``W' = V * dora_scale / ||V||_row`` (V = W + alpha / r *
+  up @ down). ``ss_network_args`` says which (``wd_on_output``, LyCORIS' name).
 * LoHa: ``hada_w1_a`` [out, r], ``hada_w1_b`` [r, in*kh*kw], ``hada_w2_a``, ``hada_w2_b``, ``alpha``;
   delta = ``alpha / r * (w1_a @ w1_b) * (w2_a @ w2_b)`` reshaped to W.
 * LoKr: ``lokr_w1`` (or ``lokr_w1_a`` / ``lokr_w1_b``), ``lokr_w2`` (or ``lokr_w2_a`` / ``lokr_w2_b``), ``alpha``;
@@ -27,6 +29,8 @@ from guitrainer.engine.network.kohya_names import UnetNames
 from guitrainer.engine.network.lora import LoraFormatError, kohya_module_name, kohya_targets, te_prefixes
 
 ADAPTER = variants.ADAPTER
+#: how a message names each DoRA layout's axis
+_AXIS_WORDS = {"column": "input channel (dora_layout column)", "row": "output channel (dora_layout row)"}
 #: kohya's ss_network_module per type (locon is kohya's own networks.lora with conv_dim)
 NETWORK_MODULES = {"lora": "networks.lora", "locon": "networks.lora", "loha": "lycoris.kohya",
                    "lokr": "lycoris.kohya", "dora": "lycoris.kohya"}
@@ -45,9 +49,24 @@ def _lora_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
     }
     if hasattr(layer, variants.DORA_PARAM):
         magnitude = _t(getattr(layer, variants.DORA_PARAM))
-        dims = layer.get_base_layer().weight.dim()
-        out["dora_scale"] = magnitude.reshape(1, -1, *[1] * (dims - 2))
+        out["dora_scale"] = magnitude.reshape(dora_scale_shape(layer.get_base_layer().weight.shape, variants.dora_layout(layer)))
     return out
+
+
+def dora_scale_shape(weight_shape: Sequence[int], layout: str) -> tuple[int, ...]:
+    """The file's ``dora_scale`` shape for a weight of ``weight_shape``: [1, in, 1...] (column) or [out, 1, 1...] (row)."""
+    ones = [1] * (len(weight_shape) - 2)
+    return (int(weight_shape[0]), 1, *ones) if layout == "row" else (1, int(weight_shape[1]), *ones)
+
+
+def file_dora_layout(scale: torch.Tensor, weight_shape: Sequence[int]) -> str:
+    """"column" or "row" for a file's ``dora_scale`` beside a weight of ``weight_shape`` ("" when it is neither)."""
+    shape = tuple(scale.shape)
+    if shape == dora_scale_shape(weight_shape, "column") or shape == (int(weight_shape[1]),) and weight_shape[0] != weight_shape[1]:
+        return "column"
+    if shape == dora_scale_shape(weight_shape, "row") or shape == (int(weight_shape[0]),):
+        return "row"
+    return ""
 
 
 def _loha_tensors(layer: nn.Module) -> dict[str, torch.Tensor]:
@@ -117,14 +136,37 @@ def network_metadata(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -
     if conv:
         args["conv_dim"] = str(int(conv["dim"]))
         args["conv_alpha"] = f"{conv['alpha']:g}"
-    if kind == "dora":
-        args["dora_wd"] = "True"
-        args["wd_on_output"] = "False"
+    args.update(_lycoris_args(kind, [unet, *text_encoders]))
     meta = {"ss_network_module": NETWORK_MODULES[kind], "ss_network_args": json.dumps(args)}
     if linear:
         meta["ss_network_dim"] = str(int(linear["dim"]))
         meta["ss_network_alpha"] = f"{linear['alpha']:g}"
     return meta
+
+
+def _lycoris_args(kind: str, models: Sequence[nn.Module]) -> dict[str, str]:
+    """The LyCORIS network_args (sd-scripts' ``--network_args``, strings as typed there) that differ from LyCORIS'
+    defaults and change what the file holds or how it was trained: LoKr's ``factor`` (-1 by default), DoRA's
+    ``dora_wd`` and ``wd_on_output`` (LyCORIS' default True: the row layout), LoHa / LoKr's ``rank_dropout`` and
+    ``module_dropout`` (0 by default). Read off the layers, so a file says what it is whatever the config said."""
+    layers = [layer for model in models for layer in variants.adapter_layers(model).values()]
+    if not layers:
+        return {}
+    first = layers[0]
+    args: dict[str, str] = {}
+    if kind == "lokr":
+        factor = int(getattr(first, variants.LOKR_FACTOR_ATTR, -1))
+        if factor != -1:
+            args["factor"] = str(factor)
+    if kind == "dora":
+        args["dora_wd"] = "True"
+        args["wd_on_output"] = str(variants.dora_layout(first) == "row")
+    if kind in ("loha", "lokr"):
+        for name in ("rank_dropout", "module_dropout"):
+            value = float(getattr(first, name, {}).get(ADAPTER, 0.0))
+            if value:
+                args[name] = f"{value:g}"
+    return args
 
 
 def has_variant(unet: nn.Module, text_encoders: Sequence[nn.Module] = ()) -> bool:
@@ -194,11 +236,18 @@ def _load_module(layer: nn.Module, module: str, parts: dict[str, torch.Tensor]) 
     _copy(layer.lora_B[ADAPTER].weight, parts["lora_up.weight"].float() * ratio, module, "lora_up.weight")
     if ours == "dora":
         magnitude = getattr(layer, variants.DORA_PARAM)
+        layout = variants.dora_layout(layer)
         if "dora_scale" in parts:
+            theirs_layout = file_dora_layout(parts["dora_scale"], layer.get_base_layer().weight.shape)
+            if theirs_layout and theirs_layout != layout:
+                raise LoraFormatError(
+                    f"{module}: the file keeps DoRA's magnitude per {_AXIS_WORDS[theirs_layout]}, this network per "
+                    f"{_AXIS_WORDS[layout]}: set network.dora_layout to {theirs_layout} to continue from it"
+                )
             _copy(magnitude, parts["dora_scale"].flatten(), module, "dora_scale")
         else:  # a plain LoRA: the magnitude that keeps W + dW as it was
-            merged = layer.get_base_layer().weight.float() + variants._lora_weight(layer)
-            magnitude.copy_(variants.column_norm(merged))
+            merged = layer.get_base_layer().weight.float() + variants.lora_delta(layer)
+            magnitude.copy_(variants.dora_norm(merged, layout))
 
 
 def load_variant_file(

@@ -5,11 +5,19 @@ fp32 master weights, resume by ``named_parameters``), its LoHa/LoKr layers hold 
 writes (``hada_w1_a`` [out, r], ``hada_w1_b`` [r, in*kh*kw]; ``lokr_w1``, ``lokr_w2`` / ``lokr_w2_a``,
 ``lokr_w2_b``) with the same scale alpha / rank, so the file is a renaming (:mod:`guitrainer.engine.network.lycoris_keys`).
 
-DoRA is NOT peft's ``use_dora``: peft normalises each output row (magnitude [out]), while the files ComfyUI
-and A1111/Forge read (LyCORIS ``dora_wd``) hold ``dora_scale`` [1, in] and normalise each input column of
-W + scale * up @ down. The two are different functions, so DoRA here is a peft LoRA layer whose input is
-scaled per channel by ``magnitude / ||W + scale * up @ down||_column`` (the norm detached, as the DoRA paper
-does): the layer then computes exactly ``(W + dW) * dora_scale / norm``, the weight those clients merge.
+DoRA keeps a magnitude per channel on one of two axes (``network.dora_layout``), because the readers disagree
+on which one a file holds (README, "Which program reads which file"):
+
+* "column" (the default): ``dora_scale`` [1, in], each input column of V = W + scale * up @ down normalised, the
+  weight ComfyUI, A1111 and Forge merge (LyCORIS ``dora_wd`` with ``wd_on_output=False``). The layer's input is
+  scaled per channel by ``magnitude / ||V||_column``, so it computes ``V * dora_scale / ||V||_column`` exactly.
+* "row": ``dora_scale`` [out, 1], each output row of V normalised, as peft's ``use_dora`` and LyCORIS' default
+  ``wd_on_output=True`` do. The layer's output without its bias is scaled per channel by
+  ``magnitude / ||V||_row``: ``(V x) * s + b = (diag(s) V) x + b``, the weight LyCORIS merges.
+
+Either way the norm is detached, as the DoRA paper suggests, and the magnitude starts at the base weight's
+norms, so the layer starts as the base layer. Not peft's ``use_dora`` for rows: one implementation for both axes
+keeps one parameter name (:data:`DORA_PARAM`), one resume and one export.
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ from guitrainer.core.model.lora_format import text_encoder_targets, unet_targets
 ADAPTER = "default"
 #: the DoRA magnitude's parameter name on a peft LoRA layer ("lora_" so lora_parameters() and resume see it)
 DORA_PARAM = "lora_dora_scale"
+#: the attribute a DoRA layer keeps its layout in ("column" or "row", ``network.dora_layout``)
+DORA_LAYOUT_ATTR = "dora_layout"
+DORA_LAYOUTS = ("column", "row")
+#: the attribute a LoKr layer keeps the factor it was split with in (-1: the most balanced split)
+LOKR_FACTOR_ATTR = "lokr_factor"
 #: parameter-name markers of every variant's trainable tensors
 TRAINABLE_MARKERS = ("lora_", "hada_", "lokr_")
 
@@ -76,16 +89,25 @@ def inject(model: nn.Module, network: Any, suffixes: Sequence[str]) -> int:
     if not paths:
         return 0
     inject_adapter_in_model(_peft_config(network, paths), model, adapter_name=ADAPTER)
-    if network.type == "dora":
-        for layer in adapter_layers(model).values():
-            add_dora(layer)
+    _mark(model, network.type, int(network.lokr_factor), network.dora_layout)
     return len(paths)
 
 
+def _mark(model: nn.Module, kind: str, lokr_factor: int, dora_layout: str) -> None:
+    """What a file must say about the layers just injected: DoRA's axis (and its magnitude), LoKr's factor."""
+    for layer in adapter_layers(model).values():
+        if kind == "dora":
+            add_dora(layer, dora_layout)
+        if kind == "lokr":
+            setattr(layer, LOKR_FACTOR_ATTR, lokr_factor)
+
+
 def inject_exact(
-    model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor: int = -1, lokr_split_w1: bool = False
+    model: nn.Module, kind: str, ranks: dict[str, int], lokr_factor: int = -1, lokr_split_w1: bool = False,
+    dora_layout: str = "column",
 ) -> None:
-    """Add ``kind``'s adapter at exactly the module paths of ``ranks``, each with its own rank and alpha = rank.
+    """Add ``kind``'s adapter at exactly the module paths of ``ranks``, each with its own rank and alpha = rank
+    (DoRA's magnitude on ``dora_layout``'s axis).
 
     Used to rebuild a network from a file (:func:`guitrainer.engine.verify.variants.rebuild_from_file`): the
     loader then sets each layer's factors and re-expresses the file's scale.
@@ -106,9 +128,7 @@ def inject_exact(
     else:
         config = LoraConfig(lora_alpha=float(r), init_lora_weights=False, **common)
     inject_adapter_in_model(config, model, adapter_name=ADAPTER)
-    if kind == "dora":
-        for layer in adapter_layers(model).values():
-            add_dora(layer)
+    _mark(model, kind, lokr_factor, dora_layout)
 
 
 def remove_adapters(model: nn.Module) -> None:
@@ -172,7 +192,7 @@ def network_kind(models: Iterable[nn.Module]) -> str:
 # --------------------------------------------------------------------------- DoRA
 
 
-def _lora_weight(layer: nn.Module) -> torch.Tensor:
+def lora_delta(layer: nn.Module) -> torch.Tensor:
     """scale * up @ down in the base weight's shape (fp32)."""
     down = layer.lora_A[ADAPTER].weight.float()
     up = layer.lora_B[ADAPTER].weight.float()
@@ -186,29 +206,66 @@ def column_norm(weight: torch.Tensor) -> torch.Tensor:
     return weight.transpose(0, 1).reshape(weight.shape[1], -1).norm(dim=1)
 
 
-def _dora_input_scale(layer: nn.Module) -> torch.Tensor:
-    merged = layer.get_base_layer().weight.float() + _lora_weight(layer)
-    return getattr(layer, DORA_PARAM) / column_norm(merged).detach()
+def row_norm(weight: torch.Tensor) -> torch.Tensor:
+    """||W[o, ...]|| for each output channel o: shape [out]."""
+    return weight.reshape(weight.shape[0], -1).norm(dim=1)
+
+
+def dora_norm(weight: torch.Tensor, layout: str) -> torch.Tensor:
+    """The norms DoRA divides by on ``layout``'s axis ("column": [in], "row": [out])."""
+    return row_norm(weight) if layout == "row" else column_norm(weight)
+
+
+def dora_layout(layer: nn.Module) -> str:
+    """"column" or "row": the axis a DoRA layer's magnitude is on."""
+    return str(getattr(layer, DORA_LAYOUT_ATTR, "column"))
+
+
+def _dora_scale(layer: nn.Module) -> torch.Tensor:
+    """magnitude / ||W + scale * up @ down|| on the layer's axis, the norm detached (as the DoRA paper suggests)."""
+    merged = layer.get_base_layer().weight.float() + lora_delta(layer)
+    return getattr(layer, DORA_PARAM) / dora_norm(merged, dora_layout(layer)).detach()
+
+
+def _per_channel(values: torch.Tensor, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``values`` [channels] shaped to multiply ``x`` along its channel axis (a conv's second, a Linear's last)."""
+    if isinstance(layer.get_base_layer(), nn.Conv2d):
+        return values.view(1, -1, 1, 1).to(x.dtype)
+    return values.to(x.dtype)
 
 
 def _dora_pre_hook(layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict]:
-    """Scale the layer's input (positional or ``x=``) per input channel by magnitude / column norm."""
+    """Column layout: scale the layer's input (positional or ``x=``) per input channel by magnitude / column norm."""
     x = args[0] if args else kwargs["x"]
-    scale = _dora_input_scale(layer)
-    if isinstance(layer.get_base_layer(), nn.Conv2d):
-        scale = scale.view(1, -1, 1, 1)
-    scaled = x * scale.to(x.dtype)
+    scaled = x * _per_channel(_dora_scale(layer), layer, x)
     if args:
         return (scaled, *args[1:]), kwargs
     return args, {**kwargs, "x": scaled}
 
 
-def add_dora(layer: nn.Module) -> None:
-    """Turn a peft LoRA layer into a DoRA layer: magnitude = the base weight's column norms (no change at start)."""
+def _dora_post_hook(layer: nn.Module, _args: tuple[Any, ...], _kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
+    """Row layout: scale the layer's output less its bias per output channel by magnitude / row norm."""
+    scale = _per_channel(_dora_scale(layer), layer, out)
+    bias = layer.get_base_layer().bias
+    if bias is None:
+        return out * scale
+    b = _per_channel(bias, layer, out)
+    return (out - b) * scale + b
+
+
+def add_dora(layer: nn.Module, layout: str = "column") -> None:
+    """Turn a peft LoRA layer into a DoRA layer on ``layout``'s axis: magnitude = the base weight's norms there
+    (no change at start)."""
+    if layout not in DORA_LAYOUTS:
+        raise ValueError(f"`network.dora_layout` must be one of {', '.join(DORA_LAYOUTS)}; got {layout!r}")
     base = layer.get_base_layer().weight
-    magnitude = column_norm(base.detach().float()).to(base.device)
+    magnitude = dora_norm(base.detach().float(), layout).to(base.device)
     layer.register_parameter(DORA_PARAM, nn.Parameter(magnitude))
-    layer.register_forward_pre_hook(_dora_pre_hook, with_kwargs=True)
+    setattr(layer, DORA_LAYOUT_ATTR, layout)
+    if layout == "row":
+        layer.register_forward_hook(_dora_post_hook, with_kwargs=True)
+    else:
+        layer.register_forward_pre_hook(_dora_pre_hook, with_kwargs=True)
 
 
 # --------------------------------------------------------------------------- what a layer adds
@@ -220,9 +277,11 @@ def effective_delta(layer: nn.Module) -> torch.Tensor:
     with torch.no_grad():
         base = layer.get_base_layer().weight.float()
         if kind == "dora":
-            merged = base + _lora_weight(layer)
-            scale = getattr(layer, DORA_PARAM).float() / column_norm(merged)
-            return merged * scale.view(1, -1, *[1] * (base.dim() - 2)) - base
+            merged = base + lora_delta(layer)
+            layout = dora_layout(layer)
+            scale = getattr(layer, DORA_PARAM).float() / dora_norm(merged, layout)
+            shape = (-1, *[1] * (base.dim() - 1)) if layout == "row" else (1, -1, *[1] * (base.dim() - 2))
+            return merged * scale.view(shape) - base
         if kind == "lora":
-            return _lora_weight(layer)
+            return lora_delta(layer)
         return layer.get_delta_weight(ADAPTER).float().reshape(base.shape)

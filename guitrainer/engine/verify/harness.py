@@ -20,6 +20,7 @@ from torch import nn
 from guitrainer.engine.models.loading import load_base_model
 from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora
+from guitrainer.engine.verify.readers import ReaderVerdict
 
 #: relative error of one rounding to the file's dtype, times a safety factor (outputs sum many products)
 ROUNDING = {"fp32": 0.0, "fp16": 4.0 * 2.0**-11, "bf16": 4.0 * 2.0**-8}
@@ -43,6 +44,7 @@ class VerifyResult:
         tolerance: the largest difference accepted for the UNet output.
         reference: "trained model" or "our loader".
         save_precision: dtype of the file's tensors ("fp32", "fp16", "bf16").
+        readers: how each program reads the file (LoHa, LoKr, DoRA files; :mod:`~guitrainer.engine.verify.readers`).
     """
 
     max_abs_diff_unet: float
@@ -56,6 +58,7 @@ class VerifyResult:
     tolerance: float = 0.0
     reference: str = "our loader"
     save_precision: str = "fp32"
+    readers: tuple[ReaderVerdict, ...] = ()
 
 
 def fresh_base_model(base: Any) -> LoadedModel:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from guitrainer.base.errors import first_line
+from guitrainer.core.model.variant_readers import READER_NAMES, reader_facts, reads_as_trained
 from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import client_merge, lora
 from guitrainer.engine.verify.harness import (
@@ -114,7 +115,9 @@ def verify_with_diffusers(
     close = diff_unet <= tol_unet and (diff_te is None or diff_te <= tol_te)
     ok = close and not unused_keys
     kind = client_merge.file_kind(sd_kohya)
-    message = _message(close, unused_keys, diff_unet, diff_te, tol_unet, effect, ref_name) + f". {kind}: {client_merge.CLIENTS[kind]}."
+    facts = reader_facts(kind)
+    readers = ", ".join(READER_NAMES[r] for r in reads_as_trained(kind) if facts[r] == "reads it")
+    message = _message(close, unused_keys, diff_unet, diff_te, tol_unet, effect, ref_name) + f". {kind}: {readers} read it."
     log.info("verify %s: %s", path, message)
     return VerifyResult(
         diff_unet, diff_te, len(raw), tuple(unused_keys), ok, message, effect, te_effect, tol_unet, ref_name, precision

@@ -1,14 +1,17 @@
 """Verify LoCon, LoHa, LoKr and DoRA files, which diffusers cannot read as the clients do.
 
-The file is merged into the base weights by the clients' rules (:mod:`guitrainer.engine.network.client_merge`): every
-key must be read, the merge must change the outputs and stay finite, and the merged model's outputs must match
-a reference. Given the trained model, that is the reference. Without one (the Output page's Verify) it is the
+The file is merged into the base weights by its main reader's rules (:mod:`guitrainer.engine.network.client_merge`:
+ComfyUI's, which A1111 shares for these layouts; LyCORIS' for a DoRA file per output row): every key must be
+read, the merge must change the outputs and stay finite, and the merged model's outputs must match a
+reference. Given the trained model, that is the reference. Without one (the Output page's Verify) it is the
 network rebuilt from the file (:func:`rebuild_from_file`: peft's LoHa / LoKr layers, our DoRA layer, computing in
 the forward pass as in training): that checks the factors are combined as training combined them (Kronecker
 order, conv reshape, the DoRA axis), with the file's own scales; each module's alpha is then checked against the
 network alpha the file's metadata states (``ss_network_alpha``, ``conv_alpha``), so an edited alpha shows too.
-For DoRA, diffusers' reading is reported as well (it maps ``dora_scale`` onto peft's per-output magnitude, so it
-does not give the clients' result).
+
+Then every reader says how it reads the file (:mod:`guitrainer.engine.verify.readers`: ComfyUI / Forge, A1111,
+LyCORIS and kohya's networks.lora by their rules, module by module against the same reference), and diffusers
+is asked itself: it drops ``dora_scale`` and refuses LoHa / LoKr for SD 1.5 / SDXL.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import torch
 from torch import nn
 
 from guitrainer.base.errors import first_line
+from guitrainer.core.model.variant_readers import READER_NAMES
 from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.network import lora, lycoris_keys, variants
 from guitrainer.engine.network.client_merge import (
-    CLIENTS,
+    dora_layout,
     file_kind,
     grouped,
     merge_file,
@@ -46,6 +50,7 @@ from guitrainer.engine.verify.harness import (
     text_encoder_outputs,
     unet_output,
 )
+from guitrainer.engine.verify.readers import reader_verdicts, trained_deltas
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +104,10 @@ def rebuild_from_file(sd: dict[str, torch.Tensor], unet: nn.Module, text_encoder
             found[targets[name]] = parts
     factor = _lokr_factor(found) if kind == "lokr" else -1
     split_w1 = any("lokr_w1_a" in parts for parts in found.values())
+    layout = next((dora_layout(p["dora_scale"], m.weight) for m, p in found.items() if "dora_scale" in p), "column")
     for model in (unet, *text_encoders):
         ranks = {path: _module_rank(found[m]) for path, m in weight_layers(model).items() if m in found}
-        variants.inject_exact(model, kind, ranks, factor, split_w1)
+        variants.inject_exact(model, kind, ranks, factor, split_w1, layout)
     return lycoris_keys.load_variant_file(sd, unet, text_encoders)
 
 
@@ -136,16 +142,28 @@ def alpha_mismatches(sd: dict[str, torch.Tensor], meta: dict[str, str], unet: nn
 
 def _reference_outputs(
     sd: dict[str, torch.Tensor], m: LoadedModel, x: Inputs
-) -> tuple[tuple[torch.Tensor, list[torch.Tensor]] | None, str]:
-    """The rebuilt network's outputs on ``x`` ((unet, text encoders), "") or (None, why not); ``m`` is left plain."""
+) -> tuple[tuple[torch.Tensor, list[torch.Tensor]] | None, dict[str, torch.Tensor], str]:
+    """The rebuilt network's outputs on ``x`` ((unet, text encoders)), its modules' weight changes, and "" — or
+    (None, {}, why not); ``m`` is left plain."""
     try:
         rebuild_from_file(sd, m.denoiser, list(m.text_encoders))
-        return (unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)), ""
+        deltas = trained_deltas(sd, m.denoiser, list(m.text_encoders))
+        return (unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)), deltas, ""
     except (lora.LoraFormatError, ValueError, RuntimeError) as e:
-        return None, str(e).split(";")[0][:200]
+        return None, {}, str(e).split(";")[0][:200]
     finally:
         for model in (m.denoiser, *m.text_encoders):
             variants.remove_adapters(model)
+
+
+def _main_reader(sd: dict[str, torch.Tensor], m: LoadedModel) -> str:
+    """The reader a file is made for: LyCORIS for a DoRA file per output row, else ComfyUI (A1111 shares its rules)."""
+    targets = lora.kohya_targets(m.denoiser, list(m.text_encoders), weight_layers)
+    for module, parts in grouped(sd).items():
+        name = lora.resolve_module(module, targets, len(m.text_encoders))
+        if "dora_scale" in parts and name is not None:
+            return "lycoris" if dora_layout(parts["dora_scale"], targets[name].weight) == "row" else "comfyui"
+    return "comfyui"
 
 
 def verify_variant_file(
@@ -156,23 +174,27 @@ def verify_variant_file(
     Holds one copy of the base model: the reference is computed first, then the file is merged into it.
     """
     sd, meta = lora.read_lora(lora.lora_weights_file(path))
-    kind, precision = file_kind(sd), file_dtype(sd)
+    precision = file_dtype(sd)
     m = fresh_base_model(base)
     x = fixed_inputs(m.denoiser, m.text_encoders, seed)
     base_unet, base_te = unet_output(m.denoiser, x), text_encoder_outputs(m.text_encoders, x)
-    notes = [f"{kind}: {CLIENTS[kind]}."]
+    notes: list[str] = []
     if reference is not None:
         ref_name = "trained model"
         with EvalMode([reference.denoiser, *reference.text_encoders]):
             ours = (unet_output(reference.denoiser, x), text_encoder_outputs(list(reference.text_encoders), x))
+        deltas = trained_deltas(sd, reference.denoiser, list(reference.text_encoders))
     else:
-        ours, why = _reference_outputs(sd, m, x)
+        ours, deltas, why = _reference_outputs(sd, m, x)
         ref_name = "our loader" if ours is not None else "none"
         if ours is None:
             notes.append(f"Not compared with the network as trained: guitrainer cannot rebuild it from this file ({why}).")
-    dora_theirs = _diffusers_outputs(path, m, x) if kind == "dora" else None
+    tolerance = ROUNDING.get(precision, 0.0) if ref_name == "trained model" else 0.0
+    verdicts = reader_verdicts(sd, m.denoiser, list(m.text_encoders), deltas, tolerance, precision) if deltas else []
+    theirs = _diffusers_outputs(path, m, x)
+    main = _main_reader(sd, m)
     try:
-        _count, unread, skipped = merge_file(sd, m.denoiser, m.text_encoders)
+        _count, unread, skipped = merge_file(sd, m.denoiser, m.text_encoders, main)
     except (RuntimeError, KeyError, ValueError) as e:
         message = f"Could not merge this file by the clients' rules: {type(e).__name__}: {str(e)[:200]}."
         return VerifyResult(float("inf"), None, len(sd), tuple(sorted(sd)), False, message, save_precision=precision)
@@ -190,25 +212,25 @@ def verify_variant_file(
         close = diff_unet <= tol and (diff_te is None or diff_te <= tol + rel * te_effect)
         ok = ok and close
         against = "the trained model" if ref_name == "trained model" else "the network as trained, rebuilt from the file"
-        notes.append(f"The clients' merge {'matches' if close else 'differs from'} {against} (up to {diff_unet:.1g}).")
+        notes.append(f"The merge by the rules of {READER_NAMES[main]} {'matches' if close else 'differs from'} {against} "
+                     f"(outputs up to {diff_unet:.1g} apart).")
     if ref_name != "trained model":
         odd, said = alpha_mismatches(sd, meta, m.denoiser, list(m.text_encoders))
         if odd:
             ok = False
             notes.append(f"{len(odd)} modules have another alpha than the file's metadata states ({said}), e.g. "
                          f"{odd[0]}: the clients apply them at another strength than the network was trained with.")
-    if isinstance(dora_theirs, str):
-        notes.append(dora_theirs)
-    elif dora_theirs is not None:
-        notes.append(_dora_agreement(dora_theirs, merged_unet, effect))
-    message = " ".join([_head(unread, skipped, finite, effect) + ".", *notes])
+    lines = [v.words for v in verdicts]
+    lines.append(theirs if isinstance(theirs, str) else _diffusers_agreement(theirs, merged_unet, effect))
+    message = " ".join([_head(unread, skipped, finite, effect, main) + ".", *notes, "Readers: " + "; ".join(lines) + "."])
     log.info("verify %s: %s", path, message)
     return VerifyResult(diff_unet, diff_te, len(sd), tuple(unread), ok, message, effect, te_effect, tol, ref_name,
-                        precision)
+                        precision, tuple(verdicts))
 
 
-def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: float) -> str:
-    head = "every key is read by the ComfyUI / A1111 rules" if not unread else f"{len(unread)} keys match no layer (e.g. {unread[0]})"
+def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: float, main: str) -> str:
+    rules = "the ComfyUI / A1111 rules" if main == "comfyui" else f"the rules of {READER_NAMES[main]}"
+    head = f"every key is read by {rules}" if not unread else f"{len(unread)} keys match no layer (e.g. {unread[0]})"
     if skipped:
         module, why = next(iter(skipped.items()))
         head += f"; {len(skipped)} modules were not checked: guitrainer does not merge {why} (e.g. {module})"
@@ -220,20 +242,22 @@ def _head(unread: list[str], skipped: dict[str, str], finite: bool, effect: floa
 
 
 def _diffusers_outputs(path: str | Path, m: LoadedModel, x: Inputs) -> torch.Tensor | str:
-    """diffusers' UNet output with the file loaded into ``m`` (then unloaded again), or why it refuses."""
+    """diffusers' UNet output with the file loaded into ``m`` (then unloaded again), or its refusal in words."""
     pipe = diffusers_pipeline(m)
     try:
         pipe.load_lora_weights(str(lora.lora_weights_file(path)))
     except Exception as e:  # noqa: BLE001 - a refusal is the answer
-        return f"diffusers refuses it ({first_line(e, 120)})."
+        return f"diffusers: refuses it ({first_line(e, 120)})"
     try:
         return unet_output(m.denoiser, x)
     finally:
         pipe.unload_lora_weights()
 
 
-def _dora_agreement(theirs: torch.Tensor, merged_unet: torch.Tensor, effect: float) -> str:
-    """What diffusers makes of a DoRA file, against the clients' merge."""
+def _diffusers_agreement(theirs: torch.Tensor, merged_unet: torch.Tensor, effect: float) -> str:
+    """What diffusers makes of the file, against the main reader's merge."""
     gap = float((theirs - merged_unet).abs().max())
     agree = gap <= ATOL * max(1.0, float(merged_unet.abs().max())) + 1e-3 * effect
-    return "diffusers gives the same outputs." if agree else f"diffusers' outputs differ from the clients' by up to {gap:.2g}."
+    if agree:
+        return "diffusers: gives the same outputs"
+    return f"diffusers: loads it, outputs up to {gap:.2g} from the trained ones (it drops dora_scale: a plain LoRA there)"

@@ -13,7 +13,7 @@ from guitrainer.ui.binding import ConfigBinding, make_editor
 
 PATH = "model.init_lora"
 #: settings whose change can change the verdict
-WATCHED = (PATH, "network.type", "schedule.resume_from")
+WATCHED = (PATH, "network.type", "network.dora_layout", "schedule.resume_from")
 
 
 class InitLoraRow(QWidget):
@@ -61,7 +61,7 @@ class InitLoraRow(QWidget):
 
     def refresh(self) -> None:
         cfg = self.binding.config
-        problem = "" if cfg.schedule.resume_from else init_lora_problem(cfg.model.init_lora, cfg.network.type)
+        problem = "" if cfg.schedule.resume_from else init_lora_problem(cfg.model.init_lora, cfg.network.type, cfg.network.dora_layout)
         problem = problem + "." if problem else ""
         self.status.setText(problem)
         self.status.setVisible(bool(problem))

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset.report import plural
 from guitrainer.core.events import SavedFile
+from guitrainer.core.model.variant_readers import save_precision_note
 from guitrainer.core.precision.advisor import save_overflow_advice
 from guitrainer.core.precision.numerics import SaveReport
 from guitrainer.core.runs import names as run_names
@@ -98,6 +99,7 @@ class OutputPage(Page):
         self.body.addLayout(two_columns(*columns, grow=self.save_report_view, equal=True), 1)
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
+        binding.replaced.connect(self._refresh_readers_note)
         self._refresh_preview()
 
     # ------------------------------------------------------------------ layout
@@ -169,6 +171,13 @@ class OutputPage(Page):
         self._advice_row = adv
         adv.setVisible(False)
         self._advice: Any = None
+        self.readers_note = QLabel(box)  # what this save precision costs the file in a reader (A1111's LoHa / LoKr)
+        self.readers_note.setObjectName("readers_note")
+        self.readers_note.setWordWrap(True)
+        self.readers_note.setStyleSheet("color: #8a5300;")
+        self._readers_area = scrolled(self.readers_note, lines=2)
+        form.addRow(self._readers_area)
+        self._refresh_readers_note()
         # Keep last beside Save every (it prunes those saves): the Where box's preview of every file needs the room
         every = make_editor(self.binding, "output.save_every_n_epochs", box)
         keep = make_editor(self.binding, "output.keep_last", box)
@@ -228,7 +237,16 @@ class OutputPage(Page):
         return box
 
     # ------------------------------------------------------------------ file names
+    def _refresh_readers_note(self) -> None:
+        """Say what the chosen save precision costs this network type in a reader; hidden when nothing."""
+        cfg = self.binding.config
+        note = save_precision_note(cfg.network.type, cfg.precision.save)
+        self.readers_note.setText(note)
+        self._readers_area.setVisible(bool(note))
+
     def _on_changed(self, path: str) -> None:
+        if path in ("network.type", "precision.save"):
+            self._refresh_readers_note()
         if path.startswith("output."):
             self._refresh_preview()
         if path == "precision.save" and self.binding.get("precision.save") != "fp16":
