@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 PROBE_DELAY_MS = 400
 MEMORY_FIELDS = (
     "gradient_checkpointing", "cache_latents", "cache_text_encoder_outputs", "cache_to_disk", "base_weights", "lora_weights",
+    "offload_blocks",
 )  # fmt: skip
 
 
