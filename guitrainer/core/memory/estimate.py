@@ -14,6 +14,7 @@ from guitrainer.base.units import GiB, MiB
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
+from guitrainer.core.memory import offload
 from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
 from guitrainer.core.memory.specs import (
     ModelSpec,
@@ -245,11 +246,21 @@ def estimate(
     w = _bytes(base_dt)
     vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt, _vae_fp16_safe(spec.family, config))
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
+    off, off_note = offload_plan(config, spec, device)
+    if off_note:
+        notes.append(off_note)
+    resident = spec.denoiser - off.offloaded
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.denoiser * w), f"{spec.denoiser / 1e6:.0f} M frozen parameters"
-                 + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
+                 + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
+                 + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
     ]
+    if off.active:
+        parts.append(VramPart(
+            "offload_stream", "Blocks streamed from RAM", allocated(off.in_flight * w),
+            f"{offload.BLOCKS_IN_FLIGHT} of the {off.blocks} blocks kept in system RAM are on the GPU at once: the one "
+            "computing and the next, copied in meanwhile."))
     if te_offloaded:
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
@@ -330,6 +341,22 @@ _OPT_TIPS = {
     "AdamWScheduleFree": "Two fp32 tensors per parameter (the average's partner z, the second moment): 8 B/param.",
     "CAME": "One fp32 moment (4 B/param) plus row and column statistics per matrix.",
 }
+
+
+def offload_plan(config: TrainingConfig, spec: ModelSpec, device: Device = None) -> tuple[offload.OffloadPlan, str]:
+    """What ``precision.offload_blocks`` moves off the GPU for ``config`` (nothing where the run offloads nothing),
+    and a note when the share is set but not counted: without gradient checkpointing (the run is refused), on an
+    Apple GPU (one memory), or for a family without a block table."""
+    share = float(config.precision.offload_blocks)
+    if share <= 0:
+        return offload.OffloadPlan(), ""
+    if not config.precision.gradient_checkpointing:
+        return offload.OffloadPlan(), "blocks in system RAM need gradient checkpointing: not counted"
+    if getattr(device, "kind", "") == "mps":
+        return offload.OffloadPlan(), "blocks in system RAM save nothing on an Apple GPU: not counted"
+    if not spec.offload_blocks:
+        return offload.OffloadPlan(), f"no block table for {family_label(spec.family)}: blocks in system RAM not counted"
+    return offload.plan(spec.offload_blocks, share), ""
 
 
 def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
