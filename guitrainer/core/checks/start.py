@@ -23,7 +23,7 @@ from guitrainer.config import DatasetConfig, DatasetFolder, TrainingConfig
 from guitrainer.core.dataset.folder_check import look_at_folders
 from guitrainer.core.device import hardware
 from guitrainer.core.device.info import DeviceInfo
-from guitrainer.core.memory import estimate
+from guitrainer.core.memory import estimate, system_ram
 from guitrainer.core.model.init_lora import init_lora_problem
 from guitrainer.core.model.vae_choice import vae_problem, vae_warning
 from guitrainer.core.precision import advisor
@@ -52,14 +52,17 @@ class StartCheck:
         return not self.errors
 
 
-def _check_folders(out: StartCheck, folders: Sequence[DatasetFolder], dataset: DatasetConfig, what: str, label: str) -> None:
+def _check_folders(
+    out: StartCheck, folders: Sequence[DatasetFolder], dataset: DatasetConfig, what: str, label: str
+) -> int | None:
     """Errors for ``folders`` that training could not load (missing, or no usable image at all), notes for
-    single folders that add nothing. ``what`` names the images, ``label`` one folder ("image folder")."""
+    single folders that add nothing. ``what`` names the images, ``label`` one folder ("image folder"). Returns the
+    images they give (None when one is missing)."""
     missing = [f.path for f in folders if not expand(str(f.path)).is_dir()]
     for p in missing:
         out.errors.append(f"The {label} “{p}” does not exist.")
     if missing:
-        return
+        return None
     looks = look_at_folders(folders, dataset.caption_extension, dataset.exclude)
     empty = [lk for lk in looks if not lk.images]
     if len(empty) == len(looks):
@@ -72,6 +75,7 @@ def _check_folders(out: StartCheck, folders: Sequence[DatasetFolder], dataset: D
     else:
         for lk in empty:
             out.notes.append(f"The {label} “{lk.path}” adds no {what}: {lk.reason()}.")
+    return sum(lk.images for lk in looks)
 
 
 @functools.lru_cache(maxsize=1)
@@ -157,26 +161,30 @@ def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, g
                 )
 
 
-def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> StartCheck:
+def check_start(config: TrainingConfig, device: DeviceInfo | None = None, *, machine_ram: int | None = None) -> StartCheck:
     """Everything worth knowing before a run starts, in plain words.
 
     Args:
         config: the settings about to be trained.
         device: the probed machine; None (the device probe failed) checks against :func:`assumed_cpu_device`.
+        machine_ram: this computer's RAM in bytes; by default read from the system
+            (:func:`~guitrainer.core.memory.system_ram.machine_ram`).
     """
     out = StartCheck()
     for e in config.errors():
         out.errors.append(f"Setting “{e.field}”: {e.message}.")
     base = config.model.base.strip()
+    images: int | None = None  # training + class images, for the RAM estimate's caches
     if not config.dataset.folders:
         if base != "demo":
             out.errors.append("No training images: add an image folder on the Dataset page.")
     else:
-        _check_folders(out, config.dataset.folders, config.dataset, "training images", "image folder")
+        images = _check_folders(out, config.dataset.folders, config.dataset, "training images", "image folder")
     if config.dataset.regularization_folders:
-        _check_folders(
+        classes = _check_folders(
             out, config.dataset.regularization_folders, config.dataset, "class images", "class image folder"
         )
+        images = None if images is None or classes is None else images + classes
     _check_model(out, base)
     vae = vae_problem(config)
     if vae:
@@ -195,8 +203,48 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     if for_gpu is not None:  # the memory check compares with the GPU this run trains on
         device = for_gpu(config.precision.gpu_index)
     _check_device(out, config, device, guessed)
+    _check_ram(out, config, device, machine_ram, images)
     return out
 
+
+#: the one-click-free fixes for a RAM estimate over the machine's, by the part that is too large
+RAM_FIXES = {
+    "pinned_blocks": "keep fewer blocks in system RAM (Blocks in system RAM, now {share:.0%})",
+    "text_cache": "turn off Cache text embeddings (a copy of each stays in RAM, also with the disk cache)",
+    "latent_cache": "train at a lower resolution or on fewer images (a copy of each cached latent stays in RAM)",
+    "training": "a smaller batch or resolution (on the CPU the training itself is in RAM)",
+    "loading": "load a diffusers folder rather than one checkpoint file, which is read whole first",
+}
+
+
+def _check_ram(
+    out: StartCheck, config: TrainingConfig, device: DeviceInfo, machine_ram: int | None, images: int | None
+) -> None:
+    """The system-RAM estimate (core/memory/system_ram.py) against this computer's RAM: over it asks first,
+    naming the parts to shrink. ``images``: training and class images (None: unknown)."""
+    try:
+        ram = system_ram.estimate_ram(config, None, device, images=images, machine_total=machine_ram)
+    except Exception:  # noqa: BLE001 - an estimate must not block a run by crashing
+        log.exception("system RAM estimate failed")
+        return
+    total = ram.machine_total
+    if not total or ram.peak <= total:
+        return
+    single_file = str(config.model.base).lower().endswith((".safetensors", ".ckpt"))
+    over = [(phase, need) for phase, need in (("while the base model loads", ram.loading), ("while training", ram.training))
+            if need > total]
+    fixes = []
+    for p in sorted(ram.parts, key=lambda p: -p.bytes):
+        phase_over = (ram.loading if p.loading else ram.training) > total
+        if p.key in RAM_FIXES and p.bytes > 0 and phase_over and (p.key != "loading" or single_file):
+            fixes.append(RAM_FIXES[p.key].format(share=config.precision.offload_blocks))
+    if ram.get("pinned_blocks") and ram.training > total and config.precision.base_weights != "fp8":
+        fixes.append("store the frozen weights in fp8 (Base model weights), which halves the blocks kept in RAM")
+    needs = " and ".join(f"{format_bytes(need)} {phase}" for phase, need in over)
+    out.confirm.append(
+        f"The estimated system RAM need ({needs}) is more than this computer has ({format_bytes(total)}): the run "
+        "may be stopped by the system or slow down to a crawl." + (f" To lower it: {'; '.join(fixes)}." if fixes else "")
+    )
 
 def _check_resume_matches(out: StartCheck, config: TrainingConfig) -> None:
     """Settings the saved state must share, checked before the model loads (the engine checks them again)."""
