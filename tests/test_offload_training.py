@@ -158,3 +158,19 @@ def test_half_of_each_list_is_chosen_evenly_spread():
     blocks = [[torch.nn.Linear(2, 2) for _ in range(4)], [torch.nn.Linear(2, 2) for _ in range(3)]]
     assert offload.chosen_blocks(blocks, 0.5) == [blocks[0][1], blocks[0][3], blocks[1][0], blocks[1][2]]
     assert offload.chosen_blocks(blocks, 0.0) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(getattr(torch, "float8_e4m3fn", None) is None, reason="this PyTorch has no float8 types")
+def test_fp8_stored_blocks_offload_to_the_same_lora(tmp_path, poisoned_cpu):
+    """fp8 storage widens each layer's weight around its forward (engine/network/layer_casting.py); a
+    recomputation cut short by checkpointing's early stop leaves the widened copy in the layer, which the offloader
+    drops when the block leaves. bf16 AMP with fp8 weights, with and without half the blocks offloaded."""
+    torch.set_num_threads(1)
+    common = {**COMMON, "schedule__max_steps": 3, "precision__training": "bf16", "precision__base_weights": "fp8"}
+    plain = Trainer(demo_cfg(tmp_path / "plain", **common), NullReporter()).run()
+    tr = Trainer(demo_cfg(tmp_path / "off", precision__offload_blocks=0.5, **common), NullReporter())
+    off = tr.run()
+    assert plain.status == off.status == "finished", (plain.message, off.message)
+    assert tr.session.offloader is not None and tr.session.offloader.stats.offloads > 0
+    assert lora_equal(off.lora_path, plain.lora_path)
