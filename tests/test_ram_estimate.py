@@ -125,3 +125,18 @@ def test_the_machine_ram_is_read_without_new_dependencies():
     with open("/proc/meminfo", encoding="ascii") as f:
         mem_total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
     assert abs(total - mem_total) < 64 * units.MiB
+
+
+def test_the_meter_offers_half_the_blocks_in_ram_where_it_frees_the_gpu():
+    """A hint with checkpointing on too (offload needs it); not on a CPU or an Apple GPU, where it frees nothing."""
+    from guitrainer.core.memory import hints
+
+    c = cfg(precision__gradient_checkpointing=False)
+    offered = {h.label: h for h in hints.hints(c, device=GPU)}
+    hint = offered["Half the blocks in RAM"]
+    assert hint.changes == {"precision.offload_blocks": 0.5, "precision.gradient_checkpointing": True}
+    with_ckpt = estimate.estimate(cfg(), device=GPU).total - estimate.estimate(cfg(precision__offload_blocks=0.5), device=GPU).total
+    assert hint.saving > with_ckpt > 0  # checkpointing's own saving comes with it
+    for device in ("cpu", "mps"):
+        assert "Half the blocks in RAM" not in {h.label for h in hints.hints(c, device=fake_device(device))}
+    assert "Half the blocks in RAM" not in {h.label for h in hints.hints(cfg(precision__offload_blocks=0.5), device=GPU)}

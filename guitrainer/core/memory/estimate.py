@@ -360,16 +360,22 @@ def offload_plan(config: TrainingConfig, spec: ModelSpec, device: Device = None)
 
 
 def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
-    """Peak system RAM while loading the base model (bytes).
+    """Peak system RAM while loading the base model (bytes), with the app's baseline (:data:`SYSTEM_RAM_BASELINE`).
 
-    Loading materialises every component in fp32 on the CPU before the cast and move to the GPU; the
-    largest component is briefly held twice (its stored fp16 copy while converting). A single-file
-    checkpoint is first read whole (fp16).
+    Each part is read from its files (fp16, memory-mapped) into fp32 on the CPU before the cast and the move to the
+    GPU, in the order the families load them: the denoiser, then the VAE, then the text encoders. While a part
+    loads, its file's pages are mapped beside the fp32 copies of it and of every part before it, so the peak is the
+    largest of ``4 × (the parts so far) + 2 × (the one loading)`` — for the UNets at the UNet: 6 bytes per UNet
+    parameter (measured by bench/ram_budget.py: SD 1.5 from fp16 files, the file's pages and the fp32 UNet at the
+    same moment). A single-file checkpoint is first read whole (fp16).
     """
     if spec is None:
         spec = spec_for(config)
-    total = spec.denoiser + sum(spec.text_encoders) + spec.vae
-    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.denoiser, *spec.text_encoders, spec.vae)
+    loaded = peak = 0
+    for part in (spec.denoiser, spec.vae, *spec.text_encoders):
+        loaded += 4 * part
+        peak = max(peak, loaded + 2 * part)
+    peak += SYSTEM_RAM_BASELINE
     if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
-        peak += 2 * total
+        peak += 2 * (spec.denoiser + sum(spec.text_encoders) + spec.vae)
     return peak
