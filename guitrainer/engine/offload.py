@@ -14,7 +14,9 @@ When: a block comes to the GPU when it starts computing — in the forward pass,
 (checkpointing) and when its backward pass begins — and the next offloaded block in that direction is copied at the
 same time; it leaves again when it is done:
 
-* forward: after its forward (outside the backward pass). The last block stays: the backward pass starts with it.
+* forward: after its forward, but not after a recomputation inside the backward pass: when checkpointing recomputes
+  a block to its end (its early stop off), the backward still reads the norms' weights (saved as the parameters
+  themselves) afterwards. The last block stays: the backward pass starts with it.
 * backward: when the next block's backward begins (autograd runs a block's backward only after every block that
   used its output, so the blocks after it are done), and at the end of the backward pass. Not at the end of the
   block's own backward, for which torch's module hooks have no reliable moment: a module's full backward hook
@@ -28,7 +30,8 @@ same time; it leaves again when it is done:
 
 Why gradient checkpointing is required: without it autograd keeps every block's weights for the backward pass, so
 offloading them frees nothing (and costs the copies); the session refuses the combination
-(:func:`check_offload`). With it, a block's weights are held only while it computes or is recomputed.
+(:func:`guitrainer.engine.session.offload_choice`). With it, a block's weights are held only while it computes or
+is recomputed.
 
 Devices: CUDA (and ROCm, which torch drives through the same API) streams from pinned memory
 (:class:`CudaTransport`). On a CPU the model is in system RAM already, and Apple GPUs share one memory with the
@@ -39,7 +42,6 @@ the CPU whose offloaded weights are NaN).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,8 +50,6 @@ import torch
 from torch import nn
 
 from guitrainer.core.memory.offload import offloaded_indices
-
-log = logging.getLogger(__name__)
 
 
 class Transfer(Protocol):
