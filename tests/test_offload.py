@@ -234,3 +234,26 @@ def test_remove_puts_every_weight_back():
     off.remove()
     assert equal({n: p.detach() for n, p in model.named_parameters()}, before)
     model(**batch(torch.Generator().manual_seed(0)))  # no hook left to call
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: pinned memory, a side stream and events")
+def test_on_cuda_the_streamed_run_equals_the_resident_one_and_needs_less_memory(base_model):
+    """The real transport: pinned RAM copies, a side stream, events and record_stream."""
+    cuda = torch.device("cuda")
+    resident = copy.deepcopy(base_model).to(cuda)
+    torch.cuda.reset_peak_memory_stats()
+    ref = train(resident, 3)
+    ref_peak = torch.cuda.max_memory_allocated()
+    del resident
+    model = copy.deepcopy(base_model)
+    blocks = offload.chosen_blocks(flux_blocks(model), 1.0)
+    offload.place(model, cuda, torch.float32, blocks)
+    off = offload.offload(blocks, cuda, offload.CudaTransport(cuda))
+    assert all(p.is_pinned() for b in blocks for p in b.parameters() if not p.requires_grad)
+    torch.cuda.reset_peak_memory_stats()
+    got = train(model, 3)
+    torch.cuda.synchronize()
+    assert got[2] == ref[2] and equal(got[0], ref[0])
+    assert torch.cuda.max_memory_allocated() < ref_peak
+    assert off.stats.prefetched > 0
