@@ -12,6 +12,10 @@ Sections (each with its own time budget; a section that would overrun the whole 
    (:func:`guitrainer.engine.memory.measure.measure_training_step`, SD 1.5 and SDXL points of bench/vram_calibrate.py).
 5. ``engine_vs_bare``: the engine's s/step against a bare diffusers-style loop (bench/train_step.py) on the
    SD 1.5 architecture at 512 px, bf16 and fp16.
+6. ``offload``: blocks in system RAM (``precision.offload_blocks`` 0, 0.5, 1) on the SDXL architecture at 1024 px
+   (SD 1.5 at 512 px when SDXL was not built), checkpointing on: s/step, the step's ``max_memory_allocated``
+   against the estimate, the pinned bytes, the offloader's prefetch counts, and the LoRA against the run without
+   offload (bitwise, and its largest difference next to two runs without offload: the noise floor).
 
     python bench/gpu_suite.py [--out bench/gpu_suite_results.json] [--budget 470]
     python bench/gpu_suite.py --smoke      # the same code paths on tiny models on a CPU (a minute or two)
@@ -302,6 +306,52 @@ def engine_vs_bare(base: str, resolution: int, steps: int, precisions: list[str]
     return out
 
 
+def offload(base: str, family: str, resolution: int, steps: int, tmp: Path) -> dict[str, Any]:
+    import dataclasses
+
+    import torch
+
+    from guitrainer.core.memory import estimate, specs
+    from guitrainer.engine.network.lora import read_lora
+
+    out: dict[str, Any] = {}
+    files: dict[str, dict[str, Any]] = {}
+    precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    for label, share in (("none", 0.0), ("none_again", 0.0), ("half", 0.5), ("all", 1.0)):
+        cfg = base_config(base, family, resolution, 1, str(tmp / f"offload_{label}"))
+        cfg.precision.training, cfg.precision.gradient_checkpointing = precision, True
+        cfg.precision.offload_blocks = share
+        cfg.output.name = f"offload_{label}"
+        summary, rep, trainer = train(cfg, steps)
+        off = _session_attr(trainer, "offloader")
+        est = estimate.estimate(cfg, specs.spec_of(family))
+        files[label], _meta = read_lora(summary.lora_path)
+        out[label] = {
+            **step_summary(rep, 1), "share": share, "status": summary.status,
+            "estimate_allocated_gib": round(est.allocated / 2**30, 3),
+            "estimate_unet_gib": round(est.get("unet") / 2**30, 3),
+            "estimate_streamed_gib": round(est.get("offload_stream") / 2**30, 3),
+            "pinned_gib": round(off.offloaded_bytes / 2**30, 3) if off is not None else 0.0,
+            "offloader": dataclasses.asdict(off.stats) if off is not None else None,
+        }
+        print(f"   {label}: {out[label]['s_per_step']} s/step, peak {out[label]['peak_allocated_gib']} GiB "
+              f"(estimate {out[label]['estimate_allocated_gib']}), pinned {out[label]['pinned_gib']} GiB", flush=True)
+        del trainer
+        free()
+
+    def diff(a: str, b: str) -> dict[str, Any]:
+        x, y = files[a], files[b]
+        worst = max(float((x[k].float() - y[k].float()).abs().max()) for k in x)
+        return {"bitwise": all(torch.equal(x[k], y[k]) for k in x), "max_abs_diff": worst}
+
+    out["noise_floor"] = diff("none", "none_again")
+    out["half_vs_none"] = diff("none", "half")
+    out["all_vs_none"] = diff("none", "all")
+    print(f"   LoRA vs no offload: half {out['half_vs_none']}, all {out['all_vs_none']}, "
+          f"floor {out['noise_floor']}", flush=True)
+    return out
+
+
 def environment() -> dict[str, Any]:
     import torch
 
@@ -372,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         if "sd15" in folders:
             precs = ["bf16", "fp16"] if torch.cuda.is_available() else ["fp32"]
             suite.section("engine_vs_bare", 45, lambda: engine_vs_bare(folders["sd15"], r15, 12 if not smoke else 4, precs, tmp))
+        big = "sdxl" if "sdxl" in folders else "sd15"
+        if big in folders:
+            side = (rxl if big == "sdxl" else r15) if not smoke else 64
+            suite.section("offload", 60, lambda: offload(folders[big], big, side, 6 if not smoke else 2, tmp))
     suite.results["finished"] = True
     suite.write()
     print(f"gpu_suite: done in {suite.results['elapsed_s']:.0f} s; results in {args.out}")

@@ -34,8 +34,8 @@ def test_a_session_is_frozen_and_complete(fp16_session):
     s = fp16_session
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.optimizer = None  # type: ignore[misc]
-    assert all(getattr(s, f.name) is not None for f in dataclasses.fields(s) if f.name not in ("class_dataset", "validation_dataset"))
-    assert s.class_dataset is None and s.train_counts and s.class_counts == []
+    assert all(getattr(s, f.name) is not None for f in dataclasses.fields(s) if f.name not in ("class_dataset", "validation_dataset", "offloader"))
+    assert s.class_dataset is None and s.train_counts and s.class_counts == [] and s.offloader is None  # offload off
 
 
 def test_fp16_session_follows_the_precision_table(fp16_session):

@@ -382,6 +382,19 @@ class PrecisionConfig:
     gradient_checkpointing: bool = setting(
         False, label="Gradient checkpointing", help="Recompute activations in the backward pass: much less memory, ~20% slower."
     )
+    offload_blocks: float = setting(
+        0.0,
+        label="Blocks in system RAM",
+        help="Share of the UNet's or transformer's repeated blocks kept in system RAM and copied to the GPU just "
+        "before each one computes (0: off, 0.5: half of them). The GPU then holds that share less of the frozen "
+        "block weights and the RAM that much more (locked: it cannot be swapped out); steps are slower when the "
+        "copies cannot keep up. The LoRA comes out the same as without. Needs gradient checkpointing; saves "
+        "nothing on a CPU or an Apple GPU, where both share one memory.",
+        minimum=0.0,
+        maximum=1.0,
+        advanced=True,
+        applies=("precision.gradient_checkpointing", (True,)),
+    )
     cache_latents: bool = setting(
         True, label="Cache latents", help="Encode every image once with the VAE, then free the VAE's memory."
     )

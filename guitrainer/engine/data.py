@@ -32,12 +32,12 @@ from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset import scan as core_ds
 from guitrainer.core.dataset.buckets import Bucket, assign_bucket, make_buckets
+from guitrainer.core.memory.system_ram import PIXEL_CACHE_BYTES  # the RAM estimate counts what it keeps
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 IMAGE_SUFFIXES = tuple(sorted(IMAGE_EXTENSIONS))
-PIXEL_CACHE_BYTES = 256 * 1024 * 1024
 _HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 

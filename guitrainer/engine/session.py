@@ -21,7 +21,7 @@ import torch
 from guitrainer.base.paths import expand
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core.dataset import regularization
-from guitrainer.engine import data
+from guitrainer.engine import data, offload
 from guitrainer.engine import validation as val
 from guitrainer.engine.distributed import Processes, launched_processes
 from guitrainer.engine.errors import TrainingFailed
@@ -80,6 +80,7 @@ class Session:
     total_steps: int
     setup_started: float  # cache entries touched from then on belong to this run
     validation_dataset: data.TrainDataset | None = None  # held-out images for the validation loss
+    offloader: offload.BlockOffloader | None = None  # the blocks kept in system RAM (precision.offload_blocks)
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -197,7 +198,7 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
             f"{len(class_dataset.items)} class images, prior loss weight {config.dataset.prior_loss_weight:g}. "
             + usage.describe()
         )
-    train_te = _prepare_model(config, model, device, dtype, feedback)
+    train_te, offloader = _prepare_model(config, model, device, dtype, feedback, placement.processes)
     denoiser_params = lora.lora_parameters(model.denoiser)
     te_params = [p for te in model.text_encoders for p in lora.lora_parameters(te)]  # empty for the untrained ones
     opt = config.optimizer
@@ -236,6 +237,7 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         total_steps=total_steps,
         setup_started=setup_started,
         validation_dataset=validation_dataset,
+        offloader=offloader,
     )
 
 
@@ -246,20 +248,26 @@ def _download_status(feedback: Feedback, what: str, done: int, total: int) -> No
 
 
 def _prepare_model(
-    config: TrainingConfig, m: LoadedModel, device: torch.device, dtype: torch.dtype, feedback: Feedback
-) -> bool:
+    config: TrainingConfig, m: LoadedModel, device: torch.device, dtype: torch.dtype, feedback: Feedback,
+    processes: Processes | None = None,
+) -> tuple[bool, offload.BlockOffloader | None]:
     """Place and cast the frozen weights, inject the LoRA (fp32 master weights) on the layers the model's family
-    trains, continue from ``model.init_lora``, turn on checkpointing; returns whether text encoders are trained."""
+    trains, continue from ``model.init_lora``, turn on checkpointing, keep the chosen blocks in system RAM
+    (:mod:`.offload`); returns whether text encoders are trained, and the offloader."""
     from diffusers.training_utils import cast_training_params
 
     fam = registry.family(m.family)
+    in_ram, transport = offload_choice(config, fam.offload_blocks(m.denoiser), device, processes, feedback)
     precision = config.precision.training
     # DESIGN §5: frozen weights in the compute dtype. Under fp16 the VAE may stay fp32: a family whose VAE
     # overflows in fp16 (SDXL's own: its config says force_upcast; the fp16-fixed one does not), and CPUs have
     # no fast fp16 convolutions (a 64 px demo step is 10x slower).
     vae_fp32 = vae_needs_fp32(precision, fam.facts.precision.vae_upcast, force_upcast(m.vae), device.type)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
-    torch.nn.Module.to(m.denoiser, device, dtype)
+    if in_ram:  # the blocks kept in RAM never go to the GPU: the model need not fit there whole, not even once
+        offload.place(m.denoiser, device, dtype, in_ram)
+    else:
+        torch.nn.Module.to(m.denoiser, device, dtype)
     torch.nn.Module.to(m.vae, device, torch.float32 if vae_fp32 else dtype)
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
@@ -286,10 +294,59 @@ def _prepare_model(
         for te in trained:
             enable = getattr(te, "activation_checkpointing_enable", None) or te.gradient_checkpointing_enable
             enable()
+    offloader = None
+    if in_ram and transport is not None:
+        offloader = offload.offload(in_ram, device, transport)
+        feedback.status(
+            f"{len(in_ram)} of {sum(len(b) for b in fam.offload_blocks(m.denoiser))} blocks kept in system RAM "
+            f"({offloader.offloaded_bytes / 2**30:.2f} GiB pinned), streamed to the GPU as they compute"
+        )
     m.denoiser.train()
     for te in m.text_encoders:
         te.train(te in trained)
-    return train_te
+    return train_te, offloader
+
+
+def offload_choice(
+    config: TrainingConfig, block_lists: list[list[torch.nn.Module]], device: torch.device,
+    processes: Processes | None, feedback: Feedback,
+) -> tuple[list[torch.nn.Module], offload.Transport | None]:
+    """``precision.offload_blocks``: the blocks to keep in system RAM and the transport that streams them, or
+    ``([], None)`` where nothing is offloaded (the share is 0, or the device has nothing to gain, which is said).
+
+    Refused: offload without gradient checkpointing (autograd would keep every block's weights on the GPU for the
+    backward pass, so nothing is freed), and several CUDA processes (each would pin its own copy; not built yet).
+    """
+    share = float(config.precision.offload_blocks)
+    if share <= 0:
+        return [], None
+    if not config.precision.gradient_checkpointing:
+        raise TrainingFailed(
+            f"keeping blocks in system RAM (precision.offload_blocks = {share:g}) needs gradient checkpointing: "
+            "without it every block's weights stay on the GPU for the backward pass, so nothing would be freed",
+            ("turn on gradient checkpointing (precision.gradient_checkpointing = true)",
+             "or set precision.offload_blocks = 0"),
+        )
+    transport = offload.transport_for(device)
+    if transport is None:
+        if device.type == "cpu":
+            feedback.status("blocks in system RAM: nothing to do on the CPU, the model is in system RAM already")
+        elif device.type == "mps":
+            feedback.status("blocks in system RAM: nothing to gain on an Apple GPU, which shares one memory with the CPU")
+        else:
+            feedback.warn(f"blocks in system RAM are not available on {device.type} devices yet: every block stays on the GPU")
+        return [], None
+    if processes is not None and processes.count > 1:
+        raise TrainingFailed(
+            "keeping blocks in system RAM runs in a single process: with several GPUs each process would pin its own "
+            "copy of the blocks",
+            ("set precision.offload_blocks = 0 for a run on several GPUs", "or train on one GPU"),
+        )
+    chosen = offload.chosen_blocks(block_lists, share)
+    if not chosen:
+        feedback.warn(f"blocks in system RAM: this model names no blocks to offload (share {share:g}); every block stays on the GPU")
+        return [], None
+    return chosen, transport
 
 
 def store_fp8(

@@ -24,7 +24,7 @@ from guitrainer.base.names import printable
 from guitrainer.base.paths import expand
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core.dataset.captions import encoding_label, read_caption
-from guitrainer.core.dataset.folder_check import look_at_folders
+from guitrainer.core.dataset.folder_check import FolderLook, look_at_folders
 from guitrainer.core.dataset.scan import Flag, scan_folders
 from guitrainer.core.families.facts import NamedTensors
 from guitrainer.core.families.registry import facts
@@ -73,11 +73,15 @@ def check_inputs(cfg: TrainingConfig, *, captions: bool = True) -> InputReport:
     return report
 
 
-def disk_problems(cfg: TrainingConfig, *, create_output: bool) -> list[Problem]:
+def disk_problems(
+    cfg: TrainingConfig, *, create_output: bool, looks: list[FolderLook] | None = None
+) -> list[Problem]:
     """Every disk check of a run, in the order a user fixes them. ``create_output``: make the output folder and
-    write a probe file in it (the start, which writes there next); else only look (``--check``)."""
+    write a probe file in it (the start, which writes there next); else only look (``--check``). ``looks``, when
+    given, receives what the image-folder check found in each training and class image folder (the start's RAM
+    estimate counts their images without listing them again)."""
     return [
-        *dataset_problems(cfg),
+        *dataset_problems(cfg, looks),
         *model_problems(cfg.model.base),
         *split_install_problems(cfg),
         *vae_problems(cfg),
@@ -91,18 +95,19 @@ def disk_problems(cfg: TrainingConfig, *, create_output: bool) -> list[Problem]:
 # --------------------------------------------------------------------------- image folders
 
 
-def dataset_problems(cfg: TrainingConfig) -> list[Problem]:
-    """The training and class image folders: there, folders, readable, holding images training can use."""
+def dataset_problems(cfg: TrainingConfig, looks: list[FolderLook] | None = None) -> list[Problem]:
+    """The training and class image folders: there, folders, readable, holding images training can use. ``looks``
+    receives what was found in each folder (nothing for folders that are not there)."""
     d = cfg.dataset
     out: list[Problem] = []
     if not d.folders and cfg.model.base.strip() != "demo":  # the demo model brings its own images
         out.append(Problem("dataset.folders", "No training images: add an image folder on the Dataset page."))
     keys = [f"dataset.folders[{i}]" for i in range(len(d.folders))]
     out += folder_problems(d.folders, keys, "dataset.folders", d.caption_extension, d.exclude,
-                           what="training images", label="image folder")
+                           what="training images", label="image folder", looks=looks)
     keys = [f"dataset.regularization_folders[{i}]" for i in range(len(d.regularization_folders))]
     out += folder_problems(d.regularization_folders, keys, "dataset.regularization_folders", d.caption_extension,
-                           d.exclude, what="class images", label="class image folder")
+                           d.exclude, what="class images", label="class image folder", looks=looks)
     return out
 
 
@@ -124,15 +129,20 @@ def folder_problems(
     *,
     what: str,
     label: str,
+    looks: list[FolderLook] | None = None,
 ) -> list[Problem]:
     """Errors for ``folders`` that training could not read (missing, not a folder, unreadable, or no usable image in
     any of them), notes for single folders that add nothing. ``keys`` name each folder's setting, ``key`` all of
-    them; ``what`` names the images ("training images"), ``label`` one folder ("image folder")."""
+    them; ``what`` names the images ("training images"), ``label`` one folder ("image folder"). ``looks``
+    receives what was found in each folder, when every folder could be listed."""
     out = [Problem(k, f"The {label} “{printable(f.path)}” {why}.") for f, k in zip(folders, keys, strict=True)
            if (why := _folder_why(f.path))]
     if out or not folders:
         return out
-    looks = look_at_folders(folders, caption_extension, exclude)
+    found = look_at_folders(folders, caption_extension, exclude)
+    if looks is not None:
+        looks.extend(found)
+    looks = found
     empty = [(lk, k) for lk, k in zip(looks, keys, strict=True) if not lk.images]
     if len(empty) == len(looks):
         if len(looks) == 1:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from guitrainer.base.units import format_bytes
 from guitrainer.config import TrainingConfig
 from guitrainer.core.checks.inputs import disk_problems
+from guitrainer.core.dataset.folder_check import FolderLook
 from guitrainer.core.device import hardware
 from guitrainer.core.device.info import DeviceInfo
-from guitrainer.core.memory import estimate
+from guitrainer.core.memory import estimate, system_ram
 from guitrainer.core.precision import advisor
 
 log = logging.getLogger(__name__)
@@ -101,18 +102,23 @@ def _check_device(out: StartCheck, config: TrainingConfig, device: DeviceInfo, g
                 )
 
 
-def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> StartCheck:
+def check_start(config: TrainingConfig, device: DeviceInfo | None = None, *, machine_ram: int | None = None) -> StartCheck:
     """Everything worth knowing before a run starts, in plain words.
 
     Args:
         config: the settings about to be trained.
         device: the probed machine; None (the device probe failed) checks against :func:`assumed_cpu_device`.
+        machine_ram: this computer's RAM in bytes; by default read from the system
+            (:func:`~guitrainer.core.memory.system_ram.machine_ram`).
     """
     out = StartCheck()
     for e in config.errors():
         out.errors.append(f"Setting “{e.field}”: {e.message}.")
-    for p in disk_problems(config, create_output=True):  # the same checks and words as guitrainer-train --check
+    looks: list[FolderLook] = []
+    for p in disk_problems(config, create_output=True, looks=looks):  # the same checks and words as --check
         (out.errors if p.level == "error" else out.notes).append(p.message)
+    listed = len(config.dataset.folders) + len(config.dataset.regularization_folders)
+    images = sum(lk.images for lk in looks) if looks and len(looks) == listed else None  # for the RAM estimate
     guessed = device is None
     if device is None:
         device = assumed_cpu_device()
@@ -120,4 +126,45 @@ def check_start(config: TrainingConfig, device: DeviceInfo | None = None) -> Sta
     if for_gpu is not None:  # the memory check compares with the GPU this run trains on
         device = for_gpu(config.precision.gpu_index)
     _check_device(out, config, device, guessed)
+    _check_ram(out, config, device, machine_ram, images)
     return out
+
+
+#: the one-click-free fixes for a RAM estimate over the machine's, by the part that is too large
+RAM_FIXES = {
+    "pinned_blocks": "keep fewer blocks in system RAM (Blocks in system RAM, now {share:.0%})",
+    "text_cache": "turn off Cache text embeddings (a copy of each stays in RAM, also with the disk cache)",
+    "latent_cache": "train at a lower resolution or on fewer images (a copy of each cached latent stays in RAM)",
+    "training": "a smaller batch or resolution (on the CPU the training itself is in RAM)",
+    "loading": "load a diffusers folder rather than one checkpoint file, which is read whole first",
+}
+
+
+def _check_ram(
+    out: StartCheck, config: TrainingConfig, device: DeviceInfo, machine_ram: int | None, images: int | None
+) -> None:
+    """The system-RAM estimate (core/memory/system_ram.py) against this computer's RAM: over it asks first,
+    naming the parts to shrink. ``images``: training and class images (None: unknown)."""
+    try:
+        ram = system_ram.estimate_ram(config, None, device, images=images, machine_total=machine_ram)
+    except Exception:  # noqa: BLE001 - an estimate must not block a run by crashing
+        log.exception("system RAM estimate failed")
+        return
+    total = ram.machine_total
+    if not total or ram.peak <= total:
+        return
+    single_file = str(config.model.base).lower().endswith((".safetensors", ".ckpt"))
+    over = [(phase, need) for phase, need in (("while the base model loads", ram.loading), ("while training", ram.training))
+            if need > total]
+    fixes = []
+    for p in sorted(ram.parts, key=lambda p: -p.bytes):
+        phase_over = (ram.loading if p.loading else ram.training) > total
+        if p.key in RAM_FIXES and p.bytes > 0 and phase_over and (p.key != "loading" or single_file):
+            fixes.append(RAM_FIXES[p.key].format(share=config.precision.offload_blocks))
+    if ram.get("pinned_blocks") and ram.training > total and config.precision.base_weights != "fp8":
+        fixes.append("store the frozen weights in fp8 (Base model weights), which halves the blocks kept in RAM")
+    needs = " and ".join(f"{format_bytes(need)} {phase}" for phase, need in over)
+    out.confirm.append(
+        f"The estimated system RAM need ({needs}) is more than this computer has ({format_bytes(total)}): the run "
+        "may be stopped by the system or slow down to a crawl." + (f" To lower it: {'; '.join(fixes)}." if fixes else "")
+    )

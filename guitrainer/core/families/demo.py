@@ -26,6 +26,10 @@ SPEC = ModelSpec(
         "attention_ff": (((32, 32, 8, 0.0),),),
         "attention_ff_proj": (((32, 32, 8, 0.0),),),
     },
+    offload_blocks=(
+        (22752, 65984, 82368, 127616, 107072, 44416, 34112),
+        (21024, 78912, 78912, 78912, 78912, 21024, 21024),
+    ),
 )
 #: ``(in channels, out, kernel side, count, positions per latent pixel)`` of the UNet layers the variants add
 #: (ResNet conv1 / conv2 / conv_shortcut / time_emb_proj, down- and upsampler convs;

@@ -59,6 +59,9 @@ class ModelSpec:
     cross_attention_dim: int
     denoiser_lora: dict[str, LoraTable] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[LoraTable, ...]] = field(default_factory=dict)
+    #: the denoiser's repeated blocks ``precision.offload_blocks`` chooses from: per block list (the engine family's
+    #: ``offload_blocks``), each block's parameter count in forward order; () = none known (offload not estimated)
+    offload_blocks: tuple[tuple[int, ...], ...] = ()
 
     @property
     def vae(self) -> int:

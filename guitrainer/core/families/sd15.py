@@ -27,6 +27,10 @@ SPEC = ModelSpec(
         "attention_ff": (((768, 768, 48, 0.0),),),
         "attention_ff_proj": (((768, 768, 48, 0.0),),),
     },
+    offload_blocks=(
+        (2255040, 2255040, 6558080, 8196480, 24584960, 31138560, 31138560, 31138560, 31138560, 49164800, 49164800, 49164800, 49164800, 49164800, 40971520, 16801280, 12704000, 10655360, 4407040, 3382400, 3382400),
+        (2340160, 2340160, 8366720, 8366720, 31479040, 31479040, 31479040, 31479040, 31479040, 31479040, 8366720, 8366720, 8366720, 2340160, 2340160, 2340160),
+    ),
 )
 #: ``(in channels, out, kernel side, count, positions per latent pixel)`` of the UNet layers the variants add
 #: (ResNet conv1 / conv2 / conv_shortcut / time_emb_proj, down- and upsampler convs;

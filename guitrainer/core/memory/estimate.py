@@ -14,6 +14,7 @@ from guitrainer.base.units import GiB, MiB
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
+from guitrainer.core.memory import offload
 from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
 from guitrainer.core.memory.specs import (
     ModelSpec,
@@ -245,11 +246,21 @@ def estimate(
     w = _bytes(base_dt)
     vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt, _vae_fp16_safe(spec.family, config))
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
+    off, off_note = offload_plan(config, spec, device)
+    if off_note:
+        notes.append(off_note)
+    resident = spec.denoiser - off.offloaded
     parts: list[VramPart] = [
         VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(spec.denoiser * w), f"{spec.denoiser / 1e6:.0f} M frozen parameters"
-                 + (f", stored in fp8 and widened to {wdt} one layer at a time." if base_dt == "fp8" else ".")),
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
+                 + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
+                 + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
     ]
+    if off.active:
+        parts.append(VramPart(
+            "offload_stream", "Blocks streamed from RAM", allocated(off.in_flight * w),
+            f"{offload.BLOCKS_IN_FLIGHT} of the {off.blocks} blocks kept in system RAM are on the GPU at once: the one "
+            "computing and the next, copied in meanwhile."))
     if te_offloaded:
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
@@ -332,17 +343,39 @@ _OPT_TIPS = {
 }
 
 
-def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
-    """Peak system RAM while loading the base model (bytes).
+def offload_plan(config: TrainingConfig, spec: ModelSpec, device: Device = None) -> tuple[offload.OffloadPlan, str]:
+    """What ``precision.offload_blocks`` moves off the GPU for ``config`` (nothing where the run offloads nothing),
+    and a note when the share is set but not counted: without gradient checkpointing (the run is refused), on an
+    Apple GPU (one memory), or for a family without a block table."""
+    share = float(config.precision.offload_blocks)
+    if share <= 0:
+        return offload.OffloadPlan(), ""
+    if not config.precision.gradient_checkpointing:
+        return offload.OffloadPlan(), "blocks in system RAM need gradient checkpointing: not counted"
+    if getattr(device, "kind", "") == "mps":
+        return offload.OffloadPlan(), "blocks in system RAM save nothing on an Apple GPU: not counted"
+    if not spec.offload_blocks:
+        return offload.OffloadPlan(), f"no block table for {family_label(spec.family)}: blocks in system RAM not counted"
+    return offload.plan(spec.offload_blocks, share), ""
 
-    Loading materialises every component in fp32 on the CPU before the cast and move to the GPU; the
-    largest component is briefly held twice (its stored fp16 copy while converting). A single-file
-    checkpoint is first read whole (fp16).
+
+def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
+    """Peak system RAM while loading the base model (bytes), with the app's baseline (:data:`SYSTEM_RAM_BASELINE`).
+
+    Each part is read from its files (fp16, memory-mapped) into fp32 on the CPU before the cast and the move to the
+    GPU, in the order the families load them: the denoiser, then the VAE, then the text encoders. While a part
+    loads, its file's pages are mapped beside the fp32 copies of it and of every part before it, so the peak is the
+    largest of ``4 × (the parts so far) + 2 × (the one loading)`` — for the UNets at the UNet: 6 bytes per UNet
+    parameter (measured by bench/ram_budget.py: SD 1.5 from fp16 files, the file's pages and the fp32 UNet at the
+    same moment). A single-file checkpoint is first read whole (fp16).
     """
     if spec is None:
         spec = spec_for(config)
-    total = spec.denoiser + sum(spec.text_encoders) + spec.vae
-    peak = SYSTEM_RAM_BASELINE + 4 * total + 2 * max(spec.denoiser, *spec.text_encoders, spec.vae)
+    loaded = peak = 0
+    for part in (spec.denoiser, spec.vae, *spec.text_encoders):
+        loaded += 4 * part
+        peak = max(peak, loaded + 2 * part)
+    peak += SYSTEM_RAM_BASELINE
     if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
-        peak += 2 * total
+        peak += 2 * (spec.denoiser + sum(spec.text_encoders) + spec.vae)
     return peak

@@ -13,6 +13,7 @@ from guitrainer.config.precision_choices import choice_label
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
 from guitrainer.core.memory.estimate import Device, estimate
+from guitrainer.core.memory.offload import offload_saves_memory
 from guitrainer.core.memory.specs import ModelSpec, spec_for
 from guitrainer.core.precision.advisor import advise
 from guitrainer.core.precision.lab import times
@@ -89,6 +90,9 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device,
         out.append((f"Batch {s.batch_size} → {b}", {"schedule.batch_size": b}))
     if net.rank >= 64:
         out.append((f"Rank {net.rank} → {net.rank // 2}", {"network.rank": net.rank // 2, "network.alpha": net.alpha / 2}))
+    kind = getattr(device, "kind", "cuda") if _is_device_info(device) else "cuda"
+    if p.offload_blocks < 0.5 and spec.offload_blocks and offload_saves_memory(kind):  # slower: each block copied in
+        out.append(("Half the blocks in RAM", {"precision.offload_blocks": 0.5, "precision.gradient_checkpointing": True}))
     native = facts(spec.family).native_resolution if spec.family != "demo" else None
     if native and config.dataset.resolution > native:
         out.append((f"Resolution {config.dataset.resolution} → {native}", {"dataset.resolution": native}))

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from guitrainer.base.constants import FP16_MAX
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
+from guitrainer.core.precision import offload_rules
 from guitrainer.core.precision.advice import LEVELS, Advice, Level, worst
 from guitrainer.core.precision.measurements import (
     MeasurementStore,
@@ -53,7 +54,7 @@ def advise(device: DeviceInfo | None, config: TrainingConfig, store: Measurement
         return []
     device = device.for_gpu_index(config.precision.gpu_index)  # the GPU chosen on the Model page
     out: list[Advice] = []
-    for rule in RULES:
+    for rule in (*RULES, *offload_rules.RULES):
         try:
             out.extend(rule(device, config))
         except Exception:  # a broken rule must not take the picker down; it is logged with its traceback

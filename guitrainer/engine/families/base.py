@@ -179,6 +179,22 @@ class Family(ABC):
     #: frozen layers that keep their dtype when the others are stored in fp8 / int8 / nf4
     storage_skip_patterns: tuple[str, ...] = ("norm", "emb", "proj_in", "proj_out", "conv_in", "conv_out")
 
+    #: a transformer denoiser's top-level lists of repeated blocks, in the order its forward runs them (diffusers'
+    #: names: Flux's double then single blocks, SD 3's joint blocks); each block one checkpointed unit
+    block_lists: tuple[str, ...] = ("transformer_blocks", "single_transformer_blocks")
+
+    def offload_blocks(self, denoiser: nn.Module) -> list[list[nn.Module]]:
+        """The denoiser's repeated blocks ``precision.offload_blocks`` may keep in system RAM: per list, in the order
+        the forward runs them (each list gets its share, :func:`guitrainer.core.memory.offload.offloaded_indices`).
+
+        Each block must be a unit gradient checkpointing recomputes whole: its weights are then needed only while it
+        computes, and a block that is not checkpointed keeps its weights referenced by autograd (offloading it frees
+        nothing). By default the lists named by :attr:`block_lists` that the denoiser has; [] where none.
+        """
+        from guitrainer.engine.offload import named_block_lists
+
+        return named_block_lists(denoiser, self.block_lists)
+
     # ------------------------------------------------------------------ sampling
     @abstractmethod
     def pipeline(self, model: LoadedModel, scheduler: str = "default", device: Any = None, dtype: torch.dtype | None = None) -> Any:

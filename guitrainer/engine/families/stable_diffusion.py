@@ -237,6 +237,17 @@ class StableDiffusion(Family):
     def timestep_tensor(self, values: Sequence[float], device: torch.device) -> torch.Tensor:
         return torch.tensor([int(v) for v in values], dtype=torch.long, device=device)
 
+    # ------------------------------------------------------------------ memory
+    def offload_blocks(self, denoiser: nn.Module) -> list[list[nn.Module]]:
+        """The UNet's checkpointed units: its ResNets, then its attentions' transformer blocks, each list in the
+        order the forward runs them. The mid block's first ResNet is left out: diffusers runs it outside
+        checkpointing (``UNetMidBlock2DCrossAttn.forward``)."""
+        unet = denoiser
+        stages = [*unet.down_blocks, *([unet.mid_block] if unet.mid_block is not None else []), *unet.up_blocks]
+        resnets = [r for stage in stages for r in stage.resnets if not (stage is unet.mid_block and r is stage.resnets[0])]
+        blocks = [t for stage in stages for a in getattr(stage, "attentions", None) or () for t in a.transformer_blocks]
+        return [lst for lst in (resnets, blocks) if lst]
+
     # ------------------------------------------------------------------ network
     def denoiser_targets(self, network: NetworkConfig) -> tuple[str, ...]:
         return unet_targets(network.type, network.target_modules)

@@ -17,6 +17,8 @@ import torch
 
 from guitrainer.core.memory import specs
 from guitrainer.core.model.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS
+from guitrainer.engine.families import registry
+from guitrainer.engine.offload import block_table
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "resources" / "models"
 
@@ -150,4 +152,5 @@ def compute_model_spec(family: str) -> specs.ModelSpec:
         cross_attention_dim=int(ucfg["cross_attention_dim"]),
         denoiser_lora=denoiser_lora,
         text_encoder_lora=te_lora,
+        offload_blocks=block_table(registry.family(family).offload_blocks(unet)),
     )

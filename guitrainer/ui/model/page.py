@@ -13,10 +13,18 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtGui import QShowEvent
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from guitrainer.config import field_info
 from guitrainer.core.device.hardware import DeviceInfo
-from guitrainer.ui.binding import ConfigBinding, build_form, label_for
+from guitrainer.ui.binding import (
+    ConfigBinding,
+    bound_editors,
+    build_form,
+    follow_applies,
+    label_for,
+    make_editor,
+)
 from guitrainer.ui.device_service import DeviceService
 from guitrainer.ui.model.init_lora_row import InitLoraRow
 from guitrainer.ui.model.model_picker import ModelPicker
@@ -119,6 +127,7 @@ class ModelPage(Page):
         self.lab_runner: LabRunner | None = None  # tests: a stand-in for the engine's lab
 
         self.memory_form = build_form(binding, "precision", fields=MEMORY_FIELDS, title="Memory savers", parent=self)
+        self._add_offload_beside_checkpointing(binding)
         # The advice goes under the memory savers, where the left column has room: under the device's facts
         # it made the page scroll at 1366 x 768 as soon as two notes showed (SDXL + fp16: the VAE advice).
         advice = self.precision_picker.advice_box
@@ -136,6 +145,26 @@ class ModelPage(Page):
         self.init_lora.problem_changed.connect(self._update_errors)
         self._update_errors()
         self._auto_probe = auto_probe
+
+    def _add_offload_beside_checkpointing(self, binding: ConfigBinding) -> None:
+        """``precision.offload_blocks`` on the gradient-checkpointing row it depends on (greyed out without it):
+        neither column has room for another row at 1366 x 768 with the advanced savers open."""
+        path = "precision.offload_blocks"
+        checkbox = bound_editors(self.memory_form)["precision.gradient_checkpointing"]
+        row = QWidget(self.memory_form)
+        line = QHBoxLayout(row)
+        line.setContentsMargins(0, 0, 0, 0)
+        self.memory_form.layout().replaceWidget(checkbox, row)  # the form's row now holds the pair
+        line.addWidget(checkbox)
+        line.addStretch(1)
+        self.offload_editor = make_editor(binding, path, row)
+        self.offload_editor.setDecimals(2)  # type: ignore[attr-defined]  # a QDoubleSpinBox: a share, 0-1
+        lab = QLabel(label_for(path), row)
+        lab.setToolTip(self.offload_editor.toolTip())
+        lab.setBuddy(self.offload_editor)
+        follow_applies(binding, field_info(path).metadata["applies"], (lab, self.offload_editor))
+        line.addWidget(lab)
+        line.addWidget(self.offload_editor)
 
     # ------------------------------------------------------------------ precision lab
     def open_precision_lab(self) -> PrecisionLabDialog:

@@ -31,7 +31,9 @@ from PySide6.QtWidgets import (
 
 from guitrainer.base import units
 from guitrainer.base.errors import first_line
-from guitrainer.core.memory import estimate, hints
+from guitrainer.base.paths import expand
+from guitrainer.core.dataset.folder_check import look_at_folders
+from guitrainer.core.memory import estimate, hints, system_ram
 from guitrainer.core.precision import advisor
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.workers import BaseWorker, run_in_thread
@@ -50,6 +52,7 @@ PART_COLORS = {
     "activations": "#e07b39",
     "workspace": "#e8a36e",
     "slack": "#c8c8c8",
+    "offload_stream": "#5fa8a0",
 }
 WARN_FRACTION = 0.85
 MAX_HINTS = 3
@@ -205,12 +208,17 @@ class VramMeter(QWidget):
         self._worker: _MeasureWorker | None = None
         self._hint_buttons: list[QPushButton] = []
         self._target: tuple[int, str] | None = None
+        self._ram: system_ram.RamBreakdown | None = None
+        self._image_counts: dict[tuple[Any, ...], int | None] = {}  # folder set -> images, listed once per set
 
         self.bar = _Bar(self)
         self.bar.setObjectName("vram_bar")
         self.total_label = QLabel(self)
         self.total_label.setObjectName("vram_total")
         self.total_label.setTextFormat(Qt.TextFormat.RichText)
+        self.ram_label = QLabel(self)
+        self.ram_label.setObjectName("ram_total")
+        self.ram_label.setTextFormat(Qt.TextFormat.RichText)
         self.check_button = QPushButton("Check precisely", self)
         self.check_button.setToolTip("Measure one training step of exactly this config (takes a few seconds).")
         self.check_button.clicked.connect(self.check_precisely)
@@ -238,6 +246,7 @@ class VramMeter(QWidget):
         top.addWidget(QLabel("VRAM", self))
         top.addWidget(self.bar, 1)
         top.addWidget(self.total_label)
+        top.addWidget(self.ram_label)
         top.addWidget(self.busy)
         top.addWidget(self.check_button)
         bottom = QHBoxLayout()
@@ -264,6 +273,11 @@ class VramMeter(QWidget):
     def breakdown(self) -> estimate.VramBreakdown | None:
         """The estimate currently shown."""
         return self._breakdown
+
+    @property
+    def ram(self) -> system_ram.RamBreakdown | None:
+        """The system-RAM estimate currently shown beside the bar."""
+        return self._ram
 
     @property
     def level(self) -> str:
@@ -317,6 +331,7 @@ class VramMeter(QWidget):
         self.bar.target = self._target[0] if self._target else None
         self.bar.update()
         self._show_total(total, b.device_total, level, measured=False)
+        self._show_ram(cfg)
         self._show_legend(parts)
         self.status_label.setText(self._status(level, b))
         self.status_label.setToolTip("")
@@ -341,6 +356,46 @@ class VramMeter(QWidget):
         if ram:
             lines.append(f"\nSystem RAM while loading the base model: about {ram}")
         self.total_label.setToolTip("\n".join(lines))
+
+    def _show_ram(self, cfg: Any) -> None:
+        """"RAM 14.2 / 32.0 GB" beside the bar (the run's peak of system RAM against this computer's), its parts in
+        the tooltip; amber over 85 %, red over 100 %."""
+        try:
+            ram = system_ram.estimate_ram(cfg, None, self._device, images=self._images(cfg))
+        except Exception:  # noqa: BLE001 - the RAM line is not worth an error
+            log.exception("system RAM estimate failed")
+            self._ram = None
+            self.ram_label.setText("")
+            return
+        self._ram = ram
+        frac = ram.fraction
+        level = "unknown" if frac is None else "over" if frac > 1.0 else "warn" if frac > WARN_FRACTION else "ok"
+        color = LEVEL_COLORS[level].name() if level != "unknown" else ""
+        peak = f"<b style='color:{color}'>{ram.peak / units.GiB:.1f}</b>" if color else f"<b>{ram.peak / units.GiB:.1f}</b>"
+        of = f" / {ram.machine_total / units.GiB:.1f} GB" if ram.machine_total else " GB"
+        self.ram_label.setText(f"&nbsp;RAM {peak}{of}")
+        when = "while loading the base model" if ram.loading > ram.training else "while training"
+        lines = [f"System RAM: {units.format_bytes(ram.peak)} at the peak, {when}"
+                 + (f", of {units.format_bytes(ram.machine_total)} in this computer" if ram.machine_total else "")]
+        lines += [f"{p.label}: {units.format_bytes(p.bytes)}" + (" (while loading)" if p.loading else "")
+                  for p in ram.parts if p.bytes > 0]
+        lines += list(ram.notes)
+        self.ram_label.setToolTip("\n".join(lines))
+
+    def _images(self, cfg: Any) -> int | None:
+        """Training and class images in the folders (for the caches' RAM), listed once per set of folders."""
+        d = cfg.dataset
+        folders = [*d.folders, *d.regularization_folders]
+        key = (tuple(str(f.path) for f in folders), tuple(d.exclude), d.caption_extension)
+        if key not in self._image_counts:
+            count = None
+            if folders and all(expand(str(f.path)).is_dir() for f in folders):
+                try:
+                    count = sum(lk.images for lk in look_at_folders(folders, d.caption_extension, d.exclude))
+                except OSError:
+                    count = None
+            self._image_counts = {key: count}  # only the current set is kept
+        return self._image_counts[key]
 
     def _show_legend(self, parts: list[estimate.VramPart]) -> None:
         """Every part with its colour and size, always visible (hovering a part shows its explanation)."""
