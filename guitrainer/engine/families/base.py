@@ -30,6 +30,7 @@ from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.facts import FamilyFacts
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError
+from guitrainer.engine.network.client_layout import ClientLayout
 
 #: a batch of captions as the denoiser takes it: name -> tensor, batch first
 TextConditioning = dict[str, torch.Tensor]
@@ -178,6 +179,12 @@ class Family(ABC):
 
     #: frozen layers that keep their dtype when the others are stored in fp8 / int8 / nf4
     storage_skip_patterns: tuple[str, ...] = ("norm", "emb", "proj_in", "proj_out", "conv_in", "conv_out")
+
+    #: how the clients read this family's files, for a family whose files name the original model's layers
+    #: (fused where diffusers splits): Verify merges a file by ComfyUI's rules with it
+    #: (:mod:`guitrainer.engine.verify.client_rules`). None: diffusers' ``load_lora_weights`` reads the files as the
+    #: clients do, and Verify goes through it (the UNet families).
+    client_layout: ClientLayout | None = None
 
     # ------------------------------------------------------------------ sampling
     @abstractmethod
