@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guitrainer.config.families import LORA_FORMATS
+
 #: what a family's single-file detector says of a checkpoint: (ok, level, message, prediction type)
 FileVerdict = tuple[bool, Literal["info", "warning", "error"], str, str | None]
 #: ``detect_file(tensors, metadata, name) -> FileVerdict | None``: None = not this family's file
@@ -119,6 +121,12 @@ class FamilyFacts:
     spec: ModelSpec | None = None
     conv_table: ConvTable = ()
     text_encoder_mlp_tables: MlpTables = ()
+
+    @property
+    def lora_formats(self) -> tuple[str, ...]:
+        """The layouts this family's LoRA can be written in (``output.format`` values, the default first): the
+        config's table :data:`~guitrainer.config.families.LORA_FORMATS`, which the config check reads too."""
+        return LORA_FORMATS.get(self.name, ("kohya",))
 
     def image_tokens(self, width: int, height: int) -> int:
         """How many image tokens (transformers) or latent pixels (UNets) a ``width`` × ``height`` image makes."""

@@ -164,6 +164,13 @@ class Family(ABC):
     ) -> dict[str, torch.Tensor]:
         """The trained LoRA in the layout the readers share (kohya's names, the original model's layers)."""
 
+    def diffusers_lora(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """The trained LoRA in diffusers' layout — what the family's pipeline's ``load_lora_weights`` reads — and the
+        metadata that goes with it; for families whose facts list "diffusers" in ``lora_formats``."""
+        raise ValueError(f"{self.facts.label} LoRAs are not written in diffusers' layout (`output.format`)")
+
     @abstractmethod
     def load_lora_file(
         self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],

@@ -94,6 +94,12 @@ class SD35(Family):
     ) -> dict[str, torch.Tensor]:
         return export.kohya_state_dict(denoiser, text_encoders, alpha)
 
+    def diffusers_lora(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """:meth:`diffusers_state_dict` (α/r baked in, no alpha keys: diffusers' SD 3 loader reads it at scale 1)."""
+        return export.diffusers_state_dict(denoiser, text_encoders, alpha), {"format": "pt"}
+
     def load_lora_file(
         self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
         skipped: list[str],
