@@ -250,22 +250,26 @@ def _images(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("family", ["flux1", "sd35"])
-def test_a_file_the_trainer_wrote_verifies_right_after_training_and_from_the_file(request, tmp_path, family):
+@pytest.mark.parametrize(("family", "fmt"), [("flux1", "kohya"), ("sd35", "kohya"), ("sd35", "diffusers")])
+def test_a_file_the_trainer_wrote_verifies_right_after_training_and_from_the_file(request, tmp_path, family, fmt):
     torch.set_num_threads(1)
     case: Case = request.getfixturevalue({"flux1": "flux", "sd35": "sd35"}[family])
     cfg = demo_cfg(
         tmp_path / "out", model__base=str(case.base), model__family="auto", dataset__folders=[str(_images(tmp_path / "data"))],
         dataset__resolution=64, schedule__max_steps=2, schedule__batch_size=1, network__rank=RANK, network__alpha=8.0,
         network__target_modules="attention_ff_proj", network__train_text_encoder=True, optimizer__lr=1e-2,
-        sampling__every_n_steps=0, precision__save="bf16",
+        sampling__every_n_steps=0, precision__save="bf16", output__format=fmt,
     )
     trainer = Trainer(cfg)
     summary = trainer.run()
     assert summary.status == "finished", summary.message
+    if fmt == "diffusers":  # the LoRA is a folder holding pytorch_lora_weights.safetensors, as diffusers writes it
+        assert (Path(summary.lora_path) / "pytorch_lora_weights.safetensors").is_file()
     right_after = verify_lora(summary.lora_path, cfg, reference=trainer.session.model)
     assert right_after.ok and right_after.reference == "trained model", right_after.message
     assert right_after.save_precision == "bf16" and right_after.lora_effect > 0
+    if fmt == "diffusers":
+        assert "diffusers' load_lora_weights reads every module; its outputs match the trained model" in right_after.message
     from_file = verify_lora(summary.lora_path, cfg)
     assert from_file.ok and from_file.reference == "our loader", from_file.message
     assert from_file.keys_unused == ()
