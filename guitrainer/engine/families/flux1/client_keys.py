@@ -22,7 +22,9 @@ built transformer's config) — and every slice of a fused weight follows from `
 
 ComfyUI gives CLIP-L the name ``clip_l`` and T5-XXL ``t5xxl`` (so kohya's ``lora_te1_`` reads as CLIP-L, and
 both ``lora_te2_`` and ``lora_te3_`` as T5), and accepts a diffusers-named Flux LoRA as ``transformer.<name>``,
-``lycoris_<name_>`` and ``lora_transformer_<name_>`` (``model_lora_keys_unet``, its Flux branch).
+``lycoris_<name_>`` and ``lora_transformer_<name_>`` (``model_lora_keys_unet``, its Flux branch). That branch's
+one more name, ``diffusion_model.single_blocks.N.linear1_qkv`` (the q/k/v rows of ``linear1`` as one LoRA), is not
+in the table: no trainer we know writes it, and a file that does is reported with those keys unread.
 """
 
 from __future__ import annotations
