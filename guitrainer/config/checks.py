@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from guitrainer.base.constants import IMAGE_EXTENSIONS, PICKLE_SUFFIXES
 from guitrainer.base.names import NAME_MAX, name_problem, safe_name
-from guitrainer.config.families import FAMILY_LABELS, FLOW_FAMILIES
+from guitrainer.config.families import FAMILY_LABELS, FLOW_FAMILIES, LORA_FORMATS
 from guitrainer.config.fields import ConfigError, short_repr
 
 if TYPE_CHECKING:
@@ -178,16 +178,21 @@ def _text_encoder_files(files: list[str], base: str) -> list[ConfigError]:
     return []
 
 
+#: each ``output.format`` in words, for the message refusing one
+FORMAT_WORDS = {"kohya": "kohya's layout (what ComfyUI, Forge and sd-scripts read)", "diffusers": "diffusers' layout"}
+
+
 def _family_network(cfg: TrainingConfig) -> list[ConfigError]:
-    """The transformer families train a plain LoRA and save it in kohya's layout (what their readers share)."""
+    """The transformer families train a plain LoRA; every family saves in the layouts it can write
+    (:data:`~guitrainer.config.families.LORA_FORMATS`). A family of "auto" is checked when the model is known."""
     family = cfg.model.family
-    if family not in FLOW_FAMILIES:
-        return []
-    label = FAMILY_LABELS[family]
-    if cfg.network.type != "lora":
+    label = FAMILY_LABELS.get(family, family)
+    if family in FLOW_FAMILIES and cfg.network.type != "lora":
         return [ConfigError("network.type", f"{label} trains a plain LoRA here; LoCon, LoHa, LoKr and DoRA are for "
                                             "SD 1.5 and SDXL: set Network type to LoRA")]
-    if cfg.output.format != "kohya":
-        return [ConfigError("output.format", f"{label} LoRAs are saved in kohya's layout, which ComfyUI, Forge, "
-                                             "sd-scripts and diffusers read: set the format to kohya")]
+    formats = LORA_FORMATS.get(family, ())
+    if formats and cfg.output.format not in formats:
+        written = " or ".join(FORMAT_WORDS[f] for f in formats)
+        return [ConfigError("output.format", f"{label} LoRAs are saved in {written}, not in "
+                                             f"{FORMAT_WORDS[cfg.output.format]}: set the format to {formats[0]}")]
     return []

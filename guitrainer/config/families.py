@@ -20,3 +20,14 @@ FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35")
 #: the families trained on a DDPM schedule (epsilon / v-prediction: min-SNR-γ, noise offset and the like apply)
 DIFFUSION_FAMILIES: tuple[str, ...] = ("demo", "sd15", "sdxl")
+#: the layouts each family's LoRA can be written in (``output.format``), the first the default. kohya's layout is
+#: what ComfyUI, Forge and sd-scripts read for every family. diffusers' layout is what the family's diffusers pipeline
+#: reads where the files are not already that: Flux.1's kohya file is what diffusers' Flux loader converts, so its
+#: diffusers layout is not written; SD 3.5's diffusers loader reads nothing of kohya's layout, so SD 3.5 writes both.
+LORA_FORMATS: dict[str, tuple[str, ...]] = {
+    "demo": ("kohya", "diffusers"),
+    "sd15": ("kohya", "diffusers"),
+    "sdxl": ("kohya", "diffusers"),
+    "flux1": ("kohya",),
+    "sd35": ("kohya", "diffusers"),
+}

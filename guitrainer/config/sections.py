@@ -460,7 +460,8 @@ class OutputConfig:
     format: Literal["kohya", "diffusers"] = setting(
         "kohya",
         label="Format",
-        help="kohya: loads in ComfyUI, A1111/Forge and diffusers. diffusers: pytorch_lora_weights.safetensors for diffusers users.",
+        help="kohya: loads in ComfyUI, A1111/Forge and sd-scripts (in diffusers too, but for SD 3.5). diffusers: "
+        "pytorch_lora_weights.safetensors for diffusers users (not for Flux.1, whose kohya file diffusers reads).",
     )
     save_every_n_epochs: int = setting(
         0, label="Save every", help="Also save a LoRA every N epochs; 0 saves only at the end.", minimum=0, maximum=100000, unit="epochs"

@@ -6,7 +6,9 @@ all of a run's files) is :mod:`guitrainer.core.runs.names`'.
 
 Formats (DESIGN §5):
 
-* ``kohya``: ``<folder>/<name>.safetensors`` with ``lora_unet_*`` / ``lora_te_*`` keys and the real alpha. Who reads
+* ``kohya``: ``<folder>/<name>.safetensors`` with ``lora_unet_*`` / ``lora_te_*`` keys and the real alpha, in the
+  family's layout (:meth:`~guitrainer.engine.families.base.Family.kohya_state_dict`; Flux.1 and SD 3.5: ComfyUI,
+  Forge and sd-scripts read those, diffusers Flux.1's but not SD 3.5's). Who reads
   which type as trained (:mod:`guitrainer.core.model.variant_readers`; README, "Which program reads which file"):
 
   - LoRA, LoCon: ComfyUI, Forge, A1111, diffusers, kohya sd-scripts, LyCORIS.
@@ -19,9 +21,11 @@ Formats (DESIGN §5):
   - DoRA, ``network.dora_layout`` "column" (dora_scale [1, in]): ComfyUI, Forge, A1111; LyCORIS' loader stops on it.
     "row" ([out, 1]): LyCORIS; ComfyUI and Forge read it normalised by the base weight's rows (not as
     trained), A1111 misreads it. diffusers and ``networks.lora`` drop dora_scale either way (a plain LoRA).
-* ``diffusers``: ``<folder>/<name>/pytorch_lora_weights.safetensors`` with peft keys (``unet.<module>.lora_A.weight``)
-  and diffusers' ``lora_adapter_metadata`` (the LoraConfig, so alpha != rank survives), as
-  ``StableDiffusionPipeline.save_lora_weights`` writes it; ``pipe.load_lora_weights(<folder>/<name>)`` reads it.
+* ``diffusers``: ``<folder>/<name>/pytorch_lora_weights.safetensors`` in the family's diffusers layout
+  (:meth:`~guitrainer.engine.families.base.Family.diffusers_lora`: for SD 1.5 / SDXL peft keys
+  ``unet.<module>.lora_A.weight`` and diffusers' ``lora_adapter_metadata``, as ``StableDiffusionPipeline.save_lora_weights``
+  writes them; for SD 3.5 ``transformer.<module>.lora_A.weight``, α/r baked in); ``pipe.load_lora_weights(<folder>/<name>)``
+  reads it. A family writes the formats its facts list (``lora_formats``).
 """
 
 from __future__ import annotations
@@ -344,28 +348,25 @@ def export_lora(
     :class:`~guitrainer.base.fileio.WriteError` and leaves any previous file intact.
     """
     from guitrainer.engine.families import registry
-    from guitrainer.engine.network import lora, lycoris_keys
+    from guitrainer.engine.network import lycoris_keys
 
+    fam = registry.family(family)
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     if lycoris_keys.has_variant(unet, text_encoders):  # LoCon, LoHa, LoKr, DoRA: kohya/LyCORIS keys only
         if fmt != "kohya":
             raise ValueError("LoCon, LoHa, LoKr and DoRA networks are saved in kohya's format only (`output.format`)")
         sd = lycoris_keys.variant_state_dict(unet, text_encoders)
         meta.update(lycoris_keys.network_metadata(unet, text_encoders))
-    elif fmt == "diffusers" and registry.family(family).facts.architecture != "unet":
-        raise ValueError(
-            f"{registry.family(family).facts.label} LoRAs are saved in kohya's layout (`output.format` \"kohya\"), "
-            "which ComfyUI, Forge, sd-scripts and diffusers all read"
-        )
-    elif fmt == "diffusers":
-        sd = lora.diffusers_state_dict(unet, text_encoders)
-        adapter = lora.diffusers_adapter_metadata(unet, text_encoders, alpha)
-        meta["format"] = "pt"
-        meta["lora_adapter_metadata"] = json.dumps(adapter, indent=2, sort_keys=True)
-    elif fmt == "kohya":
-        sd = registry.family(family).kohya_state_dict(unet, text_encoders, alpha)
-    else:
+    elif fmt not in ("kohya", "diffusers"):
         raise ValueError(f"`output.format` must be 'kohya' or 'diffusers', not {fmt!r}")
+    elif fmt not in fam.facts.lora_formats:
+        raise ValueError(f"{fam.facts.label} LoRAs are saved in {' or '.join(fam.facts.lora_formats)} format only "
+                         f"(`output.format`), not {fmt}")
+    elif fmt == "diffusers":
+        sd, extra = fam.diffusers_lora(unet, text_encoders, alpha)
+        meta.update(extra)
+    else:
+        sd = fam.kohya_state_dict(unet, text_encoders, alpha)
     if not sd:
         raise ValueError("the model has no LoRA layers to save")
     report: Fp16Report | None = None

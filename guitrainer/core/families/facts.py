@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guitrainer.config.families import LORA_FORMATS
+
 #: one file of a split install: its name and its tensor table (a safetensors header)
 NamedTensors = tuple[str, Mapping[str, Any]]
 
@@ -149,6 +151,12 @@ class FamilyFacts:
     check_parts: PartsChecker | None = None
     conv_table: ConvTable = ()
     text_encoder_mlp_tables: MlpTables = ()
+
+    @property
+    def lora_formats(self) -> tuple[str, ...]:
+        """The layouts this family's LoRA can be written in (``output.format`` values, the default first): the
+        config's table :data:`~guitrainer.config.families.LORA_FORMATS`, which the config check reads too."""
+        return LORA_FORMATS.get(self.name, ("kohya",))
 
     def image_tokens(self, width: int, height: int) -> int:
         """How many image tokens (transformers) or latent pixels (UNets) a ``width`` × ``height`` image makes."""

@@ -30,6 +30,7 @@ from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.facts import FamilyFacts
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError
+from guitrainer.engine.network.client_layout import ClientLayout
 
 #: a batch of captions as the denoiser takes it: name -> tensor, batch first
 TextConditioning = dict[str, torch.Tensor]
@@ -163,6 +164,13 @@ class Family(ABC):
     ) -> dict[str, torch.Tensor]:
         """The trained LoRA in the layout the readers share (kohya's names, the original model's layers)."""
 
+    def diffusers_lora(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """The trained LoRA in diffusers' layout — what the family's pipeline's ``load_lora_weights`` reads — and the
+        metadata that goes with it; for families whose facts list "diffusers" in ``lora_formats``."""
+        raise ValueError(f"{self.facts.label} LoRAs are not written in diffusers' layout (`output.format`)")
+
     @abstractmethod
     def load_lora_file(
         self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
@@ -194,6 +202,12 @@ class Family(ABC):
         from guitrainer.engine.offload import named_block_lists
 
         return named_block_lists(denoiser, self.block_lists)
+
+    #: how the clients read this family's files, for a family whose files name the original model's layers
+    #: (fused where diffusers splits): Verify merges a file by ComfyUI's rules with it
+    #: (:mod:`guitrainer.engine.verify.client_rules`). None: diffusers' ``load_lora_weights`` reads the files as the
+    #: clients do, and Verify goes through it (the UNet families).
+    client_layout: ClientLayout | None = None
 
     # ------------------------------------------------------------------ sampling
     @abstractmethod

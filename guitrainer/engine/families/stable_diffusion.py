@@ -260,6 +260,17 @@ class StableDiffusion(Family):
     ) -> dict[str, torch.Tensor]:
         return lora.kohya_state_dict(denoiser, text_encoders, alpha)
 
+    def diffusers_lora(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """peft keys (``unet.<module>.lora_A.weight``) and diffusers' ``lora_adapter_metadata`` (the LoraConfig, so
+        alpha != rank survives), as ``StableDiffusionPipeline.save_lora_weights`` writes them."""
+        import json
+
+        adapter = lora.diffusers_adapter_metadata(denoiser, text_encoders, alpha)
+        meta = {"format": "pt", "lora_adapter_metadata": json.dumps(adapter, indent=2, sort_keys=True)}
+        return lora.diffusers_state_dict(denoiser, text_encoders), meta
+
     def load_lora_file(
         self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
         skipped: list[str],

@@ -86,6 +86,19 @@ def fresh_base_model(base: Any) -> LoadedModel:
     return m
 
 
+def base_family(base: Any) -> str:
+    """The family of ``base`` (as :func:`fresh_base_model` takes it) without loading it: a LoadedModel's own, else
+    ``model.family``, or what the base model's files say when that is "auto" (SD 1.5 when they say nothing)."""
+    if isinstance(base, LoadedModel):
+        return base.family
+    from guitrainer.core.memory.specs import resolve_family
+
+    if isinstance(base, (str, Path)):
+        return resolve_family("auto", str(base))
+    model = getattr(base, "model", base)  # a TrainingConfig or a ModelConfig
+    return resolve_family(str(getattr(model, "family", "auto")), str(model.base))
+
+
 def diffusers_pipeline(m: LoadedModel) -> Any:
     """A diffusers pipeline (SDXL with two text encoders, else SD 1.x) over ``m``'s own modules, for ``load_lora_weights``."""
     if len(m.text_encoders) == 2:

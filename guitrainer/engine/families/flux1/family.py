@@ -16,7 +16,7 @@ from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.flux1 import FACTS, variant_of_base
 from guitrainer.engine import flow_matching
 from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
-from guitrainer.engine.families.flux1 import export, loading, sampling
+from guitrainer.engine.families.flux1 import client_keys, export, loading, sampling
 from guitrainer.engine.families.flux1 import latents as packing
 from guitrainer.engine.families.flux1 import network as lora_targets
 from guitrainer.engine.families.flux1 import text as text_encoding
@@ -43,6 +43,8 @@ class Flux1(Family):
         r"^x_embedder$", r"^context_embedder$", r"^time_text_embed", r"^norm_out", r"^proj_out$",
         r"\.norm_(added_)?[qk]$", r"lora_",
     )
+    #: BFL's names, fused qkv and linear1: ComfyUI's flux_to_diffusers table (:mod:`.client_keys`)
+    client_layout = client_keys.LAYOUT
 
     # ------------------------------------------------------------------ files
     def load_folder(

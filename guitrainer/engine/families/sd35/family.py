@@ -15,7 +15,7 @@ from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.config.sample_prompts import SamplePrompt
 from guitrainer.core.families.sd35 import FACTS
 from guitrainer.engine.families.base import Draw, Family, ModelParts, TextConditioning
-from guitrainer.engine.families.sd35 import export, loading, metadata, objective, sampling
+from guitrainer.engine.families.sd35 import client_keys, export, loading, metadata, objective, sampling
 from guitrainer.engine.families.sd35 import network as targets
 from guitrainer.engine.families.sd35 import text as prompts
 from guitrainer.engine.models.types import LoadedModel
@@ -40,6 +40,8 @@ class SD35(Family):
         r"(^|\.)pos_embed\.", r"(^|\.)context_embedder$", r"(^|\.)time_text_embed\.", r"(^|\.)norm_out\.",
         r"(^|\.)proj_out$", r"DenseReluDense\.wo$", "lora_",
     )
+    #: the MMDiT's names, fused qkv: ComfyUI's mmdit_to_diffusers table (:mod:`.client_keys`)
+    client_layout = client_keys.LAYOUT
 
     # ------------------------------------------------------------------ files
     def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
@@ -91,6 +93,12 @@ class SD35(Family):
         self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
     ) -> dict[str, torch.Tensor]:
         return export.kohya_state_dict(denoiser, text_encoders, alpha)
+
+    def diffusers_lora(
+        self, denoiser: nn.Module, text_encoders: Sequence[nn.Module], alpha: float | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """:meth:`diffusers_state_dict` (α/r baked in, no alpha keys: diffusers' SD 3 loader reads it at scale 1)."""
+        return export.diffusers_state_dict(denoiser, text_encoders, alpha), {"format": "pt"}
 
     def load_lora_file(
         self, path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module],
