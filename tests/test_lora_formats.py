@@ -71,11 +71,12 @@ def _tiny_lora(family: str, folder: Path) -> tuple[torch.nn.Module, torch.nn.Mod
 
 @pytest.mark.slow
 def test_export_writes_sd35s_diffusers_layout_and_refuses_fluxs(tmp_path):
+    from guitrainer.core.runs import names as run_names
     from guitrainer.engine import export as X
     from guitrainer.engine.network.lora import read_lora
 
     denoiser, clip_l = _tiny_lora("sd35", tmp_path / "sd35")
-    out = X.lora_path(config_with(output__folder=str(tmp_path), output__name="sd3", output__format="diffusers").output)
+    out = run_names.choose(config_with(output__folder=str(tmp_path), output__name="sd3", output__format="diffusers").output).lora()
     assert out == tmp_path / "sd3" / "pytorch_lora_weights.safetensors"
     X.export_lora(out, denoiser, [clip_l], fmt="diffusers", save_precision="fp32", family="sd35")
     tensors, meta = read_lora(out)
