@@ -89,6 +89,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "dedupe_tags",
     "file_key",
     "find_replace",
+    "flag_descriptions",
     "inspect_image",
     "iter_items",
     "join_tags",
@@ -337,6 +338,7 @@ class DatasetItem:
     caption_utf8: bool = True
     caption_encoding: str = "utf-8"  # the caption file's codec (core.captions): a save keeps it
     problem: str = ""  # why the image cannot be read (with Flag.UNREADABLE), as ImageInfo.problem says
+    caption_problem: str = ""  # why the caption path cannot be read (with Flag.CAPTION_UNREADABLE)
 
     @property
     def has_caption(self) -> bool:
@@ -354,11 +356,29 @@ class DatasetItem:
         """Show a caption known to be on disk now (e.g. just written), without reading the file."""
         self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
         self.caption_encoding = c.encoding
+        self.caption_problem = c.problem
         for flag, on in ((Flag.CAPTION_NOT_UTF8, not c.was_utf8), (Flag.CAPTION_UNREADABLE, bool(c.problem))):
             if on:
                 self.flags.add(flag)
             else:
                 self.flags.discard(flag)
+
+
+def flag_descriptions(item: DatasetItem, leave_out: Iterable[Flag] = ()) -> list[str]:
+    """Each of ``item``'s flags in words, in :class:`Flag` order, with the reason where the scan found one:
+    "Cannot be read as an image: photo.jpg is a HEIC / HEIF image …" rather than the flag's bare description."""
+    skip = set(leave_out)
+    out = []
+    for flag in Flag:
+        if flag not in item.flags or flag in skip:
+            continue
+        text = flag.description
+        if flag == Flag.UNREADABLE and item.problem:
+            text = f"{text}: {item.name} {item.problem}"
+        elif flag == Flag.CAPTION_UNREADABLE and item.caption_problem:
+            text = f"{text}: {item.caption_problem}"
+        out.append(text)
+    return out
 
 
 @dataclass
