@@ -7,14 +7,17 @@ survives any failure).
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guitrainer import APP_NAME
 from guitrainer.base import safe_open
-from guitrainer.base.fileio import atomic_write_bytes
+from guitrainer.base.fileio import atomic_write_bytes, numbered_path
 from guitrainer.base.names import printable
 
 if TYPE_CHECKING:
@@ -98,7 +101,7 @@ def read_caption(path: str | Path) -> CaptionText:
     a FIFO, a device), a symlink loop or a name too long reads as empty with :attr:`CaptionText.problem` set.
     """
     try:
-        return decode_caption(_read_bytes(Path(path)))
+        return decode_caption(caption_bytes(Path(path)))
     except OSError as e:
         return CaptionText("", True, exists=False, problem=str(e) if isinstance(e, CaptionFileError) else _why(e))
 
@@ -202,8 +205,8 @@ def write_caption(path: str | Path, text: str) -> None:
     save_caption(path, text, encoding="utf-8")
 
 
-def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes; None when there is none. Read through :mod:`guitrainer.base.safe_open`: the file type is
+def caption_bytes(path: Path) -> bytes | None:
+    """A caption file's bytes; None when there is none. Read through :mod:`guitrainer.base.safe_open`: the file type is
     told before anything is opened, so a FIFO never blocks and a device is never read.
 
     Raises:
@@ -215,6 +218,66 @@ def _read_bytes(path: Path) -> bytes | None:
         if e.errno == errno.ENOENT:
             return None
         raise CaptionFileError(f"caption {printable(path.name)} {e.reason}") from None
+
+
+@dataclass(frozen=True)
+class CaptionStamp:
+    """What a caption file held when an editor read it, to tell whether another program changed it since.
+
+    The bytes decide (their size and SHA-256): a modification time alone misses a rewrite within the file
+    system's clock tick and flags a ``touch`` that changed nothing. ``mtime_ns`` is kept for messages and logs.
+    """
+
+    exists: bool
+    size: int = 0
+    sha256: str = ""
+    mtime_ns: int = 0
+
+    @classmethod
+    def of(cls, raw: bytes | None, mtime_ns: int = 0) -> CaptionStamp:
+        """The stamp of a file holding ``raw`` (None: no file)."""
+        if raw is None:
+            return cls(False)
+        return cls(True, len(raw), hashlib.sha256(raw).hexdigest(), mtime_ns)
+
+    @classmethod
+    def read(cls, path: str | Path) -> tuple[CaptionStamp, bytes | None]:
+        """The stamp of the caption file at ``path`` now, and its bytes (None: no file).
+
+        Raises:
+            CaptionFileError: as :func:`caption_bytes`.
+        """
+        p = Path(path)
+        raw = caption_bytes(p)
+        mtime = 0
+        if raw is not None:
+            try:
+                mtime = p.stat().st_mtime_ns
+            except OSError:
+                mtime = 0
+        return cls.of(raw, mtime), raw
+
+    def matches(self, raw: bytes | None) -> bool:
+        """Whether a file now holding ``raw`` (None: gone) is the file this stamp was taken of."""
+        if raw is None:
+            return not self.exists
+        return self.exists and self.size == len(raw) and self.sha256 == hashlib.sha256(raw).hexdigest()
+
+
+def rescue_captions(texts: Sequence[tuple[Path, str]], folder: Path) -> Path:
+    """Write typed captions that could not be saved where they belong into one text file in ``folder`` (the user
+    data folder): each caption file's path on a line, its text on the next, then a blank line. Returns the file.
+
+    The last way to keep what the user typed when the app must end without asking (a logout, Ctrl+C in the
+    terminal). Raises ``OSError`` when even that cannot be written.
+    """
+    lines = [f"# Captions typed in {APP_NAME} that could not be saved beside their images; copy them back by hand.", ""]
+    for path, text in texts:
+        lines += [str(path), text, ""]
+    folder.mkdir(parents=True, exist_ok=True)
+    target = numbered_path(folder / f"unsaved_captions_{time.strftime('%Y%m%d_%H%M%S')}.txt")
+    atomic_write_bytes(target, "\n".join(lines).encode("utf-8"))
+    return target
 
 
 def _why(e: OSError) -> str:
@@ -290,7 +353,7 @@ def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], descriptio
     edit = CaptionEdit(description)
     for item in items:
         try:
-            old_bytes = _read_bytes(item.caption_path)
+            old_bytes = caption_bytes(item.caption_path)
         except CaptionFileError:
             edit.skipped_not_utf8 += 1
             continue

@@ -373,6 +373,7 @@ class DatasetPage(Page):
         if self.editor.item in items:
             self.editor.set_item(None)
         gone, failed = move_to_trash(items)
+        self.editor.forget(gone)  # their captions went to the trash with them: typed text must not bring one back
         for it in gone:
             self._known.discard(ds.file_key(it.image_path))
         self.model.remove_items(gone)
