@@ -19,6 +19,7 @@ modules; their names are re-exported here.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import math
 import os
@@ -221,8 +222,8 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
     if size == 0:
         return ImageInfo(flags=frozenset({Flag.EMPTY}))
     flags: set[Flag] = set()
-    try:
-        with Image.open(p) as im:
+    try:  # opened through safe_open too: a pipe put there since the look above cannot block the scan
+        with safe_open.open_file(p) as fh, Image.open(fh) as im:
             w, h = im.size
             fmt = im.format or ""
             mode = im.mode
@@ -273,8 +274,10 @@ def unreadable_reason(path: Path, error: BaseException) -> str:
     from PIL import Image, PngImagePlugin
 
     text = str(error)
-    if isinstance(error, PermissionError):
+    if isinstance(error, PermissionError) or getattr(error, "errno", 0) in (errno.EACCES, errno.EPERM):
         return "cannot be read: no permission to read it (check the file's permissions)"
+    if isinstance(error, safe_open.PathError):  # a pipe or a device put there meanwhile, a link loop, ...
+        return error.reason
     if isinstance(error, Image.DecompressionBombError):
         return f"is larger than Pillow opens ({Image.MAX_IMAGE_PIXELS or 0:,} pixels: its decompression-bomb limit)"
     if "MAX_TEXT_CHUNK" in text or "text chunks" in text:
