@@ -10,11 +10,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
-    QDesktopServices,
     QDragEnterEvent,
     QDropEvent,
     QGuiApplication,
@@ -63,6 +62,7 @@ from guitrainer.ui.window.workspace import (
 
 if TYPE_CHECKING:
     from guitrainer.ui.dataset.caption_editor import HeldCaption
+    from guitrainer.ui.window.guide_dialog import GuideDialog
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         self._quit_answered = False  # the unsaved-settings question on quit was answered
         self.preset_box: MessageBox | None = None  # the open "save before another preset?" question
         self.quit_box: MessageBox | None = None  # the open "save before quitting?" question
+        self.guide_dialog: GuideDialog | None = None  # Help ▸ Guide, once opened
         self.captions_box: MessageBox | None = None  # the open "captions not saved: keep, discard?" question
         self._captions_answered = False  # that question was answered: the close goes on
         self._close_after_question = False  # a caption question stopped a close: close again once it is answered
@@ -474,13 +475,24 @@ class MainWindow(QMainWindow):
                 return root / "README.md"
         return None
 
-    def open_guide(self) -> bool:
-        """Help ▸ Guide: open the README (how to use the app, presets, headless runs)."""
+    def open_guide(self) -> GuideDialog | None:
+        """Help ▸ Guide: the README (how to use the app, presets, headless runs), rendered in a window of the app's
+        own: no program for ``.md`` files is needed. None when this install has no guide (said in a message)."""
+        from guitrainer.ui.window.guide_dialog import GuideDialog
+
         guide = self.guide_path()
         if guide is None:
             self._error("No guide here", "This install has no README.md; see the project page of guitrainer.")
-            return False
-        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide)))
+            return None
+        if self.guide_dialog is None or self.guide_dialog.path != guide:
+            self.guide_dialog = GuideDialog(guide, self)
+            problem = self.guide_dialog.load()
+            if problem:
+                self._error("The guide cannot be shown", problem)
+        self.guide_dialog.show()
+        self.guide_dialog.raise_()
+        self.guide_dialog.activateWindow()
+        return self.guide_dialog
 
     def maybe_first_run(self) -> None:
         """Show the environment check once, on the first start."""
