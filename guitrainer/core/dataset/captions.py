@@ -19,6 +19,7 @@ from guitrainer import APP_NAME
 from guitrainer.base import safe_open
 from guitrainer.base.fileio import atomic_write_bytes, numbered_path
 from guitrainer.base.names import printable
+from guitrainer.core.dataset.tags import RenameTag
 
 if TYPE_CHECKING:
     from guitrainer.core.dataset.scan import DatasetItem
@@ -309,6 +310,8 @@ class CaptionEdit:
     description: str
     changes: list[CaptionChange] = field(default_factory=list)
     skipped_not_utf8: int = 0
+    #: (old, new) when the edit renames a tag (:class:`~guitrainer.core.dataset.tags.RenameTag`): a tag filter follows it
+    renamed: tuple[str, str] | None = None
 
     @property
     def count(self) -> int:
@@ -350,7 +353,7 @@ def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], descriptio
     counted in ``skipped_not_utf8``: a bulk edit changes only UTF-8 files; one caption at a time,
     :func:`save_caption` keeps any other encoding.
     """
-    edit = CaptionEdit(description)
+    edit = CaptionEdit(description, renamed=(op.old, op.new) if isinstance(op, RenameTag) else None)
     for item in items:
         try:
             old_bytes = caption_bytes(item.caption_path)

@@ -52,6 +52,7 @@ from guitrainer.core.dataset.captions import (  # re-exported: the caption helpe
     write_caption,
 )
 from guitrainer.core.dataset.tags import (  # re-exported: the tag operations lived here before
+    RenameTag,
     add_trigger,
     dedupe_tags,
     find_replace,
@@ -60,6 +61,7 @@ from guitrainer.core.dataset.tags import (  # re-exported: the tag operations li
     rename_tag,
     sort_tags,
     split_tags,
+    tag_filter_after,
     tag_frequency,
 )
 
@@ -77,6 +79,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "Flag",
     "IMAGE_EXTENSIONS",
     "ImageInfo",
+    "RenameTag",
     "LARGE_PIXELS",
     "LARGE_SIDE",
     "RESOLUTION_BINS",
@@ -108,6 +111,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "save_caption",
     "sort_tags",
     "split_tags",
+    "tag_filter_after",
     "summarize",
     "tag_frequency",
     "write_caption",

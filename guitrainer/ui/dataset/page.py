@@ -153,6 +153,7 @@ class DatasetPage(Page):
             show_status=self.show_status,
             schedule_summary=self._schedule_summary,
             tag_operation_finished=self.tag_operation_finished.emit,
+            filter_by_tag=self.filter_by_tag,
         )
         self.editor.runner = self.caption_jobs
         self.caption_jobs.progress.connect(self._show_progress)
@@ -254,8 +255,11 @@ class DatasetPage(Page):
             "Previous image", [QKeySequence("Alt+Left"), QKeySequence("Ctrl+PgUp")], lambda: self.step_current(-1)
         )
         self.focus_caption_action = action("Edit caption", [QKeySequence("Ctrl+E")], self._focus_caption)
-        self.undo_action = action("Undo caption change", [QKeySequence(QKeySequence.StandardKey.Undo)], self.editor.undo)
-        self.redo_action = action("Redo caption change", [QKeySequence(QKeySequence.StandardKey.Redo)], self.editor.redo)
+        # every key the platform has for them (Redo: Ctrl+Y and Ctrl+Shift+Z), as the caption box takes them
+        undo_keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Undo)
+        redo_keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Redo)
+        self.undo_action = action("Undo caption change", undo_keys, self.editor.undo)
+        self.redo_action = action("Redo caption change", redo_keys, self.editor.redo)
 
     # ------------------------------------------------------------------ public API
     @property
