@@ -29,6 +29,7 @@ from PySide6.QtCore import (
     QItemSelectionModel,
     QModelIndex,
     Qt,
+    QTimer,
     Signal,
     Slot,
 )
@@ -54,7 +55,9 @@ from guitrainer.core.dataset.folder_sync import (
 from guitrainer.core.dataset.report import (
     CollectRequest,
     ImportReport,
+    ShownCount,
     SummaryParams,
+    describe_filter,
     plural,
     strip_text,
     without_included,
@@ -138,6 +141,16 @@ class DatasetPage(Page):
         self.summary_runner.ready.connect(self._show_summary)
         self.summary_runner.failed.connect(lambda why: self.strip.setText(f"Buckets: {why}"))
         self._shown_frequencies: list[tuple[str, int]] | None = None
+        self._summary: ds.DatasetSummary | None = None  # the last one computed: the strip under the grid says it
+        # the strip's counts follow the grid's filter: recounted (coalesced) whenever the rows in view change
+        self._strip_timer = QTimer(self)
+        self._strip_timer.setSingleShot(True)
+        self._strip_timer.setInterval(0)
+        self._strip_timer.timeout.connect(self._show_strip)
+        for signal in (self.proxy.rowsInserted, self.proxy.rowsRemoved, self.proxy.modelReset, self.proxy.layoutChanged):
+            signal.connect(self._strip_timer.start)
+        self.search.textChanged.connect(self._strip_timer.start)
+        self.filter_combo.currentIndexChanged.connect(self._strip_timer.start)
         self._build_actions()
         self.captions = CaptionOperations(
             model=self.model,
@@ -349,6 +362,7 @@ class DatasetPage(Page):
     def filter_by_tag(self, tag: str) -> None:
         self.proxy.set_tag(tag)
         self.toolbar.show_tag(tag)
+        self._strip_timer.start()
 
     def remove_selected(self) -> int:
         """Take the selected images out of the dataset (files stay on disk)."""
@@ -603,11 +617,23 @@ class DatasetPage(Page):
 
     def _show_summary(self, s: ds.DatasetSummary, freq: list[tuple[str, int]], params: SummaryParams) -> None:
         self.summary.show_summary(s, params.batch_size, params.bucketing)
-        self.strip.setText(strip_text(s, bool(self._scans)))
+        self._summary = s
+        self._show_strip()
         if freq != self._shown_frequencies:  # refilling the tag table costs 5-40 ms for 500 tags
             self._shown_frequencies = freq
             self.tag_tools.set_frequencies(freq)
         self._update_selection_label()
+
+    def _show_strip(self) -> None:
+        """The line under the grid: its counts follow the filter ("2 of 30 images (search “circle”)")."""
+        if self._summary is None:
+            return
+        mode = self.filter_combo.currentData()
+        label = self.filter_combo.currentText() if mode != "all" else ""
+        words = describe_filter(label, self.search.text(), self.proxy.tag)
+        # the images the filter matches (the one being edited stays in view even when it no longer does)
+        view = ShownCount.of([it for it in self.items if self.proxy.matches(it)], len(self.items), words) if words else None
+        self.strip.setText(strip_text(self._summary, bool(self._scans), view))
 
     def _update_selection_label(self) -> None:
         n = len(self.grid.selectionModel().selectedIndexes())
