@@ -223,7 +223,7 @@ def test_vram_legend_entries_never_break(qtbot, tmp_path, monkeypatch, width):
     from guitrainer.ui.model.vram_meter import shown_parts
 
     meter = w.vram_meter
-    parts = [p.label for p in shown_parts(meter.breakdown, meter._device)] if meter.breakdown else []
+    parts = [p.label for p in shown_parts(meter.breakdown)] if meter.breakdown else []
     assert any(" " in p for p in parts)
     entries = legend.text().split("&nbsp;&nbsp; ")
     for label in parts:

@@ -225,6 +225,7 @@ class MainWindow(QMainWindow):
             )
         )
         self.preset_loaded.connect(meter.set_target)
+        self.devices.probe_failed.connect(meter.device_unknown)  # the meter says why the GPU parts stay out
         return meter
 
     def _build_toolbar(self) -> None:
