@@ -212,7 +212,7 @@ def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "aut
     if found is not None and found.model == "vae":
         advice.append(
             f"the VAE overflowed ({name}): keep the VAE in fp32, or set an fp16-safe VAE as the model's VAE "
-            "(Model page, VAE; SDXL's own VAE overflows in fp16; madebyollin/sdxl-vae-fp16-fix does not)"
+            "(Model & Precision page, VAE; SDXL's own VAE overflows in fp16; madebyollin/sdxl-vae-fp16-fix does not)"
         )
     if precision == "fp16":
         advice.append(
