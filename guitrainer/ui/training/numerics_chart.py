@@ -256,6 +256,10 @@ class NumericsChart(QWidget):
         else:
             self.skip_markers.setData([], [])
         self.underflow_curve.setData(self.underflow.column("step"), self.underflow.column("underflow"))
+        steps = [float(buf.column("step")[-1]) for buf in self.blocks.values() if len(buf)]
+        if steps:  # whole steps from 0: one sampled step is not drawn on an axis running 0.5 … 1.5
+            for plot in (self.headroom_plot, self.underflow_plot):
+                plot.setXRange(0, max(max(steps), 1.0), padding=0.02)
         self._update_text()
         self.redraw_count += 1
         self.redrawn.emit()
@@ -264,7 +268,9 @@ class NumericsChart(QWidget):
         """The headroom axis labelled at whole decades, as many as its height has room for: never overlapping."""
         low, high = self.headroom_plot.getViewBox().viewRange()[1]
         slots = max(2, int(self.headroom_plot.getViewBox().height() // TICK_PITCH_PX))
-        self.headroom_plot.getAxis("left").setTicks([decade_ticks(low, high, slots), []])
+        ticks = decade_ticks(low, high, slots)
+        # within one decade whole decades say too little: pyqtgraph's own ticks then (few, at this range)
+        self.headroom_plot.getAxis("left").setTicks([ticks, []] if len(ticks) >= 2 else None)
 
     def _update_text(self) -> None:
         underflow = float(self.underflow.column("underflow")[-1]) if len(self.underflow) else None
