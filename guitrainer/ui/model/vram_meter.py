@@ -337,8 +337,8 @@ class VramMeter(QWidget):
         what = "measured" if measured else "estimated"
         if device_total:
             text = f"<b style='color:{color}'>{total / units.GiB:.1f}</b> / {device_total / units.GiB:.1f} GB {what}"
-        else:
-            text = f"<b>{total / units.GiB:.1f} GB</b> {what}"
+        else:  # a CPU run of the demo is tens of MB: "0.0 GB" said nothing
+            text = f"<b>{units.format_bytes(total)}</b> {what}"
         self.total_label.setText(text)
         try:
             ram = units.format_bytes(estimate.peak_system_ram_loading(self.binding.config))
