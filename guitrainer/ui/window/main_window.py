@@ -22,6 +22,7 @@ from PySide6.QtGui import (
     QSessionManager,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QHBoxLayout,
     QLabel,
@@ -510,6 +511,7 @@ class MainWindow(QMainWindow):
         )
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        self._finish_typing()
         if not self._captions_answered and not self._captions_saved_for_close():
             event.ignore()
             return
@@ -529,6 +531,14 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     # ------------------------------------------------------------------ typed captions on every way out
+    def _finish_typing(self) -> None:
+        """A setting typed into a field counts once the field is left (Enter, Tab, a click elsewhere): every way
+        out leaves it first, so a value typed a moment before Ctrl+Q is in the settings — and asked about, and
+        kept in the workspace — rather than dropped with the window."""
+        focused = QApplication.focusWidget()
+        if focused is not None and (focused is self or self.isAncestorOf(focused)):
+            focused.clearFocus()
+
     def _captions_saved_for_close(self) -> bool:
         """Closing (Ctrl+Q, the window's close button): every typed caption is written now, not 500 ms later.
 
@@ -609,6 +619,7 @@ class MainWindow(QMainWindow):
     def _on_about_to_quit(self) -> None:
         """The app ends without a close (Ctrl+C in the terminal, app.quit()): save what was typed; what cannot be
         written goes to a rescue file, as nobody can be asked now."""
+        self._finish_typing()
         left = self.dataset_page.editor.save_all(ask=False)
         if left:
             self._rescue_captions(left)
@@ -617,6 +628,7 @@ class MainWindow(QMainWindow):
         """The desktop session ends (logout, shutdown; ``QGuiApplication.commitDataRequest``): the window may go
         without a close, so typed captions and the workspace are saved now. Captions that cannot be written are
         asked about where the session allows it (cancelling the logout keeps them on screen), else rescued."""
+        self._finish_typing()
         left = self.dataset_page.editor.save_all(ask=False)
         self._save_workspace()
         if not left:
