@@ -292,3 +292,17 @@ def test_discarding_unsaved_text_asks_and_shows_the_file(window, qtbot, shown, m
     button(box, "Discard my text").click()
     assert page.editor.text.toPlainText() == "red, circle" and not page.editor.dirty
     assert not page.editor.unsaved()
+
+
+def test_undo_never_replaces_a_change_another_program_made_since(window, qtbot, shown):
+    """The same class as #4: Ctrl+Z restored the old bytes over whatever another program had written since."""
+    page = window.dataset_page
+    type_at_end(page, ", shiny")
+    qtbot.waitUntil(lambda: not page.editor.dirty, timeout=AUTOSAVE_MS * 4)
+    (shown / "a.txt").write_text("from another program", encoding="utf-8")
+    index = page.undo_stack.index()
+    QTest.keyClick(page.editor.text, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: page.undo_stack.index() == index, timeout=3000)  # stepped back: nothing undone
+    assert (shown / "a.txt").read_text(encoding="utf-8") == "from another program"
+    assert "changed by another program" in page.last_status and page.last_status.startswith("Undo failed")
+    assert page.editor.text.toPlainText() == "from another program"  # the box shows the file as it is now

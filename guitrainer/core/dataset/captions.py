@@ -44,6 +44,13 @@ class CaptionFileError(OSError):
     """A caption path that cannot be read as a caption: a folder, a FIFO, a symlink loop, a name too long."""
 
 
+class CaptionChangedError(OSError):
+    """A caption file no longer holds what an edit (or its undo) expects: another program changed it meanwhile."""
+
+    def __str__(self) -> str:  # the sentence, without OSError's "[Errno N]"
+        return str(self.strerror)
+
+
 class CaptionEncodingError(ValueError):
     """Text holds characters the caption file's encoding cannot store; ``characters`` lists them.
 
@@ -321,15 +328,31 @@ class CaptionEdit:
         """Write every new caption (atomically, file by file); if one fails, undo the ones written.
 
         ``progress(n)`` is called after each file, with the number written so far.
+
+        Raises:
+            CaptionChangedError: a file no longer holds what the edit replaces (another program changed it):
+                nothing is written.
         """
         self._write(self.changes, forward=True, progress=progress)
 
     def revert(self, progress: Callable[[int], None] | None = None) -> None:
-        """Restore every caption exactly as it was before; if one fails, redo the ones restored."""
+        """Restore every caption exactly as it was before; if one fails, redo the ones restored.
+
+        Raises:
+            CaptionChangedError: a file no longer holds what the edit wrote (another program changed it since):
+                nothing is written, so an undo never replaces that change unasked.
+        """
         self._write(list(reversed(self.changes)), forward=False, progress=progress)
 
     @staticmethod
     def _write(changes: list[CaptionChange], forward: bool, progress: Callable[[int], None] | None) -> None:
+        for ch in changes:  # first: every file still holds what this step replaces, or nothing is written
+            if caption_bytes(ch.caption_path) != (ch.old if forward else ch.new):
+                raise CaptionChangedError(
+                    errno.ESTALE,
+                    f"{printable(ch.caption_path.name)} was changed by another program since; "
+                    f"{'redoing' if forward else 'undoing'} would replace that change",
+                )
         done: list[CaptionChange] = []
         try:
             for ch in changes:
