@@ -672,10 +672,13 @@ class MainWindow(QMainWindow):
             if answer == "save":
                 self.preset_files.save_preset()
                 if self._dirty:
+                    self._captions_answered = False
                     return
             if answer in ("save", "discard"):
                 self._quit_answered = True
                 self.close()
+            else:  # the window stays: captions typed from now on are asked about at the next close
+                self._captions_answered = False
 
         self.quit_box = ask_save(
             self,
