@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i + 1}/{len(points)}] {pt}: out of memory on {name}")
             torch.cuda.empty_cache()
             continue
-        b = estimate.estimate(cfg)
+        b = estimate.estimate(cfg, device=SimpleNamespace(total_memory=total_memory))  # a CUDA GPU: its context, slack
         err = (b.allocated - m.peak) / m.peak
         err_reserved = (b.total - b.get("cuda_context") - m.reserved) / m.reserved if m.reserved else float("nan")
         rows.append(dict(pt, device=name, device_total=total_memory, measured_peak=m.peak, measured_reserved=m.reserved,

@@ -94,16 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
 
-    def bring_up(paths: list[str]) -> None:
-        window.showNormal()
-        window.raise_()
-        window.activateWindow()
-        if paths:
-            window.add_paths(paths)
-
     if server is not None:
-        server.files_received.connect(bring_up)
-    opened.files_opened.connect(bring_up)
+        server.files_received.connect(window.receive_files)
+    opened.files_opened.connect(window.receive_files)
     if files:
         window.add_paths(files)
     if not (args.self_test or args.quit_after_show):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import warnings
 import zlib
@@ -135,7 +136,8 @@ def test_unreadable_images_say_which_kind_of_unreadable(tmp_path, monkeypatch):
     real_open = Image.open
 
     def no_permission(fp, *args, **kwargs):  # as root chmod 000 still reads: the error a user gets, raised here
-        if Path(str(fp)).name == "locked.png":
+        opened = os.fstat(fp.fileno()) if hasattr(fp, "fileno") else os.stat(fp)  # a path, or the file opened
+        if os.path.samestat(opened, os.stat(tmp_path / "locked.png")):
             raise PermissionError(13, "Permission denied", str(fp))
         return real_open(fp, *args, **kwargs)
 

@@ -480,3 +480,26 @@ def test_removed_images_are_left_out_of_training_and_survive_a_reload(page, qtbo
     page.binding.set("dataset.exclude", [p for p in cfg.dataset.exclude if not p.endswith("cat3.png")])
     qtbot.waitUntil(lambda: len(page.items) == 3 and not page.is_loading(), timeout=5000)
     assert sorted(by_name(page)) == _trained(page) == ["cat0.png", "cat2.png", "cat3.png"]
+
+
+def test_the_flag_tooltip_says_why_an_image_cannot_be_read(page, qtbot, tmp_path):
+    """Hovering an unreadable image's card tells the reason the scan found, not only "Cannot be read as an image"."""
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    folder = tmp_path / "set"
+    art(folder / "fine.png")
+    (folder / "phone.jpg").write_bytes(b"\x00\x00\x00\x18ftypheic" + bytes(64))  # a HEIC photo renamed .jpg
+    page.show()
+    qtbot.waitExposed(page)
+    page.add_paths([folder])
+    qtbot.waitUntil(lambda: len(page.items) == 2 and not page.is_loading(), timeout=10000)
+    row = next(r for r in range(page.proxy.rowCount()) if page.proxy.index(r, 0).data() == "phone.jpg")
+    rect = page.grid.visualRect(page.proxy.index(row, 0))
+    viewport = page.grid.viewport()
+    QApplication.sendEvent(viewport, QHelpEvent(QHelpEvent.Type.ToolTip, rect.center(), viewport.mapToGlobal(rect.center())))
+    qtbot.waitUntil(QToolTip.isVisible, timeout=3000)
+    tip = QToolTip.text()
+    assert "Cannot be read as an image: phone.jpg is a HEIC / HEIF image" in tip, tip
+    select(page, "phone.jpg")  # the caption editor's line under the image says it too
+    assert "phone.jpg is a HEIC / HEIF image" in page.editor.info.text()

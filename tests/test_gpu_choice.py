@@ -52,11 +52,11 @@ def test_a_gpu_beyond_the_device_count_fails_naming_the_gpus(gpu_index, names):
         choose_training_gpu(gpu_index, device_type="cuda" if names else "cpu", num_processes=1, gpu_names=names)
     assert str(ei.value) == gpu_missing_message(gpu_index, names)
     assert str(ei.value).startswith(f"GPU {gpu_index} was chosen but this machine has ")
-    assert "Model page" in str(ei.value)
+    assert "Model & Precision page" in str(ei.value)
 
 
 def test_missing_messages():
-    assert gpu_missing_message(2, TWO) == TWO_MISSING + "; choose one on the Model page"
+    assert gpu_missing_message(2, TWO) == TWO_MISSING + "; choose one on the Model & Precision page"
     assert "has 1 GPU (0: NVIDIA GeForce RTX 3060);" in gpu_missing_message(1, TWO[:1])
     assert "no GPU that PyTorch can use" in gpu_missing_message(0, ())
 
@@ -120,7 +120,7 @@ def _run(monkeypatch, gpu_index: int, *, in_thread: bool = False):
 def test_trainer_fails_before_loading_the_model_for_a_missing_gpu(monkeypatch, fake_cuda):
     summary, stop = _run(monkeypatch, 2)
     assert summary.status == "failed" and stop.calls == []  # the model never started loading
-    assert summary.message == TWO_MISSING + "; choose one on the Model page"
+    assert summary.message == TWO_MISSING + "; choose one on the Model & Precision page"
     assert any("automatic" in a for a in summary.advice)
     assert fake_cuda == []
 

@@ -125,3 +125,27 @@ def test_question_boxes_are_as_wide_as_their_titles(qtbot, tmp_path):
     assert box is not None and box.isVisible()
     assert box.width() >= box.fontMetrics().horizontalAdvance(box.windowTitle()) + 60  # the title is not cut off
     button(box, "Cancel").click()
+
+
+def test_a_setting_typed_just_before_ctrl_q_is_kept_and_asked_about(qtbot, tmp_path):
+    """Issue 27 #1, the same class for settings: a rank typed into its field and not yet left (no Enter, no Tab)
+    was dropped by Ctrl+Q without a question; the field is now left first."""
+    w = make_window(qtbot, tmp_path)
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=3000)
+    spin = bound_editors(w)["network.rank"]
+    w.nav.setCurrentRow(w.pages.index(w.training_page))
+    spin.setFocus()
+    qtbot.waitUntil(spin.hasFocus, timeout=3000)
+    QTest.keyClick(spin, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    QTest.keyClicks(spin, "44")
+    assert w.binding.get("network.rank") != 44  # typed, not committed yet
+    QTest.keyClick(spin, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert w.binding.get("network.rank") == 44
+    assert w.isVisible() and w.quit_box is not None and w.quit_box.isVisible()  # unsaved settings: asked
+    button(w.quit_box, "Quit without saving").click()
+    assert not w.isVisible()
+    w.dataset_page.shutdown()
+    again = make_window(qtbot, tmp_path)
+    assert again.binding.get("network.rank") == 44  # and kept in the workspace
+    again.dataset_page.shutdown()

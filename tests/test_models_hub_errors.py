@@ -9,7 +9,7 @@ from guitrainer.engine.models.loading import load_base_model
 from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.trainer import Trainer
 
-GUI_ONLY_WORDS = ("Model page", "re-download", "Save now")
+GUI_ONLY_WORDS = ("Model page", "Model & Precision page", "re-download", "Save now")
 
 
 def test_no_network_is_said_in_plain_words(monkeypatch):

@@ -526,7 +526,7 @@ def test_a_missing_gpu_is_an_error_with_a_fix():
     assert a.level == "error" and a.topic == "precision.gpu_index" and a.suggestion == {"precision.gpu_index": -1}
     assert a.message == (
         "GPU 2 was chosen but this machine has 2 GPUs (0: NVIDIA GeForce RTX 3060, 1: NVIDIA GeForce RTX 4090); "
-        "choose one on the Model page."
+        "choose one on the Model & Precision page."
     )
     assert not [a for a in advise(d, _config(precision__gpu_index=1)) if a.code == "gpu_missing"]
     (one,) = [a for a in advise(fake_device("rtx3060"), _config(precision__gpu_index=1)) if a.level == "error"]

@@ -258,3 +258,21 @@ def test_detect_family_estimates_the_model_the_files_say_not_sd15(tmp_path):
     assert specs.detected_family(str(folder)) == "sdxl" and detected.total == sdxl.total
     unknown = estimate.estimate(config_with(model__family="auto", model__base=str(tmp_path / "nothing_here")))
     assert any("not known yet" in n for n in unknown.notes)
+
+
+def test_the_cuda_context_and_allocator_slack_are_parts_on_a_cuda_gpu_only() -> None:
+    """Issue 27 #8: on a CPU the demo's bar was 73 % "Allocator slack" and showed a 500 MB "CUDA context" until the
+    probe answered. Both exist on a CUDA (or ROCm) device only; an unknown device leaves them out."""
+    from helpers import fake_device
+
+    c = cfg(model__family="demo")
+    gpu_only = {"cuda_context", "slack"}
+    keys = lambda device: {p.key for p in estimate.estimate(c, device=device).parts}  # noqa: E731
+    assert gpu_only <= keys(fake_device("rtx3060"))
+    assert gpu_only <= keys(type("D", (), {"total_memory": 8 * units.GiB})())  # a GPU known by its size
+    assert not gpu_only & keys(fake_device("cpu"))
+    assert not gpu_only & keys(None)
+    on_cpu, on_gpu = estimate.estimate(c, device=fake_device("cpu")), estimate.estimate(c, device=fake_device("rtx3060"))
+    assert on_cpu.allocated == on_gpu.allocated  # what the step allocates is the same; only the runtime's parts differ
+    assert on_gpu.total - on_cpu.total == on_gpu.get("cuda_context") + on_gpu.get("slack")
+    assert estimate.device_kind(None) == "" and estimate.device_kind(fake_device("cpu")) == "cpu"

@@ -140,15 +140,25 @@ def test_every_part_has_a_tooltip_on_hover_and_a_legend_entry(qtbot) -> None:
     assert "your GPU" in legend
 
 
-def test_cpu_has_no_cuda_context_and_a_preset_marks_its_card(qtbot) -> None:
+def test_gpu_only_parts_only_on_a_cuda_gpu_and_a_preset_marks_its_card(qtbot) -> None:
+    """Issue 27 #8: no "CUDA context" or "Allocator slack" on a CPU, nor in the first seconds before the probe."""
     from helpers import fake_device
 
-    binding, meter = make(qtbot, model__family="sd15")
-    assert any(p.key == "cuda_context" for p in meter.bar.parts)  # unknown device: a GPU is assumed
+    binding, meter = make(qtbot, model__family="demo")
+    gpu_only = {"cuda_context", "slack"}
+    assert not gpu_only & {p.key for p in meter.bar.parts}  # not known yet: left out, and said
+    assert "not known yet" in meter.status_label.text() and "CUDA context" not in meter.legend.text()
+    gpu = fake_device("rtx3060")
+    meter.set_device(gpu.total_memory, gpu.name, info=gpu)
+    qtbot.waitUntil(lambda: gpu_only <= {p.key for p in meter.bar.parts}, timeout=1000)
+    assert "CUDA context" in meter.legend.text() and "Allocator slack" in meter.legend.text()
     cpu = fake_device("cpu")
     meter.set_device(None, cpu.name, info=cpu)
-    qtbot.waitUntil(lambda: not any(p.key == "cuda_context" for p in meter.bar.parts), timeout=1000)
-    assert "CUDA context" not in meter.legend.text()
+    qtbot.waitUntil(lambda: not gpu_only & {p.key for p in meter.bar.parts}, timeout=1000)
+    assert "CUDA context" not in meter.legend.text() and "Allocator slack" not in meter.legend.text()
+    assert meter.status_label.text().startswith("CPU training uses system RAM")
+    meter.device_unknown("torch could not be imported")
+    qtbot.waitUntil(lambda: "could not be checked (torch could not be imported)" in meter.status_label.text(), timeout=1000)
     meter.set_target("SD 1.5 character — 6 GB")
     qtbot.waitUntil(lambda: meter.bar.target == 6 * units.GiB, timeout=1000)
     assert "6.0 GB card the preset is made for" in meter.legend.text()
@@ -194,3 +204,32 @@ def test_a_failed_check_shows_its_message_and_hands_the_details_on(qtbot, monkey
     text = meter.status_label.text()
     assert "Adafactor has no state to measure" in text and "Log" in text
     assert "Traceback" not in meter.status_label.toolTip() and meter.check_button.isEnabled()
+
+
+def test_check_precisely_on_a_cpu_says_what_the_measurement_counts(qtbot, monkeypatch) -> None:
+    """Issue 27 #8: "586 MB measured against 0.1 GB estimated" came from a CUDA context added on a CPU; now the two
+    numbers are alike and the difference is explained."""
+    from types import SimpleNamespace
+
+    from helpers import fake_device
+
+    import guitrainer.engine.memory as memory
+
+    binding, meter = make(qtbot, model__family="demo")
+    cpu = fake_device("cpu")
+    meter.set_device(None, cpu.name, info=cpu)
+    qtbot.waitUntil(lambda: estimate_is_for_cpu(meter), timeout=1000)
+    est = meter.breakdown.total
+    step = SimpleNamespace(peak=int(est * 0.9), static=3 * units.MiB, method="fake", notes=["fake tensors on CPU"])
+    monkeypatch.setattr(memory, "measure_training_step", lambda _cfg: step)
+    with qtbot.waitSignal(meter.measurement_finished, timeout=30000):
+        meter.check_button.click()
+    assert meter.bar.measured == step.peak  # nothing added: no CUDA context on a CPU
+    status, tip = meter.status_label.text(), meter.status_label.toolTip()
+    assert "10% less than estimated" in status and units.format_bytes(est) in status
+    assert "every tensor of a simulated step" in tip and "no CUDA context or allocator slack" in tip
+    assert "Python, torch and the app" in tip
+
+
+def estimate_is_for_cpu(meter: VramMeter) -> bool:
+    return meter.breakdown is not None and meter.breakdown.part("cuda_context") is None and meter.breakdown.part("slack") is None

@@ -223,7 +223,7 @@ def test_vram_legend_entries_never_break(qtbot, tmp_path, monkeypatch, width):
     from guitrainer.ui.model.vram_meter import shown_parts
 
     meter = w.vram_meter
-    parts = [p.label for p in shown_parts(meter.breakdown, meter._device)] if meter.breakdown else []
+    parts = [p.label for p in shown_parts(meter.breakdown)] if meter.breakdown else []
     assert any(" " in p for p in parts)
     entries = legend.text().split("&nbsp;&nbsp; ")
     for label in parts:
@@ -497,3 +497,64 @@ def test_the_model_page_fits_1366_with_a_split_flux_install_lacking_a_part(qtbot
     qtbot.wait(30)
     assert w.model_page.text_encoders.isVisible() and "T5" in w.model_page.text_encoders.status.text()
     _fits(w.model_page, f"Model & Precision with a split Flux.1 install lacking T5, fp16, on {device}")
+
+
+@pytest.mark.parametrize("size", [(1366, 745), (1920, 1050)])
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_the_numerics_tab_gets_a_usable_height_and_readable_ticks(qtbot, tmp_path, monkeypatch, size, precision):
+    """Issue 27 #8: the Numerics tab's charts were ~40 px tall at 1366×768 and at 1920×1080, their ticks overlapping,
+    and in fp32 the line over them printed 38-digit headrooms. Opened (a click on its tab), it takes the height the
+    charts above can spare — all of it at 1366×768, where both do not fit — and gives it back with the Log tab."""
+    import re
+
+    from helpers.doubles import fake_factory
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtTest import QTest
+
+    from guitrainer.core.events import StepMetrics
+    from guitrainer.ui.training.numerics_chart import PLOT_MIN_HEIGHT
+
+    w = _window(qtbot, tmp_path, monkeypatch, size)
+    w.binding.set("precision.training", precision)
+    page = w.training_page
+    _show(qtbot, w, page)
+    page.trainer_factory = fake_factory(steps=9)
+    page.start()
+    qtbot.waitUntil(lambda: not page.is_active, timeout=20000)
+    chart = w.numerics()
+    scale = 1.0 if precision == "fp16" else 1e34
+    blocks = [f"unet.{where}.{i}.{kind}" for where in ("down", "up") for i in range(3) for kind in ("attn", "ff", "res")]
+    for step in range(1, 2001, 50):
+        chart.add(StepMetrics(step=step, total_steps=2000, epoch=1, loss=0.1, lr=1e-4, skipped=False,
+                              headroom=tuple((b, scale * 10 ** (1 + i % 6)) for i, b in enumerate(blocks)),
+                              grad_underflow=0.01 if precision == "fp16" else None))  # fmt: skip
+    chart.redraw()
+    charts_before = page.charts_host.isVisible(), page.charts_host.height()
+    bar = page.tabs.tabBar()
+    numerics = page.tabs.indexOf(chart)
+    QTest.mouseClick(bar, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, bar.tabRect(numerics).center())
+    qtbot.wait(50)
+    assert page.tabs.currentWidget() is chart
+    for plot, widget in ((chart.headroom_plot, chart.headroom_widget), (chart.underflow_plot, chart.underflow_widget)):
+        if not widget.isVisible():
+            continue
+        inside = QRect(widget.mapTo(chart, QPoint(0, 0)), widget.size())
+        assert widget.height() >= PLOT_MIN_HEIGHT and chart.rect().contains(inside), "a plot is cut off"
+        assert _axis_whole(plot, widget, "left") and _axis_whole(plot, widget, "bottom")
+        rects = _text_rects(plot.getAxis("left"))
+        assert len(rects) >= 2, "the headroom axis has too few labels to read"
+        for i, a in enumerate(rects):
+            for b in rects[i + 1 :]:
+                assert not a.intersects(b), "two tick labels overlap"
+    assert (precision == "fp16") == chart.underflow_widget.isVisible()
+    readout = chart.readout.text()
+    assert not re.search(r"\d{7,}|\d{1,3}(,\d{3}){3,}", readout), f"a headroom with too many digits: {readout}"
+    if precision == "fp32":
+        assert readout.startswith("fp32: headroom not a concern (max 3.4e38")
+    if size == (1920, 1050):
+        assert page.charts_host.isVisible()  # room for both: the charts keep their minimum
+    QTest.mouseClick(bar, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, bar.tabRect(0).center())
+    qtbot.wait(50)
+    assert (page.charts_host.isVisible(), page.charts_host.height()) == charts_before  # the Log tab: as it was
+    assert page.charts_host.mapTo(page, QPoint(0, 0)).y() >= 0
+    w.dataset_page.shutdown()

@@ -414,7 +414,7 @@ class PrecisionConfig:
     gpu_index: int = setting(
         -1,
         label="GPU",
-        help="The GPU to train on, by its number as PyTorch counts them (the list on the Model page); "
+        help="The GPU to train on, by its number as PyTorch counts them (the list on the Model & Precision page); "
         "-1 means automatic: the first GPU. Ignored under `accelerate launch` with several processes, "
         "where each process trains on its own GPU.",
         minimum=-1,

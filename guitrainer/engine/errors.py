@@ -7,7 +7,7 @@ import traceback
 import torch
 
 OOM_ADVICE = (
-    "turn on gradient checkpointing (Precision page)",
+    "turn on gradient checkpointing (Model & Precision page)",
     "use a smaller batch size (raise gradient accumulation to keep the effective batch)",
     "use an 8-bit optimizer (AdamW8bit)",
     "cache latents so the VAE leaves memory",
@@ -28,11 +28,12 @@ MODEL_ADVICE = (
 
 DATASET_ADVICE = (
     "check the image folders on the Dataset page (images are read from each folder, not its subfolders)",
-    "look at the images flagged as unreadable there, and at Options ▸ Left-out images",
+    "look at the images flagged as unreadable there; images removed from the Dataset page are left out of training "
+    "(add their folder again to bring them back)",
 )
 
 LORA_ADVICE = (
-    "check the LoRA you continue from (Model page): it must be a LoRA of the same model family",
+    "check the LoRA you continue from (Model & Precision page): it must be a LoRA of the same model family",
     "clear “continue from” to train a new LoRA",
 )
 

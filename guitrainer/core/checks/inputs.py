@@ -173,14 +173,14 @@ def model_problems(base: str) -> list[Problem]:
     """``model.base``: chosen, and (unless it is a hub id, checked when it downloads) a readable folder or file."""
     text = str(base).strip()
     if not text:
-        return [Problem("model.base", "No base model chosen: pick one on the Model page.")]
+        return [Problem("model.base", "No base model chosen: pick one on the Model & Precision page.")]
     if text == "demo":
         return []
     shown = printable(text)
     try:
         found = safe_open.look(text)
     except safe_open.PathError as e:
-        return [Problem("model.base", f"The base model {e}. Choose a model folder or file on the Model page.")]
+        return [Problem("model.base", f"The base model {e}. Choose a model folder or file on the Model & Precision page.")]
     if found.kind in ("file", "folder"):
         mode = os.R_OK if found.kind == "file" else os.R_OK | os.X_OK
         if not os.access(expand(text), mode):
@@ -188,14 +188,14 @@ def model_problems(base: str) -> list[Problem]:
         return []
     if found.kind != "missing":  # a named pipe, a device: never taken for a hub id
         return [Problem("model.base", f"The base model “{shown}” is {safe_open.KIND_WORDS[found.kind]}, not a model "
-                                      "file or folder. Choose a model folder or file on the Model page.")]
+                                      "file or folder. Choose a model folder or file on the Model & Precision page.")]
     looks_like_path = text.startswith(("/", ".", "~", "\\")) or ":" in text or text.lower().endswith(
         (".safetensors", ".ckpt")
     )
     if looks_like_path or not HUB_ID.match(text):
         why = safe_open.missing_reason(text).removeprefix("does not exist")
         return [Problem("model.base", f"The base model “{shown}” was not found{why}. Choose a model folder or file "
-                                      "on the Model page.")]
+                                      "on the Model & Precision page.")]
     return []  # a hub id: checked when it is downloaded
 
 

@@ -7,15 +7,19 @@ survives any failure).
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guitrainer import APP_NAME
 from guitrainer.base import safe_open
-from guitrainer.base.fileio import atomic_write_bytes
+from guitrainer.base.fileio import atomic_write_bytes, numbered_path
 from guitrainer.base.names import printable
+from guitrainer.core.dataset.tags import RenameTag
 
 if TYPE_CHECKING:
     from guitrainer.core.dataset.scan import DatasetItem
@@ -38,6 +42,13 @@ MAX_CAPTION_BYTES = 1 << 20
 
 class CaptionFileError(OSError):
     """A caption path that cannot be read as a caption: a folder, a FIFO, a symlink loop, a name too long."""
+
+
+class CaptionChangedError(OSError):
+    """A caption file no longer holds what an edit (or its undo) expects: another program changed it meanwhile."""
+
+    def __str__(self) -> str:  # the sentence, without OSError's "[Errno N]"
+        return str(self.strerror)
 
 
 class CaptionEncodingError(ValueError):
@@ -98,7 +109,7 @@ def read_caption(path: str | Path) -> CaptionText:
     a FIFO, a device), a symlink loop or a name too long reads as empty with :attr:`CaptionText.problem` set.
     """
     try:
-        return decode_caption(_read_bytes(Path(path)))
+        return decode_caption(caption_bytes(Path(path)))
     except OSError as e:
         return CaptionText("", True, exists=False, problem=str(e) if isinstance(e, CaptionFileError) else _why(e))
 
@@ -202,8 +213,8 @@ def write_caption(path: str | Path, text: str) -> None:
     save_caption(path, text, encoding="utf-8")
 
 
-def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes; None when there is none. Read through :mod:`guitrainer.base.safe_open`: the file type is
+def caption_bytes(path: Path) -> bytes | None:
+    """A caption file's bytes; None when there is none. Read through :mod:`guitrainer.base.safe_open`: the file type is
     told before anything is opened, so a FIFO never blocks and a device is never read.
 
     Raises:
@@ -215,6 +226,66 @@ def _read_bytes(path: Path) -> bytes | None:
         if e.errno == errno.ENOENT:
             return None
         raise CaptionFileError(f"caption {printable(path.name)} {e.reason}") from None
+
+
+@dataclass(frozen=True)
+class CaptionStamp:
+    """What a caption file held when an editor read it, to tell whether another program changed it since.
+
+    The bytes decide (their size and SHA-256): a modification time alone misses a rewrite within the file
+    system's clock tick and flags a ``touch`` that changed nothing. ``mtime_ns`` is kept for messages and logs.
+    """
+
+    exists: bool
+    size: int = 0
+    sha256: str = ""
+    mtime_ns: int = 0
+
+    @classmethod
+    def of(cls, raw: bytes | None, mtime_ns: int = 0) -> CaptionStamp:
+        """The stamp of a file holding ``raw`` (None: no file)."""
+        if raw is None:
+            return cls(False)
+        return cls(True, len(raw), hashlib.sha256(raw).hexdigest(), mtime_ns)
+
+    @classmethod
+    def read(cls, path: str | Path) -> tuple[CaptionStamp, bytes | None]:
+        """The stamp of the caption file at ``path`` now, and its bytes (None: no file).
+
+        Raises:
+            CaptionFileError: as :func:`caption_bytes`.
+        """
+        p = Path(path)
+        raw = caption_bytes(p)
+        mtime = 0
+        if raw is not None:
+            try:
+                mtime = p.stat().st_mtime_ns
+            except OSError:
+                mtime = 0
+        return cls.of(raw, mtime), raw
+
+    def matches(self, raw: bytes | None) -> bool:
+        """Whether a file now holding ``raw`` (None: gone) is the file this stamp was taken of."""
+        if raw is None:
+            return not self.exists
+        return self.exists and self.size == len(raw) and self.sha256 == hashlib.sha256(raw).hexdigest()
+
+
+def rescue_captions(texts: Sequence[tuple[Path, str]], folder: Path) -> Path:
+    """Write typed captions that could not be saved where they belong into one text file in ``folder`` (the user
+    data folder): each caption file's path on a line, its text on the next, then a blank line. Returns the file.
+
+    The last way to keep what the user typed when the app must end without asking (a logout, Ctrl+C in the
+    terminal). Raises ``OSError`` when even that cannot be written.
+    """
+    lines = [f"# Captions typed in {APP_NAME} that could not be saved beside their images; copy them back by hand.", ""]
+    for path, text in texts:
+        lines += [str(path), text, ""]
+    folder.mkdir(parents=True, exist_ok=True)
+    target = numbered_path(folder / f"unsaved_captions_{time.strftime('%Y%m%d_%H%M%S')}.txt")
+    atomic_write_bytes(target, "\n".join(lines).encode("utf-8"))
+    return target
 
 
 def _why(e: OSError) -> str:
@@ -246,6 +317,8 @@ class CaptionEdit:
     description: str
     changes: list[CaptionChange] = field(default_factory=list)
     skipped_not_utf8: int = 0
+    #: (old, new) when the edit renames a tag (:class:`~guitrainer.core.dataset.tags.RenameTag`): a tag filter follows it
+    renamed: tuple[str, str] | None = None
 
     @property
     def count(self) -> int:
@@ -255,15 +328,31 @@ class CaptionEdit:
         """Write every new caption (atomically, file by file); if one fails, undo the ones written.
 
         ``progress(n)`` is called after each file, with the number written so far.
+
+        Raises:
+            CaptionChangedError: a file no longer holds what the edit replaces (another program changed it):
+                nothing is written.
         """
         self._write(self.changes, forward=True, progress=progress)
 
     def revert(self, progress: Callable[[int], None] | None = None) -> None:
-        """Restore every caption exactly as it was before; if one fails, redo the ones restored."""
+        """Restore every caption exactly as it was before; if one fails, redo the ones restored.
+
+        Raises:
+            CaptionChangedError: a file no longer holds what the edit wrote (another program changed it since):
+                nothing is written, so an undo never replaces that change unasked.
+        """
         self._write(list(reversed(self.changes)), forward=False, progress=progress)
 
     @staticmethod
     def _write(changes: list[CaptionChange], forward: bool, progress: Callable[[int], None] | None) -> None:
+        for ch in changes:  # first: every file still holds what this step replaces, or nothing is written
+            if caption_bytes(ch.caption_path) != (ch.old if forward else ch.new):
+                raise CaptionChangedError(
+                    errno.ESTALE,
+                    f"{printable(ch.caption_path.name)} was changed by another program since; "
+                    f"{'redoing' if forward else 'undoing'} would replace that change",
+                )
         done: list[CaptionChange] = []
         try:
             for ch in changes:
@@ -287,10 +376,10 @@ def plan_edit(items: Iterable[DatasetItem], op: Callable[[str], str], descriptio
     counted in ``skipped_not_utf8``: a bulk edit changes only UTF-8 files; one caption at a time,
     :func:`save_caption` keeps any other encoding.
     """
-    edit = CaptionEdit(description)
+    edit = CaptionEdit(description, renamed=(op.old, op.new) if isinstance(op, RenameTag) else None)
     for item in items:
         try:
-            old_bytes = _read_bytes(item.caption_path)
+            old_bytes = caption_bytes(item.caption_path)
         except CaptionFileError:
             edit.skipped_not_utf8 += 1
             continue

@@ -38,7 +38,8 @@ class FolderLook:
                 "the images are in subfolders, which are not read: add the subfolder itself "
                 f"(e.g. “{self.in_subfolder}”) on the Dataset page"
             )
-        where = "Dataset ▸ Options ▸ Left-out images"
+        # said for the window and --check alike: the config key, and how the window sets it (no widget edits it)
+        where = "dataset.exclude: images removed on the Dataset page; add the folder there again to train them"
         if self.listed and self.left_out == self.listed:
             return f"all images are left out ({where})"
         if self.listed and self.left_out + self.duplicates == self.listed:

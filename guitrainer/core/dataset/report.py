@@ -207,13 +207,49 @@ class SummaryBuilder:
 
 
 
-def strip_text(s: ds.DatasetSummary, loading: bool) -> str:
-    """The one-line summary under the grid."""
+@dataclass(frozen=True)
+class ShownCount:
+    """What the grid shows under its filter, for the line under it.
+
+    Attributes:
+        shown, captioned, flagged: the images in view, and how many of them have a caption, a flag.
+        total: every image of the dataset.
+        filter: the filter in words (:func:`describe_filter`); "" when every image is shown.
+    """
+
+    shown: int
+    captioned: int
+    flagged: int
+    total: int
+    filter: str = ""
+
+    @classmethod
+    def of(cls, shown: Sequence[DatasetItem], total: int, filter: str) -> ShownCount:  # noqa: A002 - what it is
+        return cls(len(shown), sum(1 for it in shown if it.has_caption), sum(1 for it in shown if it.flags), total, filter)
+
+
+def describe_filter(mode_label: str, search: str, tag: str) -> str:
+    """The grid's filter in words, for "2 of 30 images (…)": "Flagged, search “circle”, tag “blue”"; "" for none.
+    ``mode_label`` is the Show filter's entry ("" for All images)."""
+    parts = [mode_label] if mode_label else []
+    if search.strip():
+        parts.append(f"search “{search.strip()}”")
+    if tag.strip():
+        parts.append(f"tag “{tag.strip()}”")
+    return ", ".join(parts)
+
+
+def strip_text(s: ds.DatasetSummary, loading: bool, view: ShownCount | None = None) -> str:
+    """The one-line summary under the grid. Its counts follow the grid's filter (``view``): "2 of 30 images (search
+    “circle”) · 2 captioned · …", or "No image matches …" when none does; steps per epoch are the training's (all)."""
     more = " · reading images…" if loading else ""
-    return (
-        f"{plural(s.image_count, 'image')} · {s.captioned_count} captioned · {s.flagged_count} flagged · "
-        f"{plural(s.steps_per_epoch, 'step')} per epoch{more}"
-    )
+    steps = f"{plural(s.steps_per_epoch, 'step')} per epoch"
+    if view is not None and view.filter:
+        if not view.shown:
+            return f"No image matches the filter ({view.filter}) of {plural(view.total, 'image')} · {steps}{more}"
+        return (f"{view.shown} of {plural(view.total, 'image')} ({view.filter}) · {view.captioned} captioned · "
+                f"{view.flagged} flagged · {steps}{more}")
+    return f"{plural(s.image_count, 'image')} · {s.captioned_count} captioned · {s.flagged_count} flagged · {steps}{more}"
 
 
 def edit_bytes(edit: CaptionEdit) -> dict[Path, bytes | None]:

@@ -19,6 +19,7 @@ modules; their names are re-exported here.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import math
 import os
@@ -51,6 +52,7 @@ from guitrainer.core.dataset.captions import (  # re-exported: the caption helpe
     write_caption,
 )
 from guitrainer.core.dataset.tags import (  # re-exported: the tag operations lived here before
+    RenameTag,
     add_trigger,
     dedupe_tags,
     find_replace,
@@ -59,6 +61,7 @@ from guitrainer.core.dataset.tags import (  # re-exported: the tag operations li
     rename_tag,
     sort_tags,
     split_tags,
+    tag_filter_after,
     tag_frequency,
 )
 
@@ -76,6 +79,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "Flag",
     "IMAGE_EXTENSIONS",
     "ImageInfo",
+    "RenameTag",
     "LARGE_PIXELS",
     "LARGE_SIDE",
     "RESOLUTION_BINS",
@@ -89,6 +93,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "dedupe_tags",
     "file_key",
     "find_replace",
+    "flag_descriptions",
     "inspect_image",
     "iter_items",
     "join_tags",
@@ -106,6 +111,7 @@ __all__ = [  # the module's own names and the caption / tag names re-exported fr
     "save_caption",
     "sort_tags",
     "split_tags",
+    "tag_filter_after",
     "summarize",
     "tag_frequency",
     "write_caption",
@@ -220,8 +226,8 @@ def probe_image(path: str | Path, resolution: int = 512) -> ImageInfo:
     if size == 0:
         return ImageInfo(flags=frozenset({Flag.EMPTY}))
     flags: set[Flag] = set()
-    try:
-        with Image.open(p) as im:
+    try:  # opened through safe_open too: a pipe put there since the look above cannot block the scan
+        with safe_open.open_file(p) as fh, Image.open(fh) as im:
             w, h = im.size
             fmt = im.format or ""
             mode = im.mode
@@ -272,8 +278,10 @@ def unreadable_reason(path: Path, error: BaseException) -> str:
     from PIL import Image, PngImagePlugin
 
     text = str(error)
-    if isinstance(error, PermissionError):
+    if isinstance(error, PermissionError) or getattr(error, "errno", 0) in (errno.EACCES, errno.EPERM):
         return "cannot be read: no permission to read it (check the file's permissions)"
+    if isinstance(error, safe_open.PathError):  # a pipe or a device put there meanwhile, a link loop, ...
+        return error.reason
     if isinstance(error, Image.DecompressionBombError):
         return f"is larger than Pillow opens ({Image.MAX_IMAGE_PIXELS or 0:,} pixels: its decompression-bomb limit)"
     if "MAX_TEXT_CHUNK" in text or "text chunks" in text:
@@ -337,6 +345,7 @@ class DatasetItem:
     caption_utf8: bool = True
     caption_encoding: str = "utf-8"  # the caption file's codec (core.captions): a save keeps it
     problem: str = ""  # why the image cannot be read (with Flag.UNREADABLE), as ImageInfo.problem says
+    caption_problem: str = ""  # why the caption path cannot be read (with Flag.CAPTION_UNREADABLE)
 
     @property
     def has_caption(self) -> bool:
@@ -354,11 +363,29 @@ class DatasetItem:
         """Show a caption known to be on disk now (e.g. just written), without reading the file."""
         self.caption, self.caption_exists, self.caption_utf8 = c.text, c.exists, c.was_utf8
         self.caption_encoding = c.encoding
+        self.caption_problem = c.problem
         for flag, on in ((Flag.CAPTION_NOT_UTF8, not c.was_utf8), (Flag.CAPTION_UNREADABLE, bool(c.problem))):
             if on:
                 self.flags.add(flag)
             else:
                 self.flags.discard(flag)
+
+
+def flag_descriptions(item: DatasetItem, leave_out: Iterable[Flag] = ()) -> list[str]:
+    """Each of ``item``'s flags in words, in :class:`Flag` order, with the reason where the scan found one:
+    "Cannot be read as an image: photo.jpg is a HEIC / HEIF image …" rather than the flag's bare description."""
+    skip = set(leave_out)
+    out = []
+    for flag in Flag:
+        if flag not in item.flags or flag in skip:
+            continue
+        text = flag.description
+        if flag == Flag.UNREADABLE and item.problem:
+            text = f"{text}: {item.name} {item.problem}"
+        elif flag == Flag.CAPTION_UNREADABLE and item.caption_problem:
+            text = f"{text}: {item.caption_problem}"
+        out.append(text)
+    return out
 
 
 @dataclass

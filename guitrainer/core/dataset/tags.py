@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 def split_tags(text: str) -> list[str]:
@@ -48,6 +49,37 @@ def rename_tag(text: str, old: str, new: str) -> str:
     old, new = old.strip(), new.strip()
     tags = [new if t == old else t for t in split_tags(text)]
     return _retag(text, [t for t in tags if t])
+
+
+@dataclass(frozen=True)
+class RenameTag:
+    """The operation "rename tag ``old`` to ``new``" (``new`` "" removes it), as data: a caller that filters by
+    ``old`` can follow the rename (:func:`tag_filter_after`)."""
+
+    old: str
+    new: str
+
+    def __call__(self, text: str) -> str:
+        return rename_tag(text, self.old, self.new)
+
+
+def tag_filter_after(tag: str, captions: Iterable[str], renamed: tuple[str, str] | None = None) -> tuple[str, str]:
+    """The tag filter after captions changed: ``(tag to filter by, what to tell the user)`` ("" when nothing changed).
+
+    A rename of the filtered tag (``renamed`` = (old, new), as applied: an undone rename is (new, old)) takes the
+    filter along to the new name; a tag that no caption has any more clears the filter: either way it says so.
+    """
+    tag = tag.strip()
+    if not tag:
+        return "", ""
+    if renamed is not None and renamed[0].strip() == tag:
+        new = renamed[1].strip()
+        if new:
+            return new, f"The tag filter follows the rename: it shows “{new}” now."
+        return "", f"“{tag}” was removed: the tag filter is cleared, all images are shown."
+    if any(tag in split_tags(c) for c in captions):
+        return tag, ""
+    return "", f"No image has the tag “{tag}” any more: the tag filter is cleared, all images are shown."
 
 
 def sort_tags(text: str, keep_first: int = 0) -> str:

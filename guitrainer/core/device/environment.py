@@ -153,7 +153,7 @@ def _precision_items(device: DeviceInfo, store: MeasurementStore | None) -> list
     else:
         items.append(EnvItem("SDXL fp16 VAE", "not downloaded", "info",
                              "Only for SDXL in fp16: it saves up to about 1.4 GB (1024 px, latents not cached; the "
-                             "Model page says the cost for your settings). " + vae_choice.FP16_FIX_DOWNLOAD))
+                             "Model & Precision page says the cost for your settings). " + vae_choice.FP16_FIX_DOWNLOAD))
     return items
 
 

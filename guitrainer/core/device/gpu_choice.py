@@ -17,11 +17,11 @@ def gpu_missing_message(gpu_index: int, gpu_names: Sequence[str]) -> str:
     if not gpu_names:
         return (
             f"GPU {gpu_index} was chosen but this machine has no GPU that PyTorch can use; "
-            "choose automatic on the Model page (or set precision.gpu_index = -1)"
+            "choose automatic on the Model & Precision page (or set precision.gpu_index = -1)"
         )
     listing = ", ".join(f"{i}: {name}" for i, name in enumerate(gpu_names))
     count = f"{len(gpu_names)} GPU" + ("" if len(gpu_names) == 1 else "s")
-    return f"GPU {gpu_index} was chosen but this machine has {count} ({listing}); choose one on the Model page"
+    return f"GPU {gpu_index} was chosen but this machine has {count} ({listing}); choose one on the Model & Precision page"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,21 @@ class HasTotalMemory(Protocol):
 #: what the estimator compares with: a probed DeviceInfo, a bare memory size, or None (unknown)
 Device = DeviceInfo | HasTotalMemory | None
 
+#: the device kinds with a CUDA context and torch's caching allocator (ROCm too: torch runs HIP as "cuda"); their
+#: sizes were measured on CUDA. Other devices (a CPU, Apple's MPS, Intel's XPU) have neither part here.
+GPU_RUNTIME_KINDS = ("cuda",)
+
+
+def device_kind(device: Device) -> str:
+    """"cuda" (also ROCm), "xpu", "mps" or "cpu"; "" while the device is not known (before the probe answers).
+    A device known only by its memory size is a CUDA GPU (a card picked by size, the benches, tests)."""
+    if device is None:
+        return ""
+    kind = getattr(device, "kind", "")
+    if kind:
+        return str(kind)
+    return "cuda" if getattr(device, "total_memory", None) else ""
+
 TEXT_TOKENS = 77
 
 # --------------------------------------------------------------------------- fitted constants
@@ -228,10 +243,16 @@ def estimate(
     VAE stays in the training precision); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
     gradients and AdamW's two states in 2 bytes each.
 
+    The CUDA context and the caching allocator's slack are parts only on a CUDA (or ROCm) device
+    (:data:`GPU_RUNTIME_KINDS`): a CPU run has neither (they were 73 % of a demo run's bar there). While the device
+    is not known (``device`` None, the first seconds of a start) they are left out, not guessed: the bar then shows
+    what every device needs, and grows by them when the probe finds a CUDA GPU, rather than showing a 500 MB "CUDA
+    context" on a machine that may have none.
+
     Args:
         config: the training settings.
         spec: the base model's spec; by default the table entry of ``config.model.family``.
-        device: a probed DeviceInfo, or anything with ``total_memory`` (bytes); None = unknown.
+        device: a probed DeviceInfo, or anything with ``total_memory`` (bytes: a CUDA GPU); None = unknown.
         vae_dtype: the VAE's precision, when not the one the trainer picks (SDXL's VAE stays fp32 under fp16).
     """
     notes: list[str] = []
@@ -250,12 +271,15 @@ def estimate(
     if off_note:
         notes.append(off_note)
     resident = spec.denoiser - off.offloaded
+    gpu_runtime = device_kind(device) in GPU_RUNTIME_KINDS
     parts: list[VramPart] = [
-        VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES, "CUDA runtime, kernels and cuBLAS workspace.", False),
         VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
                  + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
     ]
+    if gpu_runtime:
+        parts.insert(0, VramPart("cuda_context", "CUDA context", CUDA_CONTEXT_BYTES,
+                                 "CUDA runtime, kernels and cuBLAS workspace.", False))
     if off.active:
         parts.append(VramPart(
             "offload_stream", "Blocks streamed from RAM", allocated(off.in_flight * w),
@@ -294,8 +318,9 @@ def estimate(
     parts.append(VramPart("activations", "Activations", act, act_tip))
     workspace = 2 * lora if opt.name == "AdamW" else lora // 2
     parts.append(VramPart("workspace", "Temporary workspace", workspace, "Optimizer-step and gradient-clipping temporaries."))
-    slack = int(ALLOCATOR_SLACK_FRACTION * act) + ALLOCATOR_SLACK_BYTES
-    parts.append(VramPart("slack", "Allocator slack", slack, "Memory the caching allocator reserves but cannot use.", False))
+    if gpu_runtime:
+        slack = int(ALLOCATOR_SLACK_FRACTION * act) + ALLOCATOR_SLACK_BYTES
+        parts.append(VramPart("slack", "Allocator slack", slack, "Memory the caching allocator reserves but cannot use.", False))
     total_memory = getattr(device, "total_memory", None) if device is not None else None
     return VramBreakdown(tuple(parts), spec.family, int(total_memory) if total_memory else None, tuple(notes))
 

@@ -109,6 +109,43 @@ def format_limit(precision: str) -> str:
     return f"{limit:,.0f}" if limit < 1e6 else format_value(limit)
 
 
+#: a headroom at least this large is no concern in any precision: a value would have to grow a millionfold to overflow
+HEADROOM_NO_CONCERN = 1e6
+
+
+def format_headroom(x: float) -> str:
+    """A headroom as the Numerics tab shows it: "16×", "1,259×", "1.6e5×", never fp32's 38 digits."""
+    if not math.isfinite(x):
+        return f"{format_value(x)}×"
+    if x < 10:
+        return f"{x:.1f}×"
+    if x < 1e5:
+        return f"{x:,.0f}×"
+    return f"{format_value(x)}×"
+
+
+def headroom_readout(precision: str, latest: dict[str, float], underflow: float | None = None, skipped: int = 0) -> str:
+    """The Numerics tab's line over its charts: the lowest headrooms (the blocks nearest the limit), the gradient
+    underflow (%), the skipped steps; "" while nothing was sampled.
+
+    In fp32 and bf16 (limit 3.4e38) a healthy run's headrooms are 30-odd digits long: it says "fp32: headroom not a
+    concern (max 3.4e38)" instead, with the lowest one, unless a block came within :data:`HEADROOM_NO_CONCERN`."""
+    parts = []
+    finite = {b: h for b, h in latest.items() if math.isfinite(h)}
+    if finite:
+        low = sorted(finite, key=finite.__getitem__)[:3]
+        if DTYPE_MAX.get(precision, FP16_MAX) > 1e30 and finite[low[0]] >= HEADROOM_NO_CONCERN:
+            parts.append(f"{precision}: headroom not a concern (max {format_limit(precision)}; lowest "
+                         f"{format_headroom(finite[low[0]])}, {block_title(low[0])})")
+        else:
+            parts.append("lowest headroom " + ", ".join(f"{block_title(b)} {format_headroom(finite[b])}" for b in low))
+    if underflow is not None:
+        parts.append(f"gradient underflow {underflow:.2f} %")
+    if skipped:
+        parts.append(f"{skipped} skipped step{'s' if skipped != 1 else ''}")
+    return " · ".join(parts)
+
+
 @dataclass(frozen=True)
 class NonFinite:
     """Where an inf or NaN was first seen in a step.
@@ -175,7 +212,7 @@ def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "aut
     if found is not None and found.model == "vae":
         advice.append(
             f"the VAE overflowed ({name}): keep the VAE in fp32, or set an fp16-safe VAE as the model's VAE "
-            "(Model page, VAE; SDXL's own VAE overflows in fp16; madebyollin/sdxl-vae-fp16-fix does not)"
+            "(Model & Precision page, VAE; SDXL's own VAE overflows in fp16; madebyollin/sdxl-vae-fp16-fix does not)"
         )
     if precision == "fp16":
         advice.append(

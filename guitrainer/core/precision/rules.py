@@ -494,7 +494,7 @@ def rule_sdxl_vae(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
         "info",
         message + " To use it, download it (the command below puts it in the Hugging Face cache, where this app "
         "finds it), or put its config.json and diffusion_pytorch_model.safetensors in a folder next to the base "
-        "model; then choose it as the VAE on the Model page.",
+        "model; then choose it as the VAE on the Model & Precision page.",
         suggestion_text=FP16_FIX_DOWNLOAD,
         code="sdxl_vae_fp32",
         topic=topic,

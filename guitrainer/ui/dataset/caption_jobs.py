@@ -156,7 +156,9 @@ class CaptionEditCommand(QUndoCommand):
 
     With a ``runner``, a big edit is undone / redone in its worker thread (``notify`` and the message
     follow when it is done). Undo and redo are all or nothing: if one file cannot be written, the others
-    are put back and the undo stack steps back to where it was.
+    are put back and the undo stack steps back to where it was. Each undo and redo says what it did
+    ("Undone: Sort tags (3 captions).") through ``on_message``, after ``applied(edit, forward)``, whose
+    answer (a sentence, or "") is added to it.
     """
 
     def __init__(
@@ -165,12 +167,14 @@ class CaptionEditCommand(QUndoCommand):
         notify: Notify,
         on_message: Callable[[str], None],
         runner: CaptionJobRunner | None = None,
+        applied: Callable[[CaptionEdit, bool], str] | None = None,
     ):
         super().__init__(edit.description)
         self.edit = edit
         self._notify = notify
         self._on_message = on_message
         self._runner = runner
+        self._applied = applied
         self._skip_next = True  # pushed already applied: the stack's first redo writes nothing
 
     def _paths(self) -> list[Path]:
@@ -207,13 +211,12 @@ class CaptionEditCommand(QUndoCommand):
                     QTimer.singleShot(0, runner, lambda: self._step_back(runner.undo_stack, forward))
             else:
                 self._notify(self._paths(), self._written(forward))
+                self._say_done(forward)
             return
 
         def done(_result: object) -> None:
             self._notify(self._paths(), self._written(forward))
-            n = edit.count
-            past = "Redone" if forward else "Undone"
-            self._on_message(f"{past}: {edit.description} ({n:,} caption{'s' if n != 1 else ''}).")
+            self._say_done(forward)
 
         def failed(message: str) -> None:
             self._notify(self._paths(), None)
@@ -222,6 +225,13 @@ class CaptionEditCommand(QUndoCommand):
 
         label = f"{'Redoing' if forward else 'Undoing'}: {edit.description}"
         runner.submit(label, lambda report: self._write(forward, report), done, failed)
+
+    def _say_done(self, forward: bool) -> None:
+        """"Undone: Rename tag “a” to “b” (3 captions)." — every undo and redo says what it did."""
+        edit, n = self.edit, self.edit.count
+        note = self._applied(edit, forward) if self._applied is not None else ""
+        past = "Redone" if forward else "Undone"
+        self._on_message(f"{past}: {edit.description} ({n:,} caption{'s' if n != 1 else ''}).{' ' + note if note else ''}")
 
     def _write(self, forward: bool, report: Report | None = None) -> None:
         """Apply or revert the edit (all or nothing), reporting each file written (worker thread or GUI)."""

@@ -45,6 +45,8 @@ class CaptionOperations:
         schedule_summary: the page's summary is out of date.
         tag_operation_finished: called once per :meth:`apply_tag_operation`, when it is done, with its edit
             (None: no images, or it failed).
+        filter_by_tag: make the grid show only images with this tag ("" for all), the tool bar's chip with it: a
+            tag filter follows a rename of its tag, and clears (saying so) when no caption has the tag any more.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class CaptionOperations:
         show_status: Callable[[str], None],
         schedule_summary: Callable[[], None],
         tag_operation_finished: Callable[[CaptionEdit | None], None],
+        filter_by_tag: Callable[[str], None] = lambda _tag: None,
     ) -> None:
         self.model, self.proxy = model, proxy
         self.editor, self.tag_tools, self.captioning = editor, tag_tools, captioning
@@ -72,6 +75,7 @@ class CaptionOperations:
         self._show_status = show_status
         self._schedule_summary = schedule_summary
         self._finished = tag_operation_finished
+        self._filter_by_tag = filter_by_tag
         self._when_idle: list[Callable[[], None]] = []  # waits for the caption jobs to finish
 
         tag_tools.operation_requested.connect(self.apply_tag_operation)
@@ -124,13 +128,27 @@ class CaptionOperations:
             self.captions_changed([ch.caption_path for ch in edit.changes], edit_bytes(edit))
             n = edit.count
             s = "s" if n != 1 else ""
-            self._show_status(f"{description}: changed {n} caption{s} (Ctrl+Z undoes it).{note}")
+            follow = self._follow_tag_filter(edit.renamed)
+            self._show_status(f"{description}: changed {n} caption{s} (Ctrl+Z undoes it).{note}{' ' + follow if follow else ''}")
         self._finished(edit)
         return edit
 
     def _command(self, edit: CaptionEdit) -> CaptionEditCommand:
         """The undo step of an edit already written; its undo / redo run as caption jobs when big."""
-        return CaptionEditCommand(edit, self.captions_changed, self._show_status, self.jobs)
+        return CaptionEditCommand(edit, self.captions_changed, self._show_status, self.jobs, self._after_undo_or_redo)
+
+    def _after_undo_or_redo(self, edit: CaptionEdit, forward: bool) -> str:
+        """An edit was undone or redone: the tag filter follows its rename either way (what to add to the message)."""
+        renamed = edit.renamed if forward or edit.renamed is None else (edit.renamed[1], edit.renamed[0])
+        return self._follow_tag_filter(renamed)
+
+    def _follow_tag_filter(self, renamed: tuple[str, str] | None) -> str:
+        """Captions changed: a tag filter follows a rename of its tag, or clears when no image has it any more.
+        Returns what to tell the user ("" when the filter stays)."""
+        tag, note = ds.tag_filter_after(self.proxy.tag, (it.caption for it in self.model.items), renamed)
+        if tag != self.proxy.tag:
+            self._filter_by_tag(tag)
+        return note
 
     def _on_jobs_busy(self, busy: bool) -> None:
         """Nothing else edits captions while a bulk edit (or its undo / redo) is being written."""

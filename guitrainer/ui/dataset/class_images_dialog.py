@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.names import safe_name
 from guitrainer.base.paths import expand, path_key
 from guitrainer.config import ModelConfig
 from guitrainer.core.dataset.folders import training_images
@@ -40,8 +41,10 @@ log = logging.getLogger(__name__)
 
 
 def _slug(text: str) -> str:
+    """The class prompt as a folder name ("a photo of a dog" -> "a_photo_of_a_dog"), one every system can write:
+    never a Windows device name (a prompt "con" or "aux" -> "_con", "_aux"; see :func:`~guitrainer.base.names.safe_name`)."""
     s = re.sub(r"[^A-Za-z0-9]+", "_", text.strip().lower()).strip("_")
-    return s[:48] or "class"
+    return safe_name(s[:48], "class")
 
 
 class ClassImageWorker(BaseWorker):

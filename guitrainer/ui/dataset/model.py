@@ -21,7 +21,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
-from guitrainer.core.dataset.scan import DatasetItem, Flag, split_tags
+from guitrainer.core.dataset.scan import DatasetItem, Flag, flag_descriptions, split_tags
 from guitrainer.ui.dataset.thumbnails import GRID_SIZE, ThumbnailLoader
 
 log = logging.getLogger(__name__)
@@ -201,8 +201,8 @@ def tooltip_for(item: DatasetItem) -> str:
     lines = [f"<b>{_esc(item.name)}</b>", _esc(str(item.image_path.parent))]
     if item.width:
         lines.append(f"{item.width} × {item.height} px, repeats {item.repeats}")
-    if item.flags:
-        lines.append("<br>".join(f"⚠ {_esc(f.description)}" for f in sorted(item.flags, key=_BADGE_ORDER.index)))
+    if item.flags:  # with the reason the scan found ("… is a HEIC image with a .jpg extension"), not just the flag
+        lines.append("<br>".join(f"⚠ {_esc(text)}" for text in flag_descriptions(item)))
     cap = item.caption.strip()
     lines.append(f"<i>{_esc(cap[:300])}</i>" if cap else "<i>no caption</i>")
     return "<br>".join(lines)

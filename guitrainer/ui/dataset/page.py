@@ -29,6 +29,7 @@ from PySide6.QtCore import (
     QItemSelectionModel,
     QModelIndex,
     Qt,
+    QTimer,
     Signal,
     Slot,
 )
@@ -54,7 +55,9 @@ from guitrainer.core.dataset.folder_sync import (
 from guitrainer.core.dataset.report import (
     CollectRequest,
     ImportReport,
+    ShownCount,
     SummaryParams,
+    describe_filter,
     plural,
     strip_text,
     without_included,
@@ -138,6 +141,16 @@ class DatasetPage(Page):
         self.summary_runner.ready.connect(self._show_summary)
         self.summary_runner.failed.connect(lambda why: self.strip.setText(f"Buckets: {why}"))
         self._shown_frequencies: list[tuple[str, int]] | None = None
+        self._summary: ds.DatasetSummary | None = None  # the last one computed: the strip under the grid says it
+        # the strip's counts follow the grid's filter: recounted (coalesced) whenever the rows in view change
+        self._strip_timer = QTimer(self)
+        self._strip_timer.setSingleShot(True)
+        self._strip_timer.setInterval(0)
+        self._strip_timer.timeout.connect(self._show_strip)
+        for signal in (self.proxy.rowsInserted, self.proxy.rowsRemoved, self.proxy.modelReset, self.proxy.layoutChanged):
+            signal.connect(self._strip_timer.start)
+        self.search.textChanged.connect(self._strip_timer.start)
+        self.filter_combo.currentIndexChanged.connect(self._strip_timer.start)
         self._build_actions()
         self.captions = CaptionOperations(
             model=self.model,
@@ -153,6 +166,7 @@ class DatasetPage(Page):
             show_status=self.show_status,
             schedule_summary=self._schedule_summary,
             tag_operation_finished=self.tag_operation_finished.emit,
+            filter_by_tag=self.filter_by_tag,
         )
         self.editor.runner = self.caption_jobs
         self.caption_jobs.progress.connect(self._show_progress)
@@ -254,8 +268,11 @@ class DatasetPage(Page):
             "Previous image", [QKeySequence("Alt+Left"), QKeySequence("Ctrl+PgUp")], lambda: self.step_current(-1)
         )
         self.focus_caption_action = action("Edit caption", [QKeySequence("Ctrl+E")], self._focus_caption)
-        self.undo_action = action("Undo caption change", [QKeySequence(QKeySequence.StandardKey.Undo)], self.editor.undo)
-        self.redo_action = action("Redo caption change", [QKeySequence(QKeySequence.StandardKey.Redo)], self.editor.redo)
+        # every key the platform has for them (Redo: Ctrl+Y and Ctrl+Shift+Z), as the caption box takes them
+        undo_keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Undo)
+        redo_keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Redo)
+        self.undo_action = action("Undo caption change", undo_keys, self.editor.undo)
+        self.redo_action = action("Redo caption change", redo_keys, self.editor.redo)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -345,6 +362,7 @@ class DatasetPage(Page):
     def filter_by_tag(self, tag: str) -> None:
         self.proxy.set_tag(tag)
         self.toolbar.show_tag(tag)
+        self._strip_timer.start()
 
     def remove_selected(self) -> int:
         """Take the selected images out of the dataset (files stay on disk)."""
@@ -373,6 +391,7 @@ class DatasetPage(Page):
         if self.editor.item in items:
             self.editor.set_item(None)
         gone, failed = move_to_trash(items)
+        self.editor.forget(gone)  # their captions went to the trash with them: typed text must not bring one back
         for it in gone:
             self._known.discard(ds.file_key(it.image_path))
         self.model.remove_items(gone)
@@ -598,11 +617,23 @@ class DatasetPage(Page):
 
     def _show_summary(self, s: ds.DatasetSummary, freq: list[tuple[str, int]], params: SummaryParams) -> None:
         self.summary.show_summary(s, params.batch_size, params.bucketing)
-        self.strip.setText(strip_text(s, bool(self._scans)))
+        self._summary = s
+        self._show_strip()
         if freq != self._shown_frequencies:  # refilling the tag table costs 5-40 ms for 500 tags
             self._shown_frequencies = freq
             self.tag_tools.set_frequencies(freq)
         self._update_selection_label()
+
+    def _show_strip(self) -> None:
+        """The line under the grid: its counts follow the filter ("2 of 30 images (search “circle”)")."""
+        if self._summary is None:
+            return
+        mode = self.filter_combo.currentData()
+        label = self.filter_combo.currentText() if mode != "all" else ""
+        words = describe_filter(label, self.search.text(), self.proxy.tag)
+        # the images the filter matches (the one being edited stays in view even when it no longer does)
+        view = ShownCount.of([it for it in self.items if self.proxy.matches(it)], len(self.items), words) if words else None
+        self.strip.setText(strip_text(self._summary, bool(self._scans), view))
 
     def _update_selection_label(self) -> None:
         n = len(self.grid.selectionModel().selectedIndexes())

@@ -326,7 +326,7 @@ class _PriorHint(QLabel):
         self.setText(
             f"{n} class image folder{'s' if n != 1 else ''}: loss = your images' loss + weight × class images' loss."
             if n
-            else "No class images (add them on the Dataset page, Regularization tab): the weight has no effect."
+            else "No class images (add them on the Dataset page, Class images tab): the weight has no effect."
         )
 
 

@@ -187,7 +187,7 @@ class TagToolsPanel(QWidget):
     def _rename(self) -> None:
         old, new = self.rename_old.text().strip(), self.rename_new.text().strip()
         if old:
-            self._emit(f"Rename tag “{old}” to “{new}”", functools.partial(ds.rename_tag, old=old, new=new))
+            self._emit(f"Rename tag “{old}” to “{new}”", ds.RenameTag(old, new))  # as data: a tag filter follows it
 
     def _sort(self) -> None:
         self._emit("Sort tags", functools.partial(ds.sort_tags, keep_first=self.keep_first.value()))

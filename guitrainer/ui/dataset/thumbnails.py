@@ -22,6 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal, Slot
 from PySide6.QtGui import QImage
 
+from guitrainer.base import safe_open
 from guitrainer.base.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,13 @@ BATCH_MS = 30  # finished thumbnails are taken in by the GUI thread at most this
 
 
 def render_thumbnail(path: str | Path, size: int) -> QImage:
-    """Decode ``path`` upright and fit it in ``size``×``size`` (thread-safe; raises on a bad file)."""
+    """Decode ``path`` upright and fit it in ``size``×``size`` (thread-safe; raises on a bad file).
+
+    The file is opened through :func:`guitrainer.base.safe_open.open_file`: a named pipe or a device under an
+    image's name is refused (``PathError``) instead of blocking the worker thread or being read without end."""
     from PIL import Image, ImageOps
 
-    with Image.open(path) as im:
+    with safe_open.open_file(path) as fh, Image.open(fh) as im:
         if im.format == "JPEG":
             im.draft("RGB", (size, size))  # decode at 1/2, 1/4 or 1/8 scale: the big saving
         im = ImageOps.exif_transpose(im)

@@ -34,6 +34,7 @@ from guitrainer.base.errors import first_line
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset.folder_check import look_at_folders
 from guitrainer.core.memory import estimate, hints, system_ram
+from guitrainer.core.memory.measured import compare as compare_measured
 from guitrainer.core.precision import advisor
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.workers import BaseWorker, run_in_thread
@@ -66,14 +67,10 @@ def preset_card_bytes(name: str) -> int | None:
     return int(float(m.group(1)) * units.GiB) if m else None
 
 
-def is_cpu(device: Any) -> bool:
-    """A probed CPU-only machine (no CUDA context to count)."""
-    return getattr(device, "kind", "") == "cpu"
-
-
-def shown_parts(b: estimate.VramBreakdown, device: Any) -> list[estimate.VramPart]:
-    """The parts worth showing: no CUDA context on a CPU, no empty parts."""
-    return [p for p in b.parts if p.bytes > 0 and not (p.key == "cuda_context" and is_cpu(device))]
+def shown_parts(b: estimate.VramBreakdown) -> list[estimate.VramPart]:
+    """The parts worth showing: the non-empty ones (the estimate itself leaves out what the device does not have:
+    no CUDA context or allocator slack on a CPU, nor before the device is known)."""
+    return [p for p in b.parts if p.bytes > 0]
 
 
 def advised_against(device: Any, config: Any, changes: dict[str, Any]) -> bool:
@@ -201,8 +198,9 @@ class VramMeter(QWidget):
     def __init__(self, binding: ConfigBinding, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.binding = binding
-        self._device: Any = None
+        self._device: Any = None  # not known until set_device (the probe answers a few seconds after the start)
         self._device_name = ""
+        self._probe_problem = ""  # why the device could not be told, when the probe failed
         self._breakdown: estimate.VramBreakdown | None = None
         self._thread: QThread | None = None
         self._worker: _MeasureWorker | None = None
@@ -298,16 +296,26 @@ class VramMeter(QWidget):
         self._schedule()
 
     def set_device(self, total_memory_bytes: int | None, name: str = "", info: object | None = None) -> None:
-        """The GPU to compare with; None for an unknown device or CPU training.
+        """The device the run trains on: a GPU's memory to compare with, or None for CPU training.
 
-        ``info`` (a ``core.hardware.DeviceInfo``) lets the hints leave out changes this device cannot
-        run (8-bit optimizers without bitsandbytes, bf16 before compute capability 8.0).
+        ``info`` (a ``core.hardware.DeviceInfo``) says its kind (the estimate's GPU-only parts follow it) and lets
+        the hints leave out changes this device cannot run (8-bit optimizers without bitsandbytes, bf16 before
+        compute capability 8.0). Until this is called the device is not known (see :meth:`device_unknown`).
         """
         if info is not None:
             self._device = info
+        elif total_memory_bytes:
+            self._device = SimpleNamespace(total_memory=total_memory_bytes)  # a CUDA GPU known by its size
         else:
-            self._device = SimpleNamespace(total_memory=total_memory_bytes) if total_memory_bytes else None
+            self._device = SimpleNamespace(kind="cpu", total_memory=None)
         self._device_name = name
+        self._probe_problem = ""
+        self._schedule()
+
+    def device_unknown(self, reason: str) -> None:
+        """The device probe failed: the estimate stays without GPU-only parts, and the status says why."""
+        self._device = None
+        self._probe_problem = reason
         self._schedule()
 
     @Slot()
@@ -322,7 +330,7 @@ class VramMeter(QWidget):
             self.status_label.setText("No estimate for this model.")
             return
         self._breakdown = b
-        parts = shown_parts(b, self._device)
+        parts = shown_parts(b)
         total = sum(p.bytes for p in parts)
         frac = None if not b.device_total else total / b.device_total
         level = "unknown" if frac is None else "over" if frac > 1.0 else "warn" if frac > WARN_FRACTION else "ok"
@@ -344,8 +352,8 @@ class VramMeter(QWidget):
         what = "measured" if measured else "estimated"
         if device_total:
             text = f"<b style='color:{color}'>{total / units.GiB:.1f}</b> / {device_total / units.GiB:.1f} GB {what}"
-        else:
-            text = f"<b>{total / units.GiB:.1f} GB</b> {what}"
+        else:  # a CPU run of the demo is tens of MB: "0.0 GB" said nothing
+            text = f"<b>{units.format_bytes(total)}</b> {what}"
         self.total_label.setText(text)
         try:
             ram = units.format_bytes(estimate.peak_system_ram_loading(self.binding.config))
@@ -415,8 +423,19 @@ class VramMeter(QWidget):
         self.legend.setText("&nbsp;&nbsp; ".join(f"<span style='white-space:nowrap'>{i}</span>" for i in items))
 
     def _status(self, level: str, b: estimate.VramBreakdown) -> str:
-        if getattr(self._device, "total_memory", None) is None:
-            status = "CPU training uses system RAM" + (f" ({self._device_name})" if self._device_name else "") + "; estimate for a GPU"
+        kind = estimate.device_kind(self._device)
+        named = f" ({self._device_name})" if self._device_name else ""
+        if not kind:
+            why = f"The device could not be checked ({first_line(self._probe_problem)})" if self._probe_problem \
+                else "The device is not known yet"
+            status = f"{why}: what a CUDA GPU adds (its context, {units.format_bytes(estimate.CUDA_CONTEXT_BYTES)}, and " \
+                "the allocator's slack) is left out until it is"
+        elif kind == "cpu":
+            status = f"CPU training uses system RAM{named}: this is what the training step needs there"
+        elif kind == "mps":
+            status = f"The Apple GPU uses the Mac's shared memory{named}"
+        elif b.device_total is None:
+            status = f"Estimate for {self._device_name or 'this device'}"
         elif level == "over":
             status = f"Does not fit {self._device_name or 'the GPU'}: try"
         elif level == "warn":
@@ -472,10 +491,12 @@ class VramMeter(QWidget):
         """One number from now on: the measured peak replaces the estimate (until a setting changes)."""
         self._finish_thread()
         b = self._breakdown
-        overhead = b.total - b.allocated if b else 0  # context and allocator slack: not in the peak
-        peak = int(m.peak + overhead)
-        est = sum(p.bytes for p in self.bar.parts)
-        device_total = b.device_total if b else None
+        if b is None:
+            return
+        # context and allocator slack (a CUDA GPU only) are not in the peak: the estimate's figures are added
+        comparison = compare_measured(b, int(m.peak), int(m.static), str(m.method))
+        peak = comparison.measured
+        device_total = b.device_total
         level = "unknown" if not device_total else "over" if peak > device_total else "warn" if peak > WARN_FRACTION * device_total else "ok"
         self.bar.measured = peak
         self.bar.level = level
@@ -483,11 +504,13 @@ class VramMeter(QWidget):
         self._show_total(peak, device_total, level, measured=True)
         how = "on the GPU" if m.method == "cuda" else "with a simulated step on this computer"
         self.status_label.setText(
-            f"Measured {how}: one training step of these settings needs {units.format_bytes(peak)} "
-            "(the dashed line). This replaces the estimate until you change a setting."
+            f"Measured {how}: one training step of these settings needs {units.format_bytes(peak)} (the dashed "
+            f"line), {comparison.relative} ({units.format_bytes(comparison.estimated)}; hover for why). This "
+            "replaces the estimate until you change a setting."
         )
         self.status_label.setToolTip(
-            f"Estimated before measuring: {units.format_bytes(est)}.\n" + "\n".join(m.notes)
+            f"Estimated before measuring: {units.format_bytes(comparison.estimated)}.\n" + "\n".join(comparison.lines)
+            + ("\n" + "\n".join(m.notes) if m.notes else "")
         )
         self.measurement_finished.emit(m)
 

@@ -212,7 +212,7 @@ class OutputPage(Page):
         v = QVBoxLayout(box)
         hint = QLabel("Reads the file as the programs that use it do, and compares with the network as trained.", box)
         hint.setToolTip("LoRA / LoCon through diffusers, LoHa / LoKr / DoRA by ComfyUI's and A1111's rules, into the "
-                        "base model chosen on the Model page; the verdict also says which programs read the file.")
+                        "base model chosen on the Model & Precision page; the verdict also says which programs read the file.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: palette(placeholder-text);")
         v.addWidget(hint)

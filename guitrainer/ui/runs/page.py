@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QItemSelection, QItemSelectionModel, QObject, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
+from PySide6.QtCore import QEvent, QItemSelection, QItemSelectionModel, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -55,6 +55,7 @@ from guitrainer.core.runs.store import (
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.runs.model import ID_ROLE, RunsFilter, RunsTableModel
 from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.desktop import open_with_desktop
 from guitrainer.ui.widgets.messages import Button, MessageBox
 from guitrainer.ui.widgets.pages import Page
 
@@ -534,7 +535,7 @@ class RunsPage(Page):
         if not folder.is_dir():
             self._say(f"The output folder {folder} is gone.")
             return False
-        ok = QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        ok = open_with_desktop(self, folder, "the run's output folder")  # a failure is said, with its path to copy
         if not ok:
             self._say(f"Could not open a file manager; the files are in {folder}")
         return bool(ok)

@@ -11,8 +11,6 @@ import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -24,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.desktop import open_with_desktop
 from guitrainer.ui.widgets.messages import Button, MessageBox
 
 
@@ -108,13 +107,14 @@ def finished_run_box(parent: QWidget, steps: int, epochs: int, answered: Callabl
     return dlg
 
 
-def open_in_file_manager(folder: Path) -> str:
-    """Open ``folder`` (created first) in the file manager: "" when it opened, else what to tell the user."""
+def open_in_file_manager(parent: QWidget, folder: Path) -> str:
+    """Open ``folder`` (created first) in the file manager: "" when it opened, else what to tell the user (a
+    failed open also says so in a message that offers to copy the path: :func:`~guitrainer.ui.widgets.desktop.open_with_desktop`)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return f"Cannot create the output folder {folder}: {e.strerror or e}"
-    if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+    if not open_with_desktop(parent, folder, "the output folder"):
         return f"Could not open a file manager; the files are in {folder}"
     return ""
 

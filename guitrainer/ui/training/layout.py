@@ -1,7 +1,8 @@
 """The Training page's run area: the settings column beside the charts over the Log / Samples / Numerics tabs.
 
 The heights here come from fixed minimums and stretch, never from what the contents would like: a Numerics
-tab added when a run starts, a longer log or the GradScaler chart appearing must not move the charts.
+tab added when a run starts, a longer log or the GradScaler chart appearing must not move the charts. Only the
+user's choice of a tab that needs height (Numerics, :func:`make_room_for`) changes them, and back.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from guitrainer.ui.dataset.regularization_panel import prior_loss_box
 CHARTS_MIN_HEIGHT = 290
 #: the tabs under the charts (Log, Samples, Numerics): their contents never ask for more (the splitter can)
 TABS_MIN_HEIGHT = 96
+#: a tab that needs height (Numerics: a readout, a legend and two plots with readable axes) gets at least this
+TALL_TAB_MIN_HEIGHT = 300
 SETTINGS_SECTIONS = (
     ("network", "LoRA network"), ("optimizer", "Optimizer"), ("schedule", "Schedule"),
     ("loss", "Loss weighting and timesteps"), ("noise", "Noise"), ("flow", "Flow matching (Flux, SD 3.5)"),
@@ -68,3 +71,32 @@ def run_split(settings: QWidget, charts_host: QWidget, tabs: QTabWidget) -> QSpl
     # Ignore the splitter's (huge) size hint: it fills the page, and scrolls only below its minimum
     split.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
     return split
+
+
+def make_room_for(tabs: QTabWidget, tall: QWidget) -> None:
+    """While ``tall`` (the Numerics tab) is the current tab of ``tabs``, give it the height the charts above can
+    spare: everything down to the charts' minimum when that leaves it :data:`TALL_TAB_MIN_HEIGHT` (1920×1080), else
+    the charts' height too (1366×768 has room for only one of them: the charts are hidden, their place taken, and
+    come back with the Log or Samples tab). The heights the user had come back when another tab is chosen.
+    """
+    saved: list[list[int]] = []
+
+    def on_tab(index: int) -> None:
+        split = tabs.parentWidget()
+        if not isinstance(split, QSplitter) or split.count() != 2:
+            return
+        charts = split.widget(0)
+        if tabs.widget(index) is tall:
+            if saved:
+                return
+            saved.append(split.sizes())
+            total = sum(saved[0])
+            if total - CHARTS_MIN_HEIGHT >= TALL_TAB_MIN_HEIGHT:
+                split.setSizes([CHARTS_MIN_HEIGHT, total - CHARTS_MIN_HEIGHT])
+            else:
+                charts.hide()
+        elif saved:
+            charts.show()
+            split.setSizes(saved.pop())
+
+    tabs.currentChanged.connect(on_tab)

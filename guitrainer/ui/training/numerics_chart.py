@@ -17,7 +17,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QLabel, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTabWidget, QVBoxLayout, QWidget
 
 from guitrainer.core.events import StepMetrics
 from guitrainer.core.precision.numerics import (
@@ -28,8 +28,10 @@ from guitrainer.core.precision.numerics import (
     alarm,
     block_title,
     format_limit,
+    headroom_readout,
 )
 from guitrainer.ui.training.charts import REDRAW_INTERVAL_MS, SKIP_COLOR, MetricBuffer
+from guitrainer.ui.widgets.elided import ElidedLabel
 
 #: the tab's text colour while the chart asks for attention
 ALARM_COLOR = "#e8590c"
@@ -39,6 +41,10 @@ UNDERFLOW_COLOR = "#7048e8"
 #: one hue per kind of block; blocks of a kind differ in lightness (deeper blocks darker)
 KIND_COLORS = {"attn": "#1c7ed6", "ff": "#f08c00", "res": "#868e96", "io": "#2b8a3e"}
 SHADES = (100, 140, 70, 175, 50)
+#: each plot's least height: its title, a few decades of axis and the step axis, readable
+PLOT_MIN_HEIGHT = 120
+#: the vertical room one tick label of the headroom axis takes (no two labels closer)
+TICK_PITCH_PX = 26
 QUIET_TEXT = "Sampled on the first step and every {every}th: largest activation per block, LoRA gradient underflow."
 
 
@@ -68,13 +74,13 @@ class NumericsChart(QWidget):
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> None:
+        """A one-line readout, the skip message, the legend, then the two plots side by side (headroom wider): each
+        plot gets the tab's whole height (the tab gets its room from ``layout.make_room_for``)."""
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 4, 4, 4)
         outer.setSpacing(4)
-        self.readout = QLabel(QUIET_TEXT.format(every=self.every))
+        self.readout = ElidedLabel(QUIET_TEXT.format(every=self.every))  # one line: the whole text on hover when cut
         self.readout.setObjectName("numerics_readout")
-        self.readout.setWordWrap(True)
-        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.readout.setStyleSheet("color: palette(placeholder-text);")
         outer.addWidget(self.readout)
         self.skip_label = QLabel("")
@@ -89,7 +95,7 @@ class NumericsChart(QWidget):
         self.headroom_plot.setLogMode(x=False, y=True)
         self.limit_line = pg.InfiniteLine(
             pos=0.0, angle=0, pen=pg.mkPen(LIMIT_COLOR, width=2), movable=False, label="",
-            labelOpts={"position": 0.02, "color": LIMIT_COLOR, "anchors": [(0, 1), (0, 1)]},
+            labelOpts={"position": 0.98, "color": LIMIT_COLOR, "anchors": [(1, 1), (1, 1)]},  # right: clear of the axis
         )
         warn_pen = pg.mkPen(ALARM_COLOR, width=1, style=Qt.PenStyle.DashLine)
         self.warn_line = pg.InfiniteLine(pos=math.log10(HEADROOM_WARN), angle=0, pen=warn_pen, movable=False)
@@ -102,10 +108,16 @@ class NumericsChart(QWidget):
         self.legend = QLabel(self._legend_html())
         self.legend.setObjectName("numerics_legend")
         outer.addWidget(self.legend)
-        outer.addWidget(self.headroom_widget, 3)
+        plots = QHBoxLayout()
+        plots.setSpacing(6)
+        plots.addWidget(self.headroom_widget, 3)
+        outer.addLayout(plots, 1)
+        self.headroom_plot.getViewBox().sigYRangeChanged.connect(lambda *_: self._set_headroom_ticks())
 
-        self.underflow_widget, self.underflow_plot = self._plot(
-            "underflow", "LoRA gradients zero or subnormal in fp16 after loss scaling (%)"
+        self.underflow_widget, self.underflow_plot = self._plot("underflow", "LoRA gradients lost in fp16 (%)")
+        self.underflow_widget.setToolTip(
+            "The share of LoRA gradient values that are zero or subnormal in fp16 after loss scaling: lost to "
+            "underflow. The tab turns orange above the dashed line."
         )
         self.underflow_curve = self.underflow_plot.plot(
             pen=pg.mkPen(UNDERFLOW_COLOR, width=2), symbol="o", symbolSize=5, symbolBrush=UNDERFLOW_COLOR, connect="finite"
@@ -113,7 +125,7 @@ class NumericsChart(QWidget):
         threshold = pg.InfiniteLine(pos=UNDERFLOW_WARN * 100, angle=0, pen=warn_pen, movable=False)
         threshold.setToolTip(f"{UNDERFLOW_WARN:.0%}: the tab turns orange above this line")
         self.underflow_plot.addItem(threshold)
-        outer.addWidget(self.underflow_widget, 1)
+        plots.addWidget(self.underflow_widget, 2)
 
     @staticmethod
     def _legend_html() -> str:
@@ -131,7 +143,7 @@ class NumericsChart(QWidget):
         fg = self._fg()
         w = pg.PlotWidget(background=self.palette().color(QPalette.ColorRole.Base))
         w.setObjectName(f"plot_{key}")
-        w.setMinimumHeight(110)
+        w.setMinimumHeight(PLOT_MIN_HEIGHT)
         p = w.getPlotItem()
         p.setTitle(title, color=fg.name(), size="9pt")
         p.setMenuEnabled(True)
@@ -244,29 +256,45 @@ class NumericsChart(QWidget):
         else:
             self.skip_markers.setData([], [])
         self.underflow_curve.setData(self.underflow.column("step"), self.underflow.column("underflow"))
+        steps = [float(buf.column("step")[-1]) for buf in self.blocks.values() if len(buf)]
+        if steps:  # whole steps from 0: one sampled step is not drawn on an axis running 0.5 … 1.5
+            for plot in (self.headroom_plot, self.underflow_plot):
+                plot.setXRange(0, max(max(steps), 1.0), padding=0.02)
         self._update_text()
         self.redraw_count += 1
         self.redrawn.emit()
 
+    def _set_headroom_ticks(self) -> None:
+        """The headroom axis labelled at whole decades, as many as its height has room for: never overlapping."""
+        low, high = self.headroom_plot.getViewBox().viewRange()[1]
+        slots = max(2, int(self.headroom_plot.getViewBox().height() // TICK_PITCH_PX))
+        ticks = decade_ticks(low, high, slots)
+        # within one decade whole decades say too little: pyqtgraph's own ticks then (few, at this range)
+        self.headroom_plot.getAxis("left").setTicks([ticks, []] if len(ticks) >= 2 else None)
+
     def _update_text(self) -> None:
-        latest = {b: h for b, h in self.latest().items() if math.isfinite(h)}
-        if not latest and not self.skipped:
-            self.readout.setText(QUIET_TEXT.format(every=self.every))
-        else:
-            parts = []
-            if latest:
-                low = sorted(latest, key=latest.get)[:3]  # type: ignore[arg-type]
-                parts.append("lowest headroom " + ", ".join(f"{block_title(b)} {latest[b]:,.0f}×" for b in low))
-            if len(self.underflow):
-                parts.append(f"gradient underflow {self.underflow.column('underflow')[-1]:.2f} %")
-            if self.skipped:
-                parts.append(f"{len(self.skipped)} skipped step{'s' if len(self.skipped) != 1 else ''}")
-            self.readout.setText(" · ".join(parts))
+        underflow = float(self.underflow.column("underflow")[-1]) if len(self.underflow) else None
+        text = headroom_readout(self.precision, self.latest(), underflow, len(self.skipped))
+        self.readout.setText(text or QUIET_TEXT.format(every=self.every))
         color = ALARM_COLOR if self._alarm else "palette(placeholder-text)"
         self.readout.setStyleSheet(f"color: {color};")
         self.skip_label.setVisible(bool(self.last_message))
         self.skip_label.setText(self.last_message)
         self.skip_label.setStyleSheet(f"color: {SKIP_COLOR};")
+
+
+def decade_ticks(low: float, high: float, slots: int) -> list[tuple[float, str]]:
+    """Ticks for a log10 axis showing ``low``..``high`` (exponents): whole decades, every 1, 2, 5, 10… of them so
+    that at most ``slots`` labels fit ("1", "10", "100", "1,000", then "1e4", "1e10" — never 38 digits)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return []
+    first, last = math.ceil(low), math.floor(high)
+    step = 1
+    for step in (1, 2, 5, 10, 20, 50, 100):
+        if (last - first) // step + 1 <= slots:
+            break
+    start = math.ceil(first / step) * step
+    return [(float(e), f"{10 ** e:,}" if 0 <= e <= 3 else f"1e{e}") for e in range(start, last + 1, step)]
 
 
 def add_numerics_tab(tabs: QTabWidget, precision: str = "fp16", every: int = DEFAULT_EVERY) -> NumericsChart:

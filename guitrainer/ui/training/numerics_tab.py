@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from guitrainer.ui.training.layout import make_room_for
+
 if TYPE_CHECKING:
     from guitrainer.ui.training.numerics_chart import NumericsChart
 
@@ -27,6 +29,7 @@ def attach_numerics(page: Any, on_saved: Callable[[Any], None] | None = None) ->
 
         if not holder:
             holder.append(add_numerics_tab(page.tabs))
+            make_room_for(page.tabs, holder[0])  # opened, it takes the height the charts can spare
         chart = holder[0]
         chart.start_run(worker.config.precision, clear=not len(page.charts))
         worker.step_finished.connect(chart.add)

@@ -422,7 +422,7 @@ class TrainingPage(Page):
 
     def open_output_folder(self) -> bool:
         """Open the output folder in the file manager (created first if needed)."""
-        problem = open_in_file_manager(self.output_folder())
+        problem = open_in_file_manager(self, self.output_folder())
         if problem:
             self._say(problem)
         return not problem

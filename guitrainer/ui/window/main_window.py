@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
-    QDesktopServices,
     QDragEnterEvent,
     QDropEvent,
+    QGuiApplication,
     QIcon,
     QKeySequence,
+    QSessionManager,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QHBoxLayout,
     QLabel,
@@ -38,11 +41,13 @@ from guitrainer import APP_NAME, __version__
 from guitrainer.base import paths
 from guitrainer.config import ConfigError, TrainingConfig
 from guitrainer.config.presets import DEFAULT_PRESET, PresetStore
+from guitrainer.core.dataset.captions import rescue_captions
+from guitrainer.core.dataset.report import plural
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.widgets import messages, wheel_guard
 from guitrainer.ui.widgets.drops import local_paths
-from guitrainer.ui.widgets.messages import MessageBox
+from guitrainer.ui.widgets.messages import Button, MessageBox
 from guitrainer.ui.window.preset_files import PresetFileActions
 from guitrainer.ui.window.workspace import (
     DATASET_KEYS,
@@ -55,6 +60,10 @@ from guitrainer.ui.window.workspace import (
     restored_size,
     save_workspace,
 )
+
+if TYPE_CHECKING:
+    from guitrainer.ui.dataset.caption_editor import HeldCaption
+    from guitrainer.ui.window.guide_dialog import GuideDialog
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,10 @@ class MainWindow(QMainWindow):
         self._quit_answered = False  # the unsaved-settings question on quit was answered
         self.preset_box: MessageBox | None = None  # the open "save before another preset?" question
         self.quit_box: MessageBox | None = None  # the open "save before quitting?" question
+        self.guide_dialog: GuideDialog | None = None  # Help ▸ Guide, once opened
+        self.captions_box: MessageBox | None = None  # the open "captions not saved: keep, discard?" question
+        self._captions_answered = False  # that question was answered: the close goes on
+        self._close_after_question = False  # a caption question stopped a close: close again once it is answered
         self.setWindowTitle(APP_NAME)
         icon_path = paths.resources_dir() / "icons" / "guitrainer.png"
         if icon_path.exists():
@@ -98,6 +111,11 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self.statusBar().showMessage("Ready")
         self.binding.changed.connect(self._on_config_changed)
+        self.dataset_page.editor.question_answered.connect(self._on_caption_question_answered)
+        app = QGuiApplication.instance()
+        if isinstance(app, QGuiApplication):  # the ways out that close no window: typed captions are saved there too
+            app.aboutToQuit.connect(self._on_about_to_quit)
+            app.commitDataRequest.connect(self.commit_data)
         self._restore_state()
         for err in self.store.errors:
             self.statusBar().showMessage(f"Skipped a broken preset: {err}", 10000)
@@ -208,6 +226,7 @@ class MainWindow(QMainWindow):
             )
         )
         self.preset_loaded.connect(meter.set_target)
+        self.devices.probe_failed.connect(meter.device_unknown)  # the meter says why the GPU parts stay out
         return meter
 
     def _build_toolbar(self) -> None:
@@ -262,7 +281,9 @@ class MainWindow(QMainWindow):
         m.addAction("E&xport config as TOML…", files.export_config_dialog)
         m.addSeparator()
         quit_act = QAction("&Quit", self)
-        quit_act.setShortcut(QKeySequence.StandardKey.Quit)
+        # Ctrl+Q where the platform names no Quit key (Windows, a bare X11 session, offscreen): it is what the
+        # File menu says and what people press
+        quit_act.setShortcuts(QKeySequence.keyBindings(QKeySequence.StandardKey.Quit) or [QKeySequence("Ctrl+Q")])
         quit_act.triggered.connect(self.close)
         m.addAction(quit_act)
         h = self.menuBar().addMenu("&Help")
@@ -456,13 +477,24 @@ class MainWindow(QMainWindow):
                 return root / "README.md"
         return None
 
-    def open_guide(self) -> bool:
-        """Help ▸ Guide: open the README (how to use the app, presets, headless runs)."""
+    def open_guide(self) -> GuideDialog | None:
+        """Help ▸ Guide: the README (how to use the app, presets, headless runs), rendered in a window of the app's
+        own: no program for ``.md`` files is needed. None when this install has no guide (said in a message)."""
+        from guitrainer.ui.window.guide_dialog import GuideDialog
+
         guide = self.guide_path()
         if guide is None:
             self._error("No guide here", "This install has no README.md; see the project page of guitrainer.")
-            return False
-        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(guide)))
+            return None
+        if self.guide_dialog is None or self.guide_dialog.path != guide:
+            self.guide_dialog = GuideDialog(guide, self)
+            problem = self.guide_dialog.load()
+            if problem:
+                self._error("The guide cannot be shown", problem)
+        self.guide_dialog.show()
+        self.guide_dialog.raise_()
+        self.guide_dialog.activateWindow()
+        return self.guide_dialog
 
     def maybe_first_run(self) -> None:
         """Show the environment check once, on the first start."""
@@ -479,6 +511,10 @@ class MainWindow(QMainWindow):
         )
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        self._finish_typing()
+        if not self._captions_answered and not self._captions_saved_for_close():
+            event.ignore()
+            return
         if self._dirty and not self._quit_answered:
             event.ignore()
             self._ask_quit()
@@ -486,13 +522,145 @@ class MainWindow(QMainWindow):
         guard = getattr(self.training_page, "confirm_close", None)
         if guard is not None and not guard():
             event.ignore()
-            self._quit_answered = False
+            self._quit_answered = self._captions_answered = False
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/maximized", self.isMaximized())
         self._save_workspace()
         self.devices.wait(10_000)  # a probe still importing torch: let it end before the app does
         super().closeEvent(event)
+
+    # ------------------------------------------------------------------ typed captions on every way out
+    def _finish_typing(self) -> None:
+        """A setting typed into a field counts once the field is left (Enter, Tab, a click elsewhere): every way
+        out leaves it first, so a value typed a moment before Ctrl+Q is in the settings — and asked about, and
+        kept in the workspace — rather than dropped with the window."""
+        focused = QApplication.focusWidget()
+        if focused is not None and (focused is self or self.isAncestorOf(focused)):
+            focused.clearFocus()
+
+    def _captions_saved_for_close(self) -> bool:
+        """Closing (Ctrl+Q, the window's close button): every typed caption is written now, not 500 ms later.
+
+        False when the window must stay: a caption question is open (the close goes on once it is answered), or a
+        caption could not be written (then the user is asked what to do with it)."""
+        editor = self.dataset_page.editor
+        box = editor.question_open()
+        if box is None:
+            left = editor.save_all()
+            box = editor.question_open()
+            if box is None:
+                if left:
+                    self._ask_unsaved_captions(left)
+                return not left
+        self._close_after_question = True
+        box.raise_()
+        box.activateWindow()
+        return False
+
+    def _on_caption_question_answered(self, answer: str) -> None:
+        """A caption question asked while closing was answered: close again (which saves, or asks), unless the
+        user wants to look at both versions first."""
+        if self._close_after_question:
+            self._close_after_question = False
+            if answer != "both":
+                QTimer.singleShot(0, self.close)
+
+    def _ask_unsaved_captions(self, left: list[HeldCaption]) -> None:
+        """Typed captions could not be written (a read-only file, a full disk): keep them in a file, discard
+        them, or stay (non-modal; the window stays open until the answer)."""
+        if self.captions_box is not None and self.captions_box.isVisible():
+            return
+
+        def answered(answer: str) -> None:
+            self.captions_box = None
+            if answer == "rescue":
+                if self._rescue_captions(left) is None:
+                    return
+            elif answer == "discard":
+                for held in left:
+                    self.dataset_page.editor.discard(held.path)
+            else:
+                return
+            self._captions_answered = True
+            self.close()
+
+        names = ", ".join(h.item.name for h in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        why = next((h.problem for h in left if h.problem), "")
+        self.captions_box = messages.ask(
+            self,
+            "Captions not saved",
+            f"{plural(len(left), 'caption')} you typed could not be saved beside {'its image' if len(left) == 1 else 'their images'}"
+            f" ({names}){': ' + why if why else ''}.",
+            (
+                Button("accept", "Keep them in a file and quit", "rescue", name="captions_rescue"),
+                Button("destructive", "Discard them and quit", "discard", name="captions_discard"),
+                Button("cancel"),
+            ),
+            answered,
+            info="Keep them in a file: the texts are written to a file in guitrainer's data folder (named in the log "
+            "and the status bar), to copy back by hand. Cancel keeps the window open, with the texts in the caption "
+            "box, to save them once the file can be written.",
+            default="rescue",
+            name="captions_unsaved_box",
+        )
+
+    def _rescue_captions(self, left: list[HeldCaption]) -> Path | None:
+        """Write typed captions that cannot go beside their images into one file in the user data folder."""
+        try:
+            target = rescue_captions([(h.path, h.text) for h in left], paths.user_data_dir())
+        except OSError as e:
+            self._error("The captions could not be kept", f"Not even the rescue file could be written: {e}")
+            return None
+        log.warning("typed captions that could not be saved are kept in %s", target)
+        self.statusBar().showMessage(f"Unsaved captions kept in {target}", STATUS_TIMEOUT_MS)
+        return target
+
+    def _on_about_to_quit(self) -> None:
+        """The app ends without a close (Ctrl+C in the terminal, app.quit()): save what was typed; what cannot be
+        written goes to a rescue file, as nobody can be asked now."""
+        self._finish_typing()
+        left = self.dataset_page.editor.save_all(ask=False)
+        if left:
+            self._rescue_captions(left)
+
+    def commit_data(self, manager: QSessionManager) -> None:
+        """The desktop session ends (logout, shutdown; ``QGuiApplication.commitDataRequest``): the window may go
+        without a close, so typed captions and the workspace are saved now. Captions that cannot be written are
+        asked about where the session allows it (cancelling the logout keeps them on screen), else rescued."""
+        self._finish_typing()
+        left = self.dataset_page.editor.save_all(ask=False)
+        self._save_workspace()
+        if not left:
+            return
+        if manager.allowsInteraction():
+            answer = messages.question(
+                self,
+                "Captions not saved",
+                f"{plural(len(left), 'caption')} you typed could not be saved beside {'its image' if len(left) == 1 else 'their images'}.",
+                (Button("accept", "Keep them in a file", "rescue"), Button("cancel", "Cancel logging out", "cancel")),
+                info="Keep them in a file in guitrainer's data folder, to copy back by hand; or cancel the logout and "
+                "save them once the files can be written.",
+                default="rescue",
+                name="captions_logout_box",
+            )
+            manager.release()
+            if answer != "rescue":
+                manager.cancel()
+                return
+        self._rescue_captions(left)
+
+    def receive_files(self, paths_: list[str]) -> None:
+        """Files handed over by a second launch (or the desktop): the window comes up and opens them. Typed
+        captions are saved first: an opened preset or config may replace the dataset."""
+        self.dataset_page.editor.save_all()
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        if paths_:
+            self.add_paths(paths_)
 
     def _ask_quit(self) -> None:
         """Unsaved setting edits on quit: offer to save them as a preset (non-modal; Cancel keeps the window)."""
@@ -504,10 +672,13 @@ class MainWindow(QMainWindow):
             if answer == "save":
                 self.preset_files.save_preset()
                 if self._dirty:
+                    self._captions_answered = False
                     return
             if answer in ("save", "discard"):
                 self._quit_answered = True
                 self.close()
+            else:  # the window stays: captions typed from now on are asked about at the next close
+                self._captions_answered = False
 
         self.quit_box = ask_save(
             self,

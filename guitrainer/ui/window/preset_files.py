@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QInputDialog, QMainWindow, QMenu
 
 from guitrainer import APP_NAME
 from guitrainer.config import ConfigError, load_toml, save_toml
+from guitrainer.config.files import parse_toml_text, read_config_text
 from guitrainer.config.presets import PresetStore, read_preset
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
@@ -142,11 +143,14 @@ class PresetFileActions:
             self.open_file(path)
 
     def open_file(self, path: str) -> bool:
-        """Open a preset (has a [preset] header) or a config TOML; errors name the file and line."""
+        """Open a preset (has a [preset] table) or a config TOML; errors name the file and line.
+
+        The file is read through :func:`~guitrainer.config.files.read_config_text` (``base.safe_open``): a named
+        pipe is refused instead of hanging the window, ``/dev/zero`` or a huge file instead of filling memory."""
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if "[preset]" in Path(path).read_text(encoding="utf-8", errors="replace"):
+                if "preset" in parse_toml_text(read_config_text(path), path):
                     preset = read_preset(path)
                     cfg, label = preset.config(), preset.name
                 else:

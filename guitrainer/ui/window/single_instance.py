@@ -17,6 +17,9 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 log = logging.getLogger(__name__)
 
+#: the longest hand-over message read: a JSON list of file paths (thousands of them fit)
+MAX_MESSAGE_BYTES = 1 << 20
+
 
 def server_name(app_name: str) -> str:
     try:
@@ -65,6 +68,12 @@ class InstanceServer(QObject):
 
     def _read(self, sock: QLocalSocket) -> None:
         data = bytes(sock.property("buffer") or b"") + bytes(sock.readAll())
+        if len(data) > MAX_MESSAGE_BYTES:  # no launch sends that much: whatever it is, it is not read without end
+            log.warning("ignored a message of over %d bytes from another launch", MAX_MESSAGE_BYTES)
+            sock.readyRead.disconnect()
+            sock.abort()
+            sock.deleteLater()
+            return
         sock.setProperty("buffer", data)
         if not data.endswith(b"\n"):
             return  # the message is one JSON line; wait for the rest

@@ -17,8 +17,10 @@ from PySide6.QtCore import QRect, QSettings, QSize
 from PySide6.QtGui import QScreen
 from PySide6.QtWidgets import QWidget
 
+from guitrainer.base import safe_open
 from guitrainer.base.fileio import atomic_write_bytes
 from guitrainer.config import ConfigError, TrainingConfig, apply_overlay
+from guitrainer.config.files import MAX_CONFIG_BYTES
 from guitrainer.ui.widgets import messages
 from guitrainer.ui.widgets.messages import Button, MessageBox
 
@@ -54,10 +56,10 @@ def save_workspace(settings: QSettings, ws: Workspace) -> None:
 def load_workspace(settings: QSettings) -> Workspace | None:
     """The workspace saved on the last quit; None when there is none or it cannot be read (logged)."""
     path = workspace_path(settings)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+    try:  # through base.safe_open: whatever is at the path (a pipe, a device, a huge file), the start never hangs
+        if safe_open.look(path).kind == "missing":
+            return None
+        data = tomllib.loads(safe_open.read_text(path, limit=MAX_CONFIG_BYTES, what="a workspace file"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         log.warning("the last workspace (%s) cannot be read: %s", path, e)
         return None
