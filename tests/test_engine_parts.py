@@ -116,7 +116,7 @@ def test_empty_dataset_is_a_clear_error(tmp_path):
     cfg = DatasetConfig(folders=[DatasetFolder(path=str(tmp_path / "empty"))])
     with pytest.raises(D.DatasetError, match="no usable training images"):
         D.collect_items(cfg)
-    with pytest.raises(D.DatasetError, match="not found"):
+    with pytest.raises(D.DatasetError, match="does not exist"):
         D.collect_items(DatasetConfig(folders=[DatasetFolder(path=str(tmp_path / "nope"))]))
 
 
