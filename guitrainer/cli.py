@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     from guitrainer.lab_cli import add_arguments
 
     add_arguments(p)  # --compare-precisions [--steps N] [--json]: the precision lab
+    from guitrainer import fit_cli
+
+    fit_cli.add_arguments(p)  # --fit-to SIZE|card: Fit to this card
     return p
 
 
@@ -138,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, KeyError) as e:
         print(f"error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 2
+    if args.fit_to:
+        from guitrainer.fit_cli import fit_config
+
+        fitted, code = fit_config(cfg, args.fit_to)
+        if fitted is None:
+            return code
+        cfg = fitted
     if args.compare_precisions:
         from guitrainer.lab_cli import run
 

@@ -153,3 +153,12 @@ def test_this_computers_ram_rules_out_blocks_in_ram():
     tight = fit(user, 4 * GiB, machine_ram=6 * GiB)
     assert roomy.fits and roomy.best.config.precision.offload_blocks > 0
     assert not tight.fits or tight.best.config.precision.offload_blocks < roomy.best.config.precision.offload_blocks
+
+
+def test_a_card_that_would_fit_but_for_this_computers_ram_says_that():
+    user = _config("sd35")
+    result = fit(user, 24 * GiB, machine_ram=2 * GiB)
+    assert not result.fits and result.ram_limited is not None
+    option, need, have = result.ram_limited
+    assert option.total <= 24 * GiB and need > have == 2 * GiB
+    assert "system RAM" in result.summary and "lower the resolution" not in result.summary

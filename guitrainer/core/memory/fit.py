@@ -97,6 +97,9 @@ class FitResult:
     alternatives: tuple[FitOption, ...] = ()
     smallest: FitOption | None = None
     notes: tuple[str, ...] = ()
+    #: where the card's memory is not what stops it: the fastest option that fits the card, and the system RAM it
+    #: needs (over this computer's ``machine_ram``)
+    ram_limited: tuple[FitOption, int, int] | None = None
 
     @property
     def fits(self) -> bool:
@@ -106,6 +109,11 @@ class FitResult:
     def summary(self) -> str:
         """One sentence: what fits, by how much it changes the estimate, and the cost."""
         budget = format_bytes(self.budget)
+        if self.best is None and self.ram_limited is not None:
+            option, need, have = self.ram_limited
+            return (f"Settings that fit {budget} exist ({format_bytes(option.total)} estimated), but they need "
+                    f"{format_bytes(need)} of system RAM and this computer has {format_bytes(have)}: train on a "
+                    "computer with more RAM, or load the model from a diffusers folder rather than one file.")
         if self.best is None:
             least = f" (the least found: {format_bytes(self.smallest.total)})" if self.smallest else ""
             return (f"Nothing fits {budget}{least} with the savers Fit may change: lower the resolution or the rank, "
@@ -166,6 +174,7 @@ def fit(
     options = sorted(_combinations(config, spec, target, device), key=_order)
     chosen: list[FitOption] = []
     smallest: FitOption | None = None
+    ram_limited: tuple[FitOption, int, int] | None = None
     for option in options:
         if chosen and len(chosen) > ALTERNATIVES:
             break
@@ -178,14 +187,17 @@ def fit(
         if est.total > budget:
             smallest = option
             continue
-        if machine_ram and not _ram_fits(option.config, spec, target, machine_ram, images):
+        need = _ram_need(option.config, spec, target, machine_ram, images) if machine_ram else None
+        if machine_ram and need is not None and need > machine_ram:
+            if ram_limited is None:
+                ram_limited = (option, need, machine_ram)
             continue
         if chosen and not _differs(option, chosen):
             continue
         chosen.append(option)
     notes = tuple(before.notes)
     if not chosen:
-        return FitResult(int(budget), before, None, (), smallest, notes)
+        return FitResult(int(budget), before, None, (), smallest, notes, ram_limited)
     return FitResult(int(budget), before, chosen[0], tuple(chosen[1:]), None, notes)
 
 
@@ -338,11 +350,13 @@ def _allowed(option: FitOption, known: set[str], device: DeviceInfo | None) -> b
     return not new
 
 
-def _ram_fits(config: TrainingConfig, spec: ModelSpec, target: Any, machine_ram: int, images: int | None) -> bool:
+def _ram_need(config: TrainingConfig, spec: ModelSpec, target: Any, machine_ram: int | None,
+              images: int | None) -> int | None:
+    """The run's system-RAM peak by the estimator (None where it cannot be estimated: not a reason to refuse)."""
     from guitrainer.core.memory.system_ram import estimate_ram
 
     try:
-        return estimate_ram(config, spec, target, images=images, machine_total=machine_ram).peak <= machine_ram
+        return int(estimate_ram(config, spec, target, images=images, machine_total=machine_ram).peak)
     except Exception:  # noqa: BLE001 - an estimate must not stop the choice
         log.exception("system RAM estimate failed in fit")
-        return True
+        return None

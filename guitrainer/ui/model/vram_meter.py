@@ -37,6 +37,7 @@ from guitrainer.core.memory import estimate, hints, system_ram
 from guitrainer.core.memory.measured import compare as compare_measured
 from guitrainer.core.precision import advisor
 from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.model.fit_dialog import FitDialog
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,13 @@ class VramMeter(QWidget):
         self.check_button = QPushButton("Check precisely", self)
         self.check_button.setToolTip("Measure one training step of exactly this config (takes a few seconds).")
         self.check_button.clicked.connect(self.check_precisely)
+        self.fit_button = QPushButton("Fit to card…", self)
+        self.fit_button.setObjectName("fit_to_card")
+        self.fit_button.setToolTip("Choose the memory savers that fit this GPU (or a card size you plan for) with the "
+                                   "least loss of speed, then of quality: see the changes and the estimate, apply "
+                                   "them with one click.")
+        self.fit_button.clicked.connect(self.open_fit)
+        self.fit_dialog: FitDialog | None = None
         self.busy = QProgressBar(self)
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(70)
@@ -247,6 +255,7 @@ class VramMeter(QWidget):
         top.addWidget(self.ram_label)
         top.addWidget(self.busy)
         top.addWidget(self.check_button)
+        top.addWidget(self.fit_button)
         bottom = QHBoxLayout()
         bottom.addWidget(self.status_label, 1)
         bottom.addLayout(self._hint_row)
@@ -445,6 +454,18 @@ class VramMeter(QWidget):
         if b.notes:
             status += f" ({b.notes[0]})"
         return status
+
+    @Slot()
+    def open_fit(self) -> FitDialog:
+        """Fit to this card: the dialog for this computer's GPU (or, without one, the card size it is compared with)."""
+        cfg = self.binding.config
+        dialog = FitDialog(self.binding, self._device, self, machine_ram=system_ram.machine_ram(),
+                           images=self._images(cfg))
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(lambda _code: setattr(self, "fit_dialog", None))
+        self.fit_dialog = dialog
+        dialog.open()
+        return dialog
 
     @Slot()
     def check_precisely(self) -> None:

@@ -1,0 +1,84 @@
+"""Fit to this card in the app (offscreen): the meter's button opens the dialog for this computer's GPU, a card
+size is picked with the keyboard, the diff of settings is shown, and Apply makes the run fit by the estimator."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import fake_device
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from guitrainer.base.units import GiB
+from guitrainer.config import TrainingConfig
+from guitrainer.core.memory.estimate import estimate
+from guitrainer.core.memory.fit import Card
+from guitrainer.ui.binding import ConfigBinding
+from guitrainer.ui.model.fit_dialog import THIS_CARD
+from guitrainer.ui.model.vram_meter import VramMeter
+
+
+@pytest.fixture
+def meter(qtbot):
+    cfg = TrainingConfig()
+    cfg.set("model.family", "sdxl")
+    cfg.set("model.base", "stabilityai/stable-diffusion-xl-base-1.0")
+    cfg.set("dataset.resolution", 1024)
+    cfg.set("precision.training", "bf16")
+    binding = ConfigBinding(cfg)
+    meter = VramMeter(binding)
+    qtbot.addWidget(meter)
+    device = fake_device("rtx4090")
+    meter.set_device(device.gpu.total_memory, device.name, device)
+    meter.show()
+    return meter
+
+
+def _open(qtbot, meter):
+    QTest.mouseClick(meter.fit_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: meter.fit_dialog is not None and meter.fit_dialog.isVisible(), timeout=3000)
+    return meter.fit_dialog
+
+
+def test_fit_to_a_smaller_card_picked_with_the_keyboard_and_applied(qtbot, meter):
+    dialog = _open(qtbot, meter)
+    assert dialog.card.currentData() == THIS_CARD  # this computer's GPU first
+    assert "4090" in dialog.card.currentText()
+    dialog.card.setFocus()
+    while dialog.card.currentData() != 8 * GiB:  # down the list to "A 8 GB card", as a user would
+        QTest.keyClick(dialog.card, Qt.Key.Key_Down)
+    assert dialog.result is not None and dialog.result.fits
+    rows = [dialog.table.item(r, 0).text() for r in range(dialog.table.rowCount())]
+    assert rows and "Gradient checkpointing" in rows
+    assert "→" in dialog.estimate_label.text()
+    before = meter.binding.config.copy()
+    QTest.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: meter.fit_dialog is None, timeout=3000)
+    after = meter.binding.config
+    assert after != before
+    assert estimate(after, device=Card(8 * GiB)).total <= 8 * GiB
+    assert after.precision.gradient_checkpointing
+
+
+def test_a_run_that_fits_has_nothing_to_apply_and_cancel_changes_nothing(qtbot, meter):
+    meter.binding.set("precision.gradient_checkpointing", True)
+    meter.binding.set("precision.cache_latents", True)
+    dialog = _open(qtbot, meter)
+    dialog.card.setCurrentIndex(dialog.card.findData(80 * GiB))
+    assert dialog.result.fits
+    before = meter.binding.config.copy()
+    if not dialog.result.best.changes:
+        assert not dialog.apply_button.isEnabled() and dialog.summary.text().startswith("Already fits")
+    QTest.keyClick(dialog, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: meter.fit_dialog is None, timeout=3000)
+    assert meter.binding.config == before
+
+
+def test_nothing_fits_a_tiny_card_says_so(qtbot, meter):
+    dialog = _open(qtbot, meter)
+    dialog.card.setCurrentIndex(dialog.card.findData(4 * GiB))
+    meter.binding.set("model.family", "flux1")
+    meter.binding.set("model.base", "black-forest-labs/FLUX.1-dev")
+    dialog.refresh()
+    assert not dialog.result.fits
+    assert dialog.summary.text().startswith("Nothing fits") and not dialog.apply_button.isEnabled()
+    assert "least" in dialog.estimate_label.text()
