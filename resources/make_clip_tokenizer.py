@@ -6,7 +6,7 @@ The ``.gz`` ships inside the ``open_clip_torch`` wheel (``open_clip/bpe_simple_v
     python resources/make_clip_tokenizer.py /tmp/oclip/open_clip_torch-*.whl      # or the extracted .gz
 
 The result is token for token the tokenizer of ``openai/clip-vit-large-patch14`` (SD 1.5's ``tokenizer/``,
-SDXL's and SD 3.5's ``tokenizer/`` and ``tokenizer_2/``): 49408 entries = 256 byte characters, the same 256 with
+SDXL's and SD 3.5's ``tokenizer/`` and ``tokenizer_2/``, Flux.1's ``tokenizer/``): 49408 entries = 256 byte characters, the same 256 with
 ``</w>``, the merges from lines 1..48894 of the BPE file, then ``<|startoftext|>`` and ``<|endoftext|>``.
 SDXL's and SD 3.5's ``tokenizer_2`` is the same vocabulary with pad token ``!`` (OpenCLIP pads with id 0).
 """
@@ -31,6 +31,7 @@ TARGETS = {  # folder -> pad token
     "sdxl/tokenizer_2": "!",
     "sd35/tokenizer": "<|endoftext|>",
     "sd35/tokenizer_2": "!",
+    "flux1/tokenizer": "<|endoftext|>",
 }
 
 
