@@ -29,7 +29,8 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class LoadedModel:
-    """The parts of a Stable Diffusion model the trainer needs (all on CPU, fp32, frozen as loaded).
+    """The parts of a base model the trainer needs (all on CPU, frozen as loaded), for every family: the denoiser
+    (a UNet or a transformer), the VAE, the text encoders with their tokenizers, the noise scheduler.
 
     ``identity`` names the exact weights (path + sizes/mtimes of the weight files): caches key on it.
     ``vae_identity`` names the VAE's weights when ``model.vae`` replaced the base's own ("" otherwise): the
@@ -41,7 +42,7 @@ class LoadedModel:
     text_encoders: list[Any]
     tokenizers: list[Any]
     noise_scheduler: Any
-    family: str  # "demo", "sd15", "sdxl"
+    family: str  # a registered family's name: "demo", "sd15", "sdxl", "flux1", "sd35", …
     path: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     identity: str = ""
@@ -58,11 +59,8 @@ class LoadedModel:
 
     @property
     def prediction_type(self) -> str:
+        """The DDPM scheduler's prediction type (the UNet families'; a flow-matching scheduler has none: "epsilon")."""
         return str(self.noise_scheduler.config.get("prediction_type", "epsilon"))
-
-    @property
-    def is_sdxl(self) -> bool:
-        return len(self.text_encoders) > 1
 
 
 def model_identity(path: str | Path) -> str:
