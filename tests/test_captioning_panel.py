@@ -112,6 +112,13 @@ def test_modes_progress_buttons_and_one_undo_step_per_run(page, qtbot, tmp_path,
     assert captions(images) == ["existing, smile, " + TAGGED, TAGGED, "hand written", TAGGED, TAGGED]
     page.undo_stack.undo()
     page.undo_stack.undo()
+    # img02's "hand written" came from another program after the first run: undoing that run would replace it,
+    # so the undo refuses as a whole (no caption changed) and names the file
+    assert captions(images) == ["existing, smile", TAGGED, "hand written", TAGGED, TAGGED]
+    assert "no caption changed: img02.txt was changed by another program" in page.status.text()
+    images[2].with_suffix(".txt").write_text(TAGGED, encoding="utf-8")  # back to what the run wrote
+    page.undo_stack.redo()
+    page.undo_stack.undo()
     assert captions(images) == ["existing, smile", None, None, None, None]  # as before the first run
     assert {it.name: it.caption for it in page.items}["img03.png"] == ""
 

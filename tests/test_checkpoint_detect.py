@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -229,6 +230,8 @@ def test_header_only_read_for_a_7gb_file(tmp_path, monkeypatch):
     opened: list[str] = []
     maps: list[tuple] = []
     real_open, real_mmap = builtins.open, mmap.mmap
+    real_os_open, real_fdopen, real_os_read = os.open, os.fdopen, os.read
+    fds: set[int] = set()  # descriptors os.open opened on the file (base.safe_open opens this way)
 
     def counting_open(file, mode="r", *args, **kwargs):  # noqa: ANN001, ANN202 - open's own signature
         f = real_open(file, mode, *args, **kwargs)
@@ -237,12 +240,32 @@ def test_header_only_read_for_a_7gb_file(tmp_path, monkeypatch):
             return _CountingFile(f, read, str(path))
         return f
 
+    def counting_os_open(file, flags, *args, **kwargs):  # noqa: ANN001, ANN202
+        fd = real_os_open(file, flags, *args, **kwargs)
+        if Path(file) == path:
+            opened.append(f"os.open {flags:#o}")
+            fds.add(fd)
+        return fd
+
+    def counting_fdopen(fd, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        f = real_fdopen(fd, *args, **kwargs)
+        return _CountingFile(f, read, str(path)) if fd in fds else f
+
+    def counting_os_read(fd, n):  # noqa: ANN001, ANN202
+        data = real_os_read(fd, n)
+        if fd in fds:
+            read[str(path)] = read.get(str(path), 0) + len(data)
+        return data
+
     def recording_mmap(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         maps.append(args)
         return real_mmap(*args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", counting_open)
     monkeypatch.setattr(io, "open", counting_open)  # pathlib's Path.open
+    monkeypatch.setattr(os, "open", counting_os_open)
+    monkeypatch.setattr(os, "fdopen", counting_fdopen)
+    monkeypatch.setattr(os, "read", counting_os_read)
     monkeypatch.setattr(mmap, "mmap", recording_mmap)
     d = detect_model(path)
     monkeypatch.undo()

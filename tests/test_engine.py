@@ -204,7 +204,8 @@ def test_stop_and_resume_is_bit_exact(tmp_path):
     second = Trainer(demo_cfg(tmp_path / "b", schedule__resume_from=first.state_path, **common), second_rep).run()
     assert second.status == "finished", second.message
     assert [s.step for s in second_rep.steps] == [6, 7, 8, 9, 10]
-    assert Path(second.lora_path).name == "demo_lora_2.safetensors"  # never overwrites the stopped run's file
+    # a resume is the same run: it keeps the stopped run's label and writes on into its file (core/runs/names.py)
+    assert Path(second.lora_path) == Path(first.lora_path) and Path(second.lora_path).name == "demo_lora.safetensors"
     assert [s.loss for s in straight_rep.steps] == [s.loss for s in first_rep.steps + second_rep.steps]
     a, _ = read_lora(straight.lora_path)
     b, _ = read_lora(second.lora_path)

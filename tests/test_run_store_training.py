@@ -181,9 +181,10 @@ def test_kill_9_leaves_a_readable_store_and_the_app_resumes_the_run(qtbot, tmp_p
         assert redone and [now[k] for k in redone] == pytest.approx([was[k] for k in redone], rel=1e-4)
 
 
-def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path, runs_db):
+def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path, runs_db, capsys):
     """Found by a new user: resuming a finished run with another rank failed, and the run's row became 'failed'
-    (its dataset numbers and end time gone). The run stays as it was; the failed attempt is a row of its own."""
+    (its dataset numbers and end time gone). Now the input check refuses it before anything starts (exit code 2,
+    the CLI's code for input it refuses), naming the rank; the finished run stays as it was and no row is added."""
     out = tmp_path / "out"
     assert main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
     with RunStore(runs_db) as store:
@@ -191,16 +192,15 @@ def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path
         before = store.run(first.id)
         series = store.series(first.id)
     state = str(Path(first.state_path))
+    capsys.readouterr()
     code = main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=4",
                  "--set", f"schedule.resume_from={state}", "--set", "schedule.epochs=3"])  # fmt: skip
-    assert code == 1  # refused: the state was trained at rank 2
+    assert code == 2  # refused: the state was trained at rank 2
+    assert "Rank (dim) = 2; it is 4 now" in capsys.readouterr().err
     with RunStore(runs_db) as store:
-        rows = {r.id: r for r in store.list_runs()}
-        assert len(rows) == 2
+        assert [r.id for r in store.list_runs()] == [first.id]
         kept = store.run(first.id)
         assert (kept.row.status, kept.row.ended_at, kept.row.message) == (before.row.status, before.row.ended_at, before.row.message)
         assert kept.row.status == "finished" and kept.row.steps == 8
         assert kept.dataset == before.dataset and kept.config == before.config and kept.timings == before.timings
         assert store.series(first.id) == series
-        (attempt,) = [r for i, r in rows.items() if i != first.id]
-        assert attempt.status == "failed" and "rank" in attempt.message

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from guitrainer.base.paths import expand
+from guitrainer.base.units import format_bytes
 from guitrainer.config import DatasetFolder, TrainingConfig
 from guitrainer.core.dataset import regularization
 from guitrainer.engine import data, offload
@@ -299,7 +300,7 @@ def _prepare_model(
         offloader = offload.offload(in_ram, device, transport)
         feedback.status(
             f"{len(in_ram)} of {sum(len(b) for b in fam.offload_blocks(m.denoiser))} blocks kept in system RAM "
-            f"({offloader.offloaded_bytes / 2**30:.2f} GiB pinned), streamed to the GPU as they compute"
+            f"({format_bytes(offloader.offloaded_bytes)} pinned), streamed to the GPU as they compute"
         )
     m.denoiser.train()
     for te in m.text_encoders:

@@ -1,9 +1,10 @@
 """Count the file-system work code does under a folder: stats, listings, opens (a test's stopwatch that
 does not depend on the machine).
 
-``count_file_work(monkeypatch, root)`` wraps ``os.stat``, ``os.lstat``, ``os.scandir``, ``open`` (builtins
-and ``io``) and ``PIL.Image.open`` for the rest of the test (or until ``stop()``) and records each call
-on a path inside ``root``. pathlib's ``stat`` / ``is_dir`` / ``resolve``, ``os.path.islink`` and
+``count_file_work(monkeypatch, root)`` wraps ``os.stat``, ``os.lstat``, ``os.scandir``, ``open`` (builtins,
+``io`` and ``os.open``, the call ``base.safe_open`` makes) and ``PIL.Image.open`` (given a path, or a file object
+whose descriptor ``os.open`` opened on a path) for the rest of the test (or until ``stop()``) and records each
+call on a path inside ``root``. pathlib's ``stat`` / ``is_dir`` / ``resolve``, ``os.path.islink`` and
 ``os.path.realpath`` go through these, so they are counted too; ``os.DirEntry``'s cached ``is_dir()``
 (no system call on Linux) is not.
 """
@@ -11,6 +12,7 @@ on a path inside ``root``. pathlib's ``stat`` / ``is_dir`` / ``resolve``, ``os.p
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import os
 from collections import Counter
@@ -63,9 +65,10 @@ def count_file_work(monkeypatch: pytest.MonkeyPatch, root: Path) -> FileWork:
     from PIL import Image
 
     work = FileWork(root)
-    real_stat, real_lstat, real_scandir, real_open, real_image_open = (
-        os.stat, os.lstat, os.scandir, builtins.open, Image.open,
+    real_stat, real_lstat, real_scandir, real_open, real_os_open, real_image_open = (
+        os.stat, os.lstat, os.scandir, builtins.open, os.open, Image.open,
     )
+    fd_paths: dict[int, object] = {}  # descriptor -> the path os.open opened (a descriptor number is reused)
 
     def stat(path, *args, **kwargs):  # noqa: ANN001, ANN202 - os.stat's own signature
         work.note("stat" if kwargs.get("follow_symlinks", True) else "lstat", path)
@@ -83,9 +86,18 @@ def count_file_work(monkeypatch: pytest.MonkeyPatch, root: Path) -> FileWork:
         work.note("open", file)
         return real_open(file, *args, **kwargs)
 
+    def os_open(path, flags, *args, **kwargs):  # noqa: ANN001, ANN202
+        work.note("open", path)
+        fd = real_os_open(path, flags, *args, **kwargs)
+        fd_paths[fd] = path
+        return fd
+
     def image_open(fp, *args, **kwargs):  # noqa: ANN001, ANN202
         if isinstance(fp, str | os.PathLike):
             work.note("image_open", fp)
+        elif hasattr(fp, "fileno"):
+            with contextlib.suppress(OSError, ValueError):  # a file object without a descriptor (BytesIO)
+                work.note("image_open", fd_paths.get(fp.fileno(), fp.fileno()))
         return real_image_open(fp, *args, **kwargs)
 
     monkeypatch.setattr(os, "stat", stat)
@@ -93,5 +105,6 @@ def count_file_work(monkeypatch: pytest.MonkeyPatch, root: Path) -> FileWork:
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(builtins, "open", open_)
     monkeypatch.setattr(io, "open", open_)  # pathlib's Path.open
+    monkeypatch.setattr(os, "open", os_open)
     monkeypatch.setattr(Image, "open", image_open)
     return work

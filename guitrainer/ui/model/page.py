@@ -159,6 +159,8 @@ class ModelPage(Page):
         line.addStretch(1)
         self.offload_editor = make_editor(binding, path, row)
         self.offload_editor.setDecimals(2)  # type: ignore[attr-defined]  # a QDoubleSpinBox: a share, 0-1
+        # no taller than the checkbox row it joins: a spin box's own height would push the column's last note down
+        self.offload_editor.setMaximumHeight(max(checkbox.sizeHint().height(), self.fontMetrics().height() + 2))
         lab = QLabel(label_for(path), row)
         lab.setToolTip(self.offload_editor.toolTip())
         lab.setBuddy(self.offload_editor)
