@@ -383,6 +383,8 @@ SPEC = ModelSpec(
         'attention_ff': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
         'attention_ff_proj': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
     },
+    # the 19 double-stream blocks, then the 38 single-stream ones (precision.offload_blocks keeps a share of each)
+    offload_blocks=((339831296,) * 19, (141591808,) * 38),
 )
 # fmt: on
 

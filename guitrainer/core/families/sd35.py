@@ -366,7 +366,8 @@ def _take(
 # --------------------------------------------------------------------------- the estimator's tables
 
 #: parameter counts and LoRA layer tables of the released sizes, computed from the shipped configs
-#: (``resources/models/sd35``) on ``meta`` by :func:`guitrainer.engine.families.sd35.spec.parameter_table`
+#: adaLN modulation layers (in ``attention_ff_proj``) see one vector per image, listed at 0 like the text stream.
+#: The offload table lists the joint blocks in order; the last writes no text stream (``context_pre_only``): smaller.
 #: (``tests/test_sd35_spec.py`` recomputes them). Text encoders: CLIP-L, CLIP-G, T5-XXL; T5 trains no LoRA. The
 #: adaLN modulation layers (in ``attention_ff_proj``) see one vector per image, listed at 0 like the text stream.
 # fmt: off
@@ -390,6 +391,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
+        offload_blocks=((212999680,) * 37 + (136085248,),),
     ),
     "5-medium": ModelSpec(
         family="sd35",
@@ -410,6 +412,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
+        offload_blocks=((101506944,) * 13 + (84980992,) * 10 + (54294784,),),
     ),
 }
 # fmt: on

@@ -24,7 +24,9 @@ from torch import nn
 
 from guitrainer.base.paths import resources_dir
 from guitrainer.core.families.facts import LoraTable, ModelSpec
+from guitrainer.engine.families.base import Family
 from guitrainer.engine.families.flux1 import network
+from guitrainer.engine.offload import block_table, named_block_lists
 
 #: ``(in, out, count, image tokens per latent pixel, sees the text tokens: 0 / 1)``
 FluxLoraRow = tuple[int, int, int, float, int]
@@ -48,6 +50,9 @@ class FluxSpec:
     outside_blocks: int  # parameters outside the blocks (embedders, final layer): kept in the compute dtype under fp8
     lora: dict[str, tuple[FluxLoraRow, ...]] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[tuple[FluxLoraRow, ...], tuple[FluxLoraRow, ...]]] = field(default_factory=dict)
+    #: the blocks ``precision.offload_blocks`` may keep in RAM: each double block's, then each single block's
+    #: parameter count (:func:`~guitrainer.engine.offload.block_table` of the family's ``offload_blocks``)
+    offload_blocks: tuple[tuple[int, ...], ...] = ()
 
     def lora_params_per_rank(self, target: str, text_encoder: bool = False) -> int:
         """Trainable LoRA parameters per unit of rank: Σ count · (in + out) over the trained layers."""
@@ -148,6 +153,7 @@ def flux_spec() -> FluxSpec:
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
+        offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
     )
 
 
@@ -179,4 +185,5 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         cross_attention_dim=spec.joint_attention_dim,
         denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
+        offload_blocks=spec.offload_blocks,
     )

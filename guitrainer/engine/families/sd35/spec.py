@@ -29,7 +29,9 @@ from torch import nn
 
 from guitrainer.core.families.facts import LoraTable, ModelSpec
 from guitrainer.core.families.sd35 import CLIP_TOKENS, T5_TOKENS, VARIANTS
+from guitrainer.engine.families.base import Family
 from guitrainer.engine.families.sd35.network import DENOISER_TARGETS, MODULATION, TEXT_ENCODER_TARGETS
+from guitrainer.engine.offload import block_table, named_block_lists
 
 CONFIG_DIR = Path(__file__).resolve().parents[4] / "resources" / "models" / "sd35"
 TEXT_TOKENS = CLIP_TOKENS + T5_TOKENS
@@ -133,6 +135,7 @@ def parameter_table(version: str) -> ParameterTable:
             target: (_table(encoders[0], suffixes, None), _table(encoders[1], suffixes, None), ())
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
+        offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
     )
     buffers = sum(b.numel() for b in transformer.buffers())
     return ParameterTable(version=version, spec=spec, buffers=buffers)
