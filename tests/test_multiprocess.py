@@ -224,3 +224,34 @@ def _drive(out: Path) -> int:
 
 if __name__ == "__main__":
     sys.exit(_drive(Path(sys.argv[1])))
+
+
+def test_two_processes_train_a_tiny_flux_in_step(tmp_path):
+    """The same for Flux.1 (issue 29: ``accelerate launch`` on the new families): a tiny Flux from a diffusers
+    folder, 2 processes, bf16; both train every step with equal LoRA weights, and only the main one writes a file
+    in Flux's kohya layout."""
+    from helpers import tiny_flux
+    from PIL import Image
+
+    from guitrainer.engine.network.lora import read_lora
+
+    base = tiny_flux.save_diffusers(tiny_flux.build(seed=3), tmp_path / "tiny_flux")
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(4):
+        Image.new("RGB", (64, 64), (60 * i, 200 - 40 * i, 90)).save(data / f"{i}.png")
+        (data / f"{i}.txt").write_text(f"a photo of shape {i}", encoding="utf-8")
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(_cli(out, f"model.base={base}", "model.family=auto", f"dataset.folders=['{data}']",
+                                     "dataset.resolution=64", "schedule.batch_size=1", "schedule.max_steps=2",
+                                     "precision.training=bf16"))
+    log = stdout + stderr
+    assert code == 0, log[-4000:]
+    done = _done_lines(log)
+    assert sorted(done) == [0, 1] and {d[:2] for d in done.values()} == {("finished", 2)}, log[-4000:]
+    assert done[0][2] == done[1][2]
+    (lora,) = _loras(out)
+    tensors, meta = read_lora(lora)
+    assert meta["ss_base_model_version"].startswith("flux1") and stdout.count("saved ") == 1
+    assert any(k.startswith("lora_unet_double_blocks_0_") for k in tensors)
+    assert all(t.isfinite().all() for t in tensors.values())
