@@ -13,6 +13,15 @@ SDXL = ["--set", "model.family=sdxl", "--set", "model.base=stabilityai/stable-di
         "--set", "dataset.resolution=1024", "--set", "precision.training=bf16"]
 
 
+@pytest.fixture(autouse=True)
+def _ram(monkeypatch):
+    """Fit weighs this computer's RAM: a fixed 64 GB, so the tests do not depend on the machine's."""
+    from guitrainer.base.units import GiB
+    from guitrainer.core.memory import system_ram
+
+    monkeypatch.setattr(system_ram, "machine_ram", lambda: 64 * GiB)
+
+
 @pytest.mark.parametrize(("text", "size"), [("12GB", 12 * GiB), ("12 gb", 12 * GiB), ("8G", 8 * GiB),
                                              ("11264MB", 11264 * MiB), ("7.5GB", int(7.5 * GiB))])
 def test_card_sizes_read_as_cards_are_sold(text, size):

@@ -10,6 +10,7 @@ from PySide6.QtTest import QTest
 
 from guitrainer.base.units import GiB
 from guitrainer.config import TrainingConfig
+from guitrainer.core.memory import system_ram
 from guitrainer.core.memory.estimate import estimate
 from guitrainer.core.memory.fit import Card
 from guitrainer.ui.binding import ConfigBinding
@@ -18,7 +19,9 @@ from guitrainer.ui.model.vram_meter import VramMeter
 
 
 @pytest.fixture
-def meter(qtbot):
+def meter(qtbot, monkeypatch):
+    # the dialog weighs the RAM of the computer it runs on: a fixed 128 GB, so no test depends on this machine's
+    monkeypatch.setattr(system_ram, "machine_ram", lambda: 128 * GiB)
     cfg = TrainingConfig()
     cfg.set("model.family", "sdxl")
     cfg.set("model.base", "stabilityai/stable-diffusion-xl-base-1.0")
@@ -78,7 +81,23 @@ def test_nothing_fits_a_tiny_card_says_so(qtbot, meter):
     dialog.card.setCurrentIndex(dialog.card.findData(4 * GiB))
     meter.binding.set("model.family", "flux1")
     meter.binding.set("model.base", "black-forest-labs/FLUX.1-dev")
+    meter.binding.set("network.rank", 1024)  # Fit never changes the rank: ~1.6 B LoRA parameters with AdamW's state
     dialog.refresh()
     assert not dialog.result.fits
     assert dialog.summary.text().startswith("Nothing fits") and not dialog.apply_button.isEnabled()
     assert "least" in dialog.estimate_label.text()
+
+
+def test_a_choice_that_needs_more_ram_than_the_computer_has_says_so(qtbot, meter, monkeypatch):
+    """Flux.1 dev fits a 4 GB card with every block kept in RAM, but the pinned blocks and the load need far more
+    RAM than 16 GB: the dialog says so, with the way out, and offers nothing to apply."""
+    monkeypatch.setattr(system_ram, "machine_ram", lambda: 16 * GiB)
+    dialog = _open(qtbot, meter)
+    dialog.card.setCurrentIndex(dialog.card.findData(4 * GiB))
+    meter.binding.set("model.family", "flux1")
+    meter.binding.set("model.base", "black-forest-labs/FLUX.1-dev")
+    dialog.refresh()
+    assert not dialog.result.fits and dialog.result.ram_limited is not None
+    text = dialog.summary.text()
+    assert text.startswith("Settings that fit 4.0 GB exist") and "this computer has 16.0 GB" in text, text
+    assert not dialog.apply_button.isEnabled()
