@@ -22,6 +22,19 @@ torch.set_num_threads(1)
 
 
 
+#: the RAM every test's "computer" has: the start check, the meter's RAM line and Fit weigh it, so no test may
+#: depend on the machine it runs on (a test that reads the real figure is marked ``real_machine_ram``)
+TEST_MACHINE_RAM = 32 * 1024**3
+
+
+@pytest.fixture(autouse=True)
+def _fixed_machine_ram(request, monkeypatch):
+    if request.node.get_closest_marker("real_machine_ram") is None:
+        from guitrainer.core.memory import system_ram
+
+        monkeypatch.setattr(system_ram, "machine_ram", lambda: TEST_MACHINE_RAM)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """Every test gets its own user data folder (presets, demo model cache) under tmp."""

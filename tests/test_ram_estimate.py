@@ -119,6 +119,7 @@ def test_on_a_cpu_the_training_itself_is_in_ram_and_nothing_is_offloaded():
     assert with_offload.get("parked") == spec.vae * 4  # the VAE stays in RAM after caching the latents
 
 
+@pytest.mark.real_machine_ram
 def test_the_machine_ram_is_read_without_new_dependencies():
     total = system_ram.machine_ram()
     assert total is not None and total > units.GiB
