@@ -42,6 +42,17 @@ BASE_WEIGHT_CHOICES: tuple[PrecisionChoice, ...] = (
         "fp8", "fp8: less memory", "Frozen weights stored in 8 bits (e4m3) and widened layer by layer: half the weight "
         "memory of fp16 / bf16 (a quarter of fp32's), a small loss of quality (kohya's --fp8_base)."
     ),
+    PrecisionChoice(
+        "int8", "int8: less memory, closer", "The UNet's or transformer's Linear weights in 8 bits with a scale per "
+        "row (bitsandbytes LLM.int8()): the memory of fp8 with about a quarter of its rounding error; Dettmers et "
+        "al. 2022 found no loss at 8 bits, OneTrainer and SimpleTuner offer it for Flux."
+    ),
+    PrecisionChoice(
+        "nf4", "nf4: least memory", "The Linear weights in 4-bit NormalFloat, QLoRA-style (about a quarter of bf16): "
+        "QLoRA (Dettmers et al. 2023) matched 16-bit fine-tuning on language models; on Flux the peers see softer "
+        "detail and less stable runs than bf16 (SimpleTuner's notes, the diffusers QLoRA blog): for cards that "
+        "fit nothing else."
+    ),
 )
 
 LORA_WEIGHT_CHOICES: tuple[PrecisionChoice, ...] = (
