@@ -25,6 +25,7 @@ from guitrainer.core.families.facts import (
     NamedTensors,
     PartsReport,
     PrecisionFacts,
+    QuantisableLinears,
 )
 
 PartKind = Literal["transformer", "t5", "clip_l", "clip_g", "vae"]
@@ -383,6 +384,7 @@ SPEC = ModelSpec(
         'attention_ff': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
         'attention_ff_proj': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
     },
+    quantisable=QuantisableLinears(weights=11834228736, rows=3035136, layers=494, largest=56623104),
 )
 # fmt: on
 

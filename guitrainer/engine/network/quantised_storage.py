@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from guitrainer.core.families.facts import QuantisableLinears
+
 #: bitsandbytes' 4-bit block: one absmax per 64 weights (QLoRA's and bitsandbytes' default)
 NF4_BLOCKSIZE = 64
 #: QLoRA's double quantisation: the fp32 absmax of each 64-weight block is itself quantised to 8 bits in blocks of
@@ -58,6 +60,16 @@ def quantisable_linears(module: torch.nn.Module, skip: tuple[str, ...]) -> tuple
             continue
         (kept if any(re.search(p, path) for p in patterns) else quantised).append(path)
     return quantised, kept
+
+
+def count_quantisable(module: torch.nn.Module, skip: tuple[str, ...]) -> QuantisableLinears:
+    """The estimator's figures for the Linear layers :func:`quantise_linears` would quantise (works on ``meta``)."""
+    paths, _kept = quantisable_linears(module, skip)
+    weights = [module.get_submodule(p).weight for p in paths]
+    return QuantisableLinears(
+        weights=sum(w.numel() for w in weights), rows=sum(w.shape[0] for w in weights), layers=len(weights),
+        largest=max((w.numel() for w in weights), default=0),
+    )
 
 
 def quantise_linears(module: torch.nn.Module, fmt: str, compute: torch.dtype, skip: tuple[str, ...]) -> QuantisedStorage:

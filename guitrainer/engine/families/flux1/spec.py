@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from guitrainer.base.paths import resources_dir
-from guitrainer.core.families.facts import LoraTable, ModelSpec
+from guitrainer.core.families.facts import LoraTable, ModelSpec, QuantisableLinears
 from guitrainer.engine.families.flux1 import network
 
 #: ``(in, out, count, image tokens per latent pixel, sees the text tokens: 0 / 1)``
@@ -48,6 +48,7 @@ class FluxSpec:
     outside_blocks: int  # parameters outside the blocks (embedders, final layer): kept in the compute dtype under fp8
     lora: dict[str, tuple[FluxLoraRow, ...]] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[tuple[FluxLoraRow, ...], tuple[FluxLoraRow, ...]]] = field(default_factory=dict)
+    quantisable: QuantisableLinears | None = None  # the Linears int8 / nf4 stores (the family's skip list left out)
 
     def lora_params_per_rank(self, target: str, text_encoder: bool = False) -> int:
         """Trainable LoRA parameters per unit of rank: Σ count · (in + out) over the trained layers."""
@@ -130,6 +131,9 @@ def _table(model: nn.Module, targets: tuple[str, ...], seen: dict[str, tuple[flo
 @functools.cache
 def flux_spec() -> FluxSpec:
     """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached)."""
+    from guitrainer.engine.families import registry
+    from guitrainer.engine.network.quantised_storage import count_quantisable
+
     transformer, vae, clip, t5 = on_meta()
     seen = _tokens_seen(transformer)
     in_blocks = sum(_count(b) for b in (*transformer.transformer_blocks, *transformer.single_transformer_blocks))
@@ -148,6 +152,7 @@ def flux_spec() -> FluxSpec:
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
+        quantisable=count_quantisable(transformer, registry.family("flux1").storage_skip_patterns),
     )
 
 
@@ -179,4 +184,5 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         cross_attention_dim=spec.joint_attention_dim,
         denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
+        quantisable=spec.quantisable,
     )

@@ -108,6 +108,9 @@ def _table(module: nn.Module, suffixes: tuple[str, ...], patch: int | None) -> L
 @functools.cache
 def parameter_table(version: str) -> ParameterTable:
     """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``)."""
+    from guitrainer.engine.families import registry
+    from guitrainer.engine.network.quantised_storage import count_quantisable
+
     variant = VARIANTS[version]
     if not variant.config:
         raise ValueError(f"no shipped transformer config for {variant.label}")
@@ -133,6 +136,7 @@ def parameter_table(version: str) -> ParameterTable:
             target: (_table(encoders[0], suffixes, None), _table(encoders[1], suffixes, None), ())
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
+        quantisable=count_quantisable(transformer, registry.family("sd35").storage_skip_patterns),
     )
     buffers = sum(b.numel() for b in transformer.buffers())
     return ParameterTable(version=version, spec=spec, buffers=buffers)
