@@ -394,3 +394,41 @@ def test_the_config_refuses_quantised_weights_with_blocks_in_ram_or_a_lycoris_ne
     assert "plain LoRA only" in errors["network.type"]
     cfg.set("precision.base_weights", "fp8")
     assert not {"precision.offload_blocks", "network.type"} & {e.field for e in cfg.errors()}
+
+
+@pytest.mark.parametrize(("fmt", "fp8_base"), [("auto", "False"), ("fp8", "True"), ("int8", "False"), ("nf4", "False")])
+def test_the_metadata_says_how_the_frozen_weights_were_stored(fmt, fp8_base):
+    from guitrainer.engine import export
+
+    cfg = TrainingConfig()
+    cfg.set("precision.base_weights", fmt)
+    meta = export.build_metadata(cfg, "sdxl", num_images=1, epochs=1, steps=1, started=None, finished=None,
+                                 tag_frequency={}, optimizer_name="AdamW")
+    assert meta["ss_fp8_base"] == fp8_base  # sd-scripts' key, as its bool prints
+    assert meta["guitrainer_base_weights"] == fmt
+
+
+# --------------------------------------------------------------------------- advice (what --check prints)
+
+
+def _advice(device_name: str, fmt: str, **device):
+    from helpers import config_with, fake_device
+
+    from guitrainer.core.precision.advisor import advise
+
+    cfg = config_with(precision__training="bf16", precision__base_weights=fmt)
+    return [a for a in advise(fake_device(device_name, **device), cfg) if a.topic == "precision.base_weights"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_advice_gives_the_formats_caveat_with_its_source_where_it_runs(fmt):
+    for name in ("rtx3060", "cpu"):
+        (note,) = _advice(name, fmt)
+        assert note.level == "info" and note.code == "quantised_caveat"
+        assert ("QLoRA" if fmt == "nf4" else "LLM.int8()") in note.message and "text encoders" in note.message
+
+
+def test_the_advice_refuses_quantised_weights_without_bitsandbytes_and_offers_fp8():
+    (refusal,) = _advice("rtx3060", "nf4", bitsandbytes=False)
+    assert refusal.level == "error" and "bitsandbytes" in refusal.message
+    assert refusal.suggestion == {"precision.base_weights": "fp8"}
