@@ -432,3 +432,18 @@ def test_the_advice_refuses_quantised_weights_without_bitsandbytes_and_offers_fp
     (refusal,) = _advice("rtx3060", "nf4", bitsandbytes=False)
     assert refusal.level == "error" and "bitsandbytes" in refusal.message
     assert refusal.suggestion == {"precision.base_weights": "fp8"}
+
+
+def test_the_precision_lab_measures_the_quantised_format_the_config_uses():
+    from helpers import config_with, fake_device
+
+    from guitrainer.core.precision.lab import Candidate, all_candidates
+    from guitrainer.core.precision.lab_plan import plan
+
+    assert all(c.base_weights in ("auto", "fp8") for c in all_candidates())  # by default: six, as before
+    cfg = config_with(precision__base_weights="nf4")
+    planned = dict(plan(fake_device("rtx3060"), cfg, engine_supports_fp8=True))
+    assert planned[Candidate("bf16", "nf4")] == "" and Candidate("bf16", "nf4").label == "bf16 AMP + nf4 base weights"
+    assert Candidate("fp16", "int8") not in planned  # only the format asked for
+    without = dict(plan(fake_device("rtx3060", bitsandbytes=False), cfg, engine_supports_fp8=True))
+    assert "bitsandbytes" in without[Candidate("bf16", "nf4")]  # not run, and why
