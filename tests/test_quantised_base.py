@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from helpers import demo_cfg, tiny_flux
+from helpers import config_with, demo_cfg, tiny_flux
 from helpers.doubles import StopAt
 from PIL import Image
 
@@ -447,3 +447,15 @@ def test_the_precision_lab_measures_the_quantised_format_the_config_uses():
     assert Candidate("fp16", "int8") not in planned  # only the format asked for
     without = dict(plan(fake_device("rtx3060", bitsandbytes=False), cfg, engine_supports_fp8=True))
     assert "bitsandbytes" in without[Candidate("bf16", "nf4")]  # not run, and why
+
+
+def test_the_vram_bar_offers_nf4_where_it_saves_much():
+    from guitrainer.core.memory.hints import hints
+
+    cfg = config_with(model__family="flux1", model__base="black-forest-labs/FLUX.1-dev", dataset__resolution=1024,
+                      precision__training="bf16", precision__gradient_checkpointing=True)
+    offered = {h.label: h for h in hints(cfg)}
+    assert "nf4 frozen weights" in offered and "fp8 frozen weights" in offered
+    assert offered["nf4 frozen weights"].saving > offered["fp8 frozen weights"].saving
+    cfg.set("network.type", "loha")  # the config would refuse the pair: not offered
+    assert "nf4 frozen weights" not in {h.label for h in hints(cfg)}
