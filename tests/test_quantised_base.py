@@ -118,7 +118,7 @@ def test_a_quantised_linear_computes_what_the_original_does_to_its_formats_error
 
 
 def _demo(out, fmt, **settings):
-    return demo_cfg(out, precision__training="bf16", precision__base_weights=fmt, **settings)
+    return demo_cfg(out, **{"precision__training": "bf16", "precision__base_weights": fmt, **settings})
 
 
 def _train(cfg, reporter=None, control=None):
@@ -183,6 +183,19 @@ def test_a_stopped_demo_run_on_quantised_weights_resumes_bit_exactly(tmp_path, f
     a, _ = read_lora(straight.lora_path)
     b, _ = read_lora(second.lora_path)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_run_on_quantised_weights_makes_sample_images_under_fp16_with_checkpointing(tmp_path, fmt):
+    """The sampling pipeline runs the quantised UNet in eval mode without gradients: bitsandbytes' CPU repacking
+    of 4-bit weights for inference failed there on the demo's small layers, so it is left off."""
+    rep = NullReporter()
+    cfg = _demo(tmp_path, fmt, precision__training="fp16", precision__gradient_checkpointing=True,
+                schedule__max_steps=1, sampling__every_n_steps=1)
+    summary, rep = _train(cfg, rep)
+    assert summary.status == "finished" and not summary.warnings, summary.warnings
+    assert len(rep.samples) == 1
 
 
 # --------------------------------------------------------------------------- training the tiny Flux.1

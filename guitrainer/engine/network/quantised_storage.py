@@ -95,6 +95,10 @@ def quantise_linears(module: torch.nn.Module, fmt: str, compute: torch.dtype, sk
                                     compress_statistics=NF4_DOUBLE_QUANT, quant_type="nf4", device="meta")
             new.weight = bnb.nn.Params4bit(old.weight.data, requires_grad=False, blocksize=NF4_BLOCKSIZE,
                                            compress_statistics=NF4_DOUBLE_QUANT, quant_type="nf4", module=new)
+            # on an AVX512-BF16 CPU, bitsandbytes repacks a 4-bit weight in place for its inference kernel at the
+            # first no-grad forward in eval mode (sample images, the validation loss): that failed on small layers
+            # ("shape '[32, 0]' is invalid") and would make those forwards differ from training's: left off
+            new.support_avx512bf16_for_cpu = False
         else:
             new = bnb.nn.Linear8bitLt(old.in_features, old.out_features, bias=bias, has_fp16_weights=False,
                                       threshold=INT8_THRESHOLD, device="meta")
