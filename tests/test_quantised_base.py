@@ -472,3 +472,13 @@ def test_the_vram_bar_offers_nf4_where_it_saves_much():
     assert offered["nf4 frozen weights"].saving > offered["fp8 frozen weights"].saving
     cfg.set("network.type", "loha")  # the config would refuse the pair: not offered
     assert "nf4 frozen weights" not in {h.label for h in hints(cfg)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_memory_check_says_it_cannot_build_quantised_weights_rather_than_measure_others(fmt):
+    from guitrainer.engine.memory.measure import measure_training_step
+
+    cfg = TrainingConfig()
+    cfg.set("precision.base_weights", fmt)
+    with pytest.raises(NotImplementedError, match=f"cannot build {fmt} frozen weights"):
+        measure_training_step(cfg, method="fake")
