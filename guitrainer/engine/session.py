@@ -264,6 +264,8 @@ def _prepare_model(
     # overflows in fp16 (SDXL's own: its config says force_upcast; the fp16-fixed one does not), and CPUs have
     # no fast fp16 convolutions (a 64 px demo step is 10x slower).
     vae_fp32 = vae_needs_fp32(precision, fam.facts.precision.vae_upcast, force_upcast(m.vae), device.type)
+    if config.precision.base_weights in quantised_storage.FORMATS:  # before the LoRA: peft wraps the bnb layers
+        store_quantised(config, m.denoiser, dtype, device, bool(in_ram), feedback, fam.storage_skip_patterns)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
     if in_ram:  # the blocks kept in RAM never go to the GPU: the model need not fit there whole, not even once
         offload.place(m.denoiser, device, dtype, in_ram)
@@ -273,8 +275,6 @@ def _prepare_model(
     for te in m.text_encoders:
         te.to(device, dtype=dtype)
     n = config.network
-    if config.precision.base_weights in quantised_storage.FORMATS:  # before the LoRA: peft wraps the bnb layers
-        store_quantised(config, m.denoiser, dtype, bool(in_ram), feedback, fam.storage_skip_patterns)
     trained = [m.text_encoders[i] for i in fam.trainable_text_encoders(m)] if n.train_text_encoder else []
     train_te = bool(trained)
     denoiser_targets = fam.denoiser_targets(n)
@@ -376,12 +376,13 @@ def store_fp8(
 
 
 def store_quantised(
-    config: TrainingConfig, denoiser: torch.nn.Module, compute_dtype: torch.dtype, offloading: bool,
-    feedback: Feedback, skip: tuple[str, ...],
+    config: TrainingConfig, denoiser: torch.nn.Module, compute_dtype: torch.dtype, device: torch.device,
+    offloading: bool, feedback: Feedback, skip: tuple[str, ...],
 ) -> quantised_storage.QuantisedStorage:
     """``precision.base_weights = "int8" | "nf4"``: the denoiser's frozen Linear layers replaced by bitsandbytes'
-    8-bit / 4-bit layers on the device it trains on (:mod:`.network.quantised_storage`); the text encoders, the
-    layers ``skip`` names and every non-Linear layer keep the compute dtype."""
+    8-bit / 4-bit layers on the device it trains on (:mod:`.network.quantised_storage`), before the rest of it is
+    moved there: one layer at a time crosses in the compute dtype, so the 16-bit model is never on the GPU whole.
+    The text encoders, the layers ``skip`` names and every non-Linear layer keep the compute dtype."""
     fmt = config.precision.base_weights
     try:
         import bitsandbytes  # noqa: F401
@@ -401,7 +402,7 @@ def store_quantised(
             f"{fmt} frozen weights cannot be kept in system RAM yet: the block offload streams plain weights only",
             ("set precision.offload_blocks = 0", 'or set precision.base_weights = "fp8"'),
         )
-    done = quantised_storage.quantise_linears(denoiser, fmt, compute_dtype, skip)
+    done = quantised_storage.quantise_linears(denoiser, fmt, compute_dtype, skip, device)
     feedback.status(
         f"frozen weights stored in {fmt}: {len(done.quantised)} Linear layers of the "
         f"{'UNet' if hasattr(denoiser, 'conv_in') else 'transformer'} quantised, {len(done.kept)} kept in "

@@ -72,10 +72,14 @@ def count_quantisable(module: torch.nn.Module, skip: tuple[str, ...]) -> Quantis
     )
 
 
-def quantise_linears(module: torch.nn.Module, fmt: str, compute: torch.dtype, skip: tuple[str, ...]) -> QuantisedStorage:
+def quantise_linears(
+    module: torch.nn.Module, fmt: str, compute: torch.dtype, skip: tuple[str, ...], device: torch.device | None = None,
+) -> QuantisedStorage:
     """Replace the frozen Linear layers of ``module`` not matched by ``skip`` by bitsandbytes' ``Linear8bitLt``
-    (``fmt = "int8"``) or ``Linear4bit`` NF4 (``"nf4"``) computing in ``compute``, each quantised on the device
-    its weight is on. Must run before the LoRA is injected (peft picks its bnb LoRA layer by the base layer's type).
+    (``fmt = "int8"``) or ``Linear4bit`` NF4 (``"nf4"``) computing in ``compute``. Each layer's weight goes to
+    ``device`` (default: where it is) alone, in ``compute``, and is quantised there, so a model loaded in system
+    RAM never needs its 16-bit Linears on the GPU all at once. Must run before the LoRA is injected (peft picks
+    its bnb LoRA layer by the base layer's type).
     """
     if fmt not in FORMATS:
         raise ValueError(f"`precision.base_weights`: {fmt!r} is not a quantised format ({', '.join(FORMATS)})")
@@ -87,13 +91,14 @@ def quantise_linears(module: torch.nn.Module, fmt: str, compute: torch.dtype, sk
         parent_path, _, name = path.rpartition(".")
         parent = module.get_submodule(parent_path) if parent_path else module
         old = getattr(parent, name)
-        device = old.weight.device
-        largest = max(largest, old.weight.numel() * old.weight.element_size())
+        where = device if device is not None else old.weight.device
+        weight = old.weight.data.to(where, compute)
+        largest = max(largest, weight.numel() * weight.element_size())
         bias = old.bias is not None
         if fmt == "nf4":
             new = bnb.nn.Linear4bit(old.in_features, old.out_features, bias=bias, compute_dtype=compute,
                                     compress_statistics=NF4_DOUBLE_QUANT, quant_type="nf4", device="meta")
-            new.weight = bnb.nn.Params4bit(old.weight.data, requires_grad=False, blocksize=NF4_BLOCKSIZE,
+            new.weight = bnb.nn.Params4bit(weight, requires_grad=False, blocksize=NF4_BLOCKSIZE,
                                            compress_statistics=NF4_DOUBLE_QUANT, quant_type="nf4", module=new)
             # on an AVX512-BF16 CPU, bitsandbytes repacks a 4-bit weight in place for its inference kernel at the
             # first no-grad forward in eval mode (sample images, the validation loss): that failed on small layers
@@ -104,16 +109,16 @@ def quantise_linears(module: torch.nn.Module, fmt: str, compute: torch.dtype, sk
                                       threshold=INT8_THRESHOLD, device="meta")
             # Int8Params.to quantises only on the way from the CPU: quantised here on the weight's device, as its
             # own _quantize does (through fp16: a weight beyond ±65504 would overflow; none of the families has one)
-            cb, scb, _ = bnb.functional.int8_vectorwise_quant(old.weight.data.contiguous().to(torch.float16))
+            cb, scb, _ = bnb.functional.int8_vectorwise_quant(weight.contiguous().to(torch.float16))
             new.weight = bnb.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False)
             new.weight.CB, new.weight.SCB = cb, scb
         if bias:
-            new.bias = torch.nn.Parameter(old.bias.data.to(compute), requires_grad=False)
+            new.bias = torch.nn.Parameter(old.bias.data.to(where, compute), requires_grad=False)
         if fmt == "nf4":
-            new.weight = new.weight.to(device)  # Params4bit.to quantises, on the layer's own device
+            new.weight = new.weight.to(where)  # Params4bit.to quantises, on that device
         new.train(old.training)
         setattr(parent, name, new)
-        del old
+        del old, weight
     return QuantisedStorage(tuple(paths), tuple(kept), largest)
 
 
