@@ -48,8 +48,3 @@ def denoiser_bytes(spec: ModelSpec, fmt: str, compute_width: int) -> tuple[int, 
     q = quantisable(spec)
     return quantised_bytes(q, fmt), (spec.denoiser - q.weights) * compute_width
 
-
-def bytes_per_stored_weight(fmt: str) -> float:
-    """Bytes per weight of a large layer in ``fmt`` (what a copy of its weights costs)."""
-    q = QuantisableLinears(weights=1 << 24, rows=1 << 12, layers=1, largest=1 << 24)
-    return quantised_bytes(q, fmt) / q.weights
