@@ -6,11 +6,12 @@ stay fp32 (or bf16) and train on top; the frozen weight is dequantised to the co
 The LoRA file is the same whatever the base is stored in, so it is exported and verified against the original
 weights. As the peers do it (diffusers' ``BitsAndBytesConfig`` QLoRA path, SimpleTuner's ``nf4-bnb``,
 OneTrainer's ``NFLOAT_4`` / ``INT_8``): only Linear layers are quantised (bitsandbytes has no conv layers), and the
-family's :attr:`~guitrainer.engine.families.base.Family.storage_skip_patterns` (embedders, final layers) plus the
-few layers below stay in the compute dtype.
+family's :attr:`~guitrainer.engine.families.base.Family.storage_skip_patterns` (embedders, final layers) and the
+LoRA stay in the compute dtype; so do the text encoders, which are not quantised.
 
 Quantisation runs on the device the model trains on, one layer at a time: beside the model, one layer's
-compute-dtype weight and its quantised copy exist at once (no second copy of the model in system RAM).
+compute-dtype weight, its quantised copy and bitsandbytes' temporaries for it exist at once (on the CPU about 7x
+the layer for nf4 and 5x for int8, whatever the model's size: bench/RESULTS.md), never a second copy of the model.
 It is deterministic (round to nearest), so a resumed run rebuilds the same frozen weights bit for bit.
 """
 
@@ -32,10 +33,8 @@ NF4_DOUBLE_QUANT = True
 #: through a 16-bit matmul, the rest through int8 with a scale per weight row
 INT8_THRESHOLD = 6.0
 
-#: layers kept in the compute dtype under int8 / nf4 whatever the family: the LoRA itself, and T5's feed-forward
-#: output ``wo``, whose caller casts its input to ``wo.weight.dtype`` (an integer type once quantised) —
-#: transformers keeps it unquantised for the same reason (``T5PreTrainedModel._keep_in_fp32_modules``)
-ALWAYS_KEPT = (r"lora_", r"DenseReluDense\.wo$")
+#: layers kept in the compute dtype under int8 / nf4 whatever the family: the LoRA itself
+ALWAYS_KEPT = (r"lora_",)
 
 FORMATS = ("int8", "nf4")
 
