@@ -482,3 +482,22 @@ def test_the_memory_check_says_it_cannot_build_quantised_weights_rather_than_mea
     cfg.set("precision.base_weights", fmt)
     with pytest.raises(NotImplementedError, match=f"cannot build {fmt} frozen weights"):
         measure_training_step(cfg, method="fake")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantising_releases_each_original_weight_and_casts_to_the_compute_dtype(fmt):
+    """fp32 layers quantised for bf16 compute: nothing keeps the original weights alive (no second copy of the
+    model), the biases are bf16, and the layers the skip list names are left as they were."""
+    import gc
+    import weakref
+
+    from guitrainer.engine.network.quantised_storage import quantise_linears
+
+    net = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 64))
+    originals = [weakref.ref(net[i].weight) for i in (0, 1)]
+    kept = net[2].weight
+    quantise_linears(net, fmt, torch.bfloat16, (r"^2$",), device=torch.device("cpu"))
+    gc.collect()
+    assert all(ref() is None for ref in originals)
+    assert net[0].bias.dtype == net[1].bias.dtype == torch.bfloat16
+    assert net[2].weight is kept and kept.dtype == torch.float32
