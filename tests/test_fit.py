@@ -67,6 +67,8 @@ def _every_fitting_combination(user: TrainingConfig, budget: int):
             (False, True), (False, True), (False, True), (False, True), formats, offload, batches):
         if share and not ckpt:
             continue
+        if share and fmt in ("int8", "nf4"):
+            continue  # bitsandbytes' layers are not streamed from RAM: the config refuses the pair
         cfg = user.copy()
         cfg.set("precision.gradient_checkpointing", ckpt)
         cfg.set("precision.cache_latents", latents or user.precision.cache_latents)

@@ -343,6 +343,32 @@ def test_fp8_frozen_weights_are_offered_under_advanced_and_halve_the_weights_est
     assert 0.45 < after["unet"] / before["unet"] < 0.55  # fp16 base (2 bytes) -> fp8 (1 byte); training is fp16
 
 
+def test_the_base_weights_combo_lists_int8_and_nf4_and_the_estimate_follows(qtbot, settings):
+    """Issue 30: the quantised formats appear in the combo through their choice labels; nf4 picked with the
+    keyboard shrinks Flux's transformer part to about a quarter."""
+    from PySide6.QtWidgets import QToolButton
+
+    from guitrainer.config.precision_choices import BASE_WEIGHT_CHOICES
+    from guitrainer.core.memory import estimate
+
+    binding = ConfigBinding()
+    binding.set("model.family", "flux1")
+    binding.set("precision.training", "bf16")
+    page = _page(qtbot, settings, binding)
+    page.show()
+    toggle = next(b for b in page.memory_form.findChildren(QToolButton) if "advanced" in b.text().lower())
+    qtbot.mouseClick(toggle, Qt.MouseButton.LeftButton)
+    combo = bound_editors(page)["precision.base_weights"]
+    labels = {c.value: c.label for c in BASE_WEIGHT_CHOICES}
+    assert [combo.itemText(i) for i in range(combo.count())] == [labels[v] for v in ("auto", "fp8", "int8", "nf4")]
+    before = estimate.estimate(binding.config).get("unet")
+    combo.setFocus()
+    for _ in range(3):
+        qtbot.keyClick(combo, Qt.Key.Key_Down)  # "auto" -> "fp8" -> "int8" -> "nf4"
+    assert binding.get("precision.base_weights") == "nf4"
+    assert 0.25 < estimate.estimate(binding.config).get("unet") / before < 0.28  # 0.52 of 2 bytes, 99 % Linear
+
+
 def test_after_a_measurement_no_advice_label_or_log_line_recommends_what_was_measured_slower(
         qtbot, settings, tmp_path, monkeypatch):
     """Issue 27 item 6 (DESIGN §5: a measurement on this device outranks every rule, in every place that advises).

@@ -42,6 +42,18 @@ BASE_WEIGHT_CHOICES: tuple[PrecisionChoice, ...] = (
         "fp8", "fp8: less memory", "Frozen weights stored in 8 bits (e4m3) and widened layer by layer: half the weight "
         "memory of fp16 / bf16 (a quarter of fp32's), a small loss of quality (kohya's --fp8_base)."
     ),
+    PrecisionChoice(
+        "int8", "int8: less memory, closer", "The UNet's or transformer's Linear weights in 8 bits with a scale per "
+        "row (bitsandbytes' LLM.int8()): the memory of fp8 with about a quarter of its rounding error, somewhat "
+        "slower. LLM.int8() (Dettmers et al. 2022) lost nothing on language models; on Flux, diffusers' "
+        "quantisation comparison (2025) found 8-bit images hard to tell from bf16."
+    ),
+    PrecisionChoice(
+        "nf4", "nf4: least memory", "The Linear weights in 4-bit NormalFloat with double quantisation, QLoRA-style: "
+        "about a quarter of bf16, slower (dequantised at every use). QLoRA (Dettmers et al. 2023) matched 16-bit "
+        "LoRA on language models; on Flux diffusers' comparison found 4-bit images more visibly different than "
+        "8-bit, and its QLoRA guide trained Flux.1 dev in 9 GB instead of 26. For cards that fit nothing else."
+    ),
 )
 
 LORA_WEIGHT_CHOICES: tuple[PrecisionChoice, ...] = (

@@ -361,13 +361,15 @@ class PrecisionConfig:
         label="Save precision",
         help="Precision of the saved LoRA file. fp16 is what most tools expect and half the size of fp32.",
     )
-    base_weights: Literal["auto", "fp8"] = setting(
+    base_weights: Literal["auto", "fp8", "int8", "nf4"] = setting(
         "auto",
         label="Base model weights",
         help="How the base model's frozen UNet and text encoders are stored (the LoRA is trained on top of them). "
         "Same as training: in the training precision. fp8: 8-bit (e4m3) storage widened one layer at a time, half "
         "the weight memory of fp16 / bf16 with a small loss of quality; needs a PyTorch with float8 types, not on "
-        "Apple GPUs. The VRAM bar offers it when it saves much.",
+        "Apple GPUs. int8 / nf4 (bitsandbytes, QLoRA-style): the UNet's or transformer's Linear layers in 8 bits "
+        "with a scale per row, or 4-bit NormalFloat (about a quarter of bf16); the embedders, final layers, convs "
+        "and text encoders stay in the training precision. The VRAM bar offers them when they save much.",
         choice_labels=CHOICE_LABELS["precision.base_weights"],
         advanced=True,
     )

@@ -94,6 +94,13 @@ class TrainingConfig:
             out.append(
                 ConfigError("precision.cache_text_encoder_outputs", "cannot cache text embeddings while training the text encoder")
             )
+        if p.base_weights in ("int8", "nf4"):  # bitsandbytes' layers (engine/network/quantised_storage.py)
+            if p.offload_blocks > 0:
+                out.append(ConfigError("precision.offload_blocks", f"cannot keep {p.base_weights} frozen weights in "
+                                       "system RAM yet: set it to 0, or use `precision.base_weights` = \"fp8\""))
+            if self.network.type != "lora":
+                out.append(ConfigError("network.type", f"{p.base_weights} frozen weights train a plain LoRA only: "
+                                       "set it to \"lora\", or use `precision.base_weights` = \"fp8\""))
         out.extend(check_all(self))
         out.extend(recipe_errors(self))
         for i, line in enumerate(q for q in self.sampling.prompts if str(q).strip()):

@@ -184,6 +184,9 @@ def build_metadata(
         "ss_vae_name": _vae_name(getattr(config.model, "vae", "")),
         "ss_mixed_precision": config.precision.training,
         "ss_save_precision": config.precision.save,
+        # the frozen weights' storage: sd-scripts' key for fp8; it has none for int8 / nf4, so ours names the format
+        "ss_fp8_base": str(config.precision.base_weights == "fp8"),
+        "guitrainer_base_weights": config.precision.base_weights,
         "ss_resolution": f"({res}, {res})",
         "ss_num_train_images": num_images,
         "ss_num_reg_images": num_reg_images,

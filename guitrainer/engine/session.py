@@ -32,7 +32,7 @@ from guitrainer.engine.models.demo import ensure_demo_dataset, ensure_demo_model
 from guitrainer.engine.models.loading import load_base_model
 from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
-from guitrainer.engine.network import lora, variants
+from guitrainer.engine.network import lora, quantised_storage, variants
 from guitrainer.engine.network.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 from guitrainer.engine.optim import build_lr_scheduler, build_optimizer, param_groups
 
@@ -264,6 +264,8 @@ def _prepare_model(
     # overflows in fp16 (SDXL's own: its config says force_upcast; the fp16-fixed one does not), and CPUs have
     # no fast fp16 convolutions (a 64 px demo step is 10x slower).
     vae_fp32 = vae_needs_fp32(precision, fam.facts.precision.vae_upcast, force_upcast(m.vae), device.type)
+    if config.precision.base_weights in quantised_storage.FORMATS:  # before the LoRA: peft wraps the bnb layers
+        store_quantised(config, m.denoiser, dtype, device, bool(in_ram), feedback, fam.storage_skip_patterns)
     # torch's Module.to: diffusers' override warns about an empty list of fp32 modules on every cast
     if in_ram:  # the blocks kept in RAM never go to the GPU: the model need not fit there whole, not even once
         offload.place(m.denoiser, device, dtype, in_ram)
@@ -371,6 +373,42 @@ def store_fp8(
     for module in modules:
         cast_layerwise(module, fp8, compute_dtype, (*skip, "lora_"))
     feedback.status("frozen weights stored in fp8 (e4m3), cast up layer by layer")
+
+
+def store_quantised(
+    config: TrainingConfig, denoiser: torch.nn.Module, compute_dtype: torch.dtype, device: torch.device,
+    offloading: bool, feedback: Feedback, skip: tuple[str, ...],
+) -> quantised_storage.QuantisedStorage:
+    """``precision.base_weights = "int8" | "nf4"``: the denoiser's frozen Linear layers replaced by bitsandbytes'
+    8-bit / 4-bit layers on the device it trains on (:mod:`.network.quantised_storage`), before the rest of it is
+    moved there: one layer at a time crosses in the compute dtype, so the 16-bit model is never on the GPU whole.
+    The text encoders, the layers ``skip`` names and every non-Linear layer keep the compute dtype."""
+    fmt = config.precision.base_weights
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import failure: the format cannot run here
+        raise TrainingFailed(
+            f"{fmt} storage of the frozen weights needs bitsandbytes, which could not be loaded ({e})",
+            ("install bitsandbytes 0.45 or newer", 'or set precision.base_weights = "fp8" or "auto"'),
+        ) from e
+    if config.network.type != "lora":
+        raise TrainingFailed(
+            f"{fmt} storage of the frozen weights trains a plain LoRA only: the {config.network.type} layers are not "
+            "built on bitsandbytes' quantised layers",
+            ('set network.type = "lora"', 'or set precision.base_weights = "fp8" or "auto"'),
+        )
+    if offloading:
+        raise TrainingFailed(
+            f"{fmt} frozen weights cannot be kept in system RAM yet: the block offload streams plain weights only",
+            ("set precision.offload_blocks = 0", 'or set precision.base_weights = "fp8"'),
+        )
+    done = quantised_storage.quantise_linears(denoiser, fmt, compute_dtype, skip, device)
+    feedback.status(
+        f"frozen weights stored in {fmt}: {len(done.quantised)} Linear layers of the "
+        f"{'UNet' if hasattr(denoiser, 'conv_in') else 'transformer'} quantised, {len(done.kept)} kept in "
+        f"{str(compute_dtype).removeprefix('torch.')}"
+    )
+    return done
 
 
 def _continue_from(config: TrainingConfig, m: LoadedModel, trained: list[torch.nn.Module], feedback: Feedback) -> None:

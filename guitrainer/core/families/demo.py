@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts
+from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts, QuantisableLinears
 
 #: parameter counts and LoRA layer tables, computed from the bundled configs on ``meta`` by
 #: :func:`guitrainer.engine.memory.model_spec.compute_model_spec` (``tests/test_vram.py`` recomputes them)
@@ -30,6 +30,7 @@ SPEC = ModelSpec(
         (22752, 65984, 82368, 127616, 107072, 44416, 34112),
         (21024, 78912, 78912, 78912, 78912, 21024, 21024),
     ),
+    quantisable=QuantisableLinears(weights=372736, rows=5984, layers=70, largest=32768),
 )
 #: ``(in channels, out, kernel side, count, positions per latent pixel)`` of the UNet layers the variants add
 #: (ResNet conv1 / conv2 / conv_shortcut / time_emb_proj, down- and upsampler convs;

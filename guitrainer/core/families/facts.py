@@ -48,6 +48,18 @@ LoraTable = tuple[tuple[int, int, int, float], ...]  # (in, out, count, tokens p
 
 
 @dataclass(frozen=True)
+class QuantisableLinears:
+    """The denoiser's Linear layers ``precision.base_weights = "int8" | "nf4"`` quantises (the family's
+    ``storage_skip_patterns`` left out): what the estimator needs to size them. Everything else of the denoiser —
+    their biases, the kept Linears, convs, norms, embeddings — stays in the compute dtype."""
+
+    weights: int  # parameters in the quantised weight matrices
+    rows: int  # their output rows (int8: one fp32 scale per row)
+    layers: int  # how many (nf4: a few constants of quantisation state per layer)
+    largest: int  # the largest one's weights (dequantised to the compute dtype while it computes)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Parameter counts of one model family, and the shapes of the layers each LoRA target set trains."""
 
@@ -64,6 +76,8 @@ class ModelSpec:
     #: the denoiser's repeated blocks ``precision.offload_blocks`` chooses from: per block list (the engine family's
     #: ``offload_blocks``), each block's parameter count in forward order; () = none known (offload not estimated)
     offload_blocks: tuple[tuple[int, ...], ...] = ()
+    #: the Linear weights int8 / nf4 storage quantises; None = not counted (the estimator then quantises them all)
+    quantisable: QuantisableLinears | None = None
 
     @property
     def vae(self) -> int:

@@ -25,6 +25,7 @@ from guitrainer.core.families.facts import (
     NamedTensors,
     PartsReport,
     PrecisionFacts,
+    QuantisableLinears,
 )
 
 PartKind = Literal["transformer", "t5", "clip_l", "clip_g", "vae"]
@@ -385,6 +386,7 @@ SPEC = ModelSpec(
     },
     # the 19 double-stream blocks, then the 38 single-stream ones (precision.offload_blocks keeps a share of each)
     offload_blocks=((339831296,) * 19, (141591808,) * 38),
+    quantisable=QuantisableLinears(weights=11834228736, rows=3035136, layers=494, largest=56623104),
 )
 # fmt: on
 

@@ -3,7 +3,7 @@ VAE, trained at 512 px (the CompVis / RunwayML model card)."""
 
 from __future__ import annotations
 
-from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts
+from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts, QuantisableLinears
 
 #: parameter counts and LoRA layer tables, computed from the bundled configs on ``meta`` by
 #: :func:`guitrainer.engine.memory.model_spec.compute_model_spec` (``tests/test_vram.py`` recomputes them)
@@ -31,6 +31,7 @@ SPEC = ModelSpec(
         (2255040, 2255040, 6558080, 8196480, 24584960, 31138560, 31138560, 31138560, 31138560, 49164800, 49164800, 49164800, 49164800, 49164800, 40971520, 16801280, 12704000, 10655360, 4407040, 3382400, 3382400),
         (2340160, 2340160, 8366720, 8366720, 31479040, 31479040, 31479040, 31479040, 31479040, 31479040, 8366720, 8366720, 8366720, 2340160, 2340160, 2340160),
     ),
+    quantisable=QuantisableLinears(weights=242196480, rows=212160, layers=160, largest=13107200),
 )
 #: ``(in channels, out, kernel side, count, positions per latent pixel)`` of the UNet layers the variants add
 #: (ResNet conv1 / conv2 / conv_shortcut / time_emb_proj, down- and upsampler convs;

@@ -33,6 +33,7 @@ from guitrainer.core.families.facts import (
     NamedTensors,
     PartsReport,
     PrecisionFacts,
+    QuantisableLinears,
 )
 
 #: the prefix of the transformer's keys in Stability's and ComfyUI's checkpoints
@@ -392,6 +393,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
         offload_blocks=((212999680,) * 37 + (136085248,),),
+        quantisable=QuantisableLinears(weights=8014315520, rows=2748160, layers=529, largest=35487744),
     ),
     "5-medium": ModelSpec(
         family="sd35",
@@ -413,6 +415,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
         offload_blocks=((101506944,) * 13 + (84980992,) * 10 + (54294784,),),
+        quantisable=QuantisableLinears(weights=2222456832, rows=1230336, layers=385, largest=21233664),
     ),
 }
 # fmt: on

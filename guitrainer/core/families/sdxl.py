@@ -3,7 +3,7 @@ VAE whose own decoder overflows in fp16 (hence madebyollin's fp16-fixed VAE), tr
 
 from __future__ import annotations
 
-from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts
+from guitrainer.core.families.facts import FamilyFacts, ModelSpec, PrecisionFacts, QuantisableLinears
 
 #: parameter counts and LoRA layer tables, computed from the bundled configs on ``meta`` by
 #: :func:`guitrainer.engine.memory.model_spec.compute_model_spec` (``tests/test_vram.py`` recomputes them)
@@ -31,6 +31,7 @@ SPEC = ModelSpec(
         (2255040, 2255040, 6558080, 8196480, 24584960, 31138560, 31138560, 49164800, 49164800, 40971520, 16801280, 12704000, 10655360, 4407040, 3382400, 3382400),
         (10005120, 10005120, 10005120, 10005120, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 34755840, 10005120, 10005120, 10005120, 10005120, 10005120, 10005120),
     ),
+    quantisable=QuantisableLinears(weights=2183987200, rows=1414400, layers=700, largest=13107200),
 )
 #: ``(in channels, out, kernel side, count, positions per latent pixel)`` of the UNet layers the variants add
 #: (ResNet conv1 / conv2 / conv_shortcut / time_emb_proj, down- and upsampler convs;

@@ -14,7 +14,7 @@ from guitrainer.base.units import GiB, MiB
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
-from guitrainer.core.memory import offload
+from guitrainer.core.memory import offload, quantised
 from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
 from guitrainer.core.memory.specs import (
     ModelSpec,
@@ -127,7 +127,8 @@ class VramBreakdown:
 
 
 def _bytes(dtype: str) -> int:
-    return {"fp32": 4, "fp8": 1}.get(dtype, 2)
+    """Bytes per parameter of a plain dtype (the quantised formats' sizes are in :mod:`.quantised`)."""
+    return {"fp32": 4, "fp8": 1, "int8": 1}.get(dtype, 2)
 
 
 def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
@@ -240,8 +241,10 @@ def estimate(
     """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
 
     ``precision.base_weights = "fp8"`` stores the frozen UNet and text encoders in 1 byte per parameter (the
-    VAE stays in the training precision); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
-    gradients and AdamW's two states in 2 bytes each.
+    VAE stays in the training precision); ``"int8"`` / ``"nf4"`` store the denoiser's quantisable Linear weights
+    in about 1 / 0.52 byte (:mod:`.quantised`), the rest of it and the text encoders in the training precision;
+    ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their gradients and AdamW's two states in 2 bytes
+    each.
 
     The CUDA context and the caching allocator's slack are parts only on a CUDA (or ROCm) device
     (:data:`GPU_RUNTIME_KINDS`): a CPU run has neither (they were 73 % of a demo run's bar there). While the device
@@ -263,8 +266,10 @@ def estimate(
         spec = spec_for(config)
     p, net, opt = config.precision, config.network, config.optimizer
     wdt = p.training
-    base_dt = "fp8" if p.base_weights == "fp8" else wdt
-    w = _bytes(base_dt)
+    quant = p.base_weights in quantised.FORMATS
+    base_dt = p.base_weights if p.base_weights == "fp8" or quant else wdt
+    te_dt = "fp8" if p.base_weights == "fp8" else wdt  # int8 / nf4 quantise the denoiser only
+    w = _bytes(wdt if quant else base_dt)  # per parameter: where quantised, of what stays in the compute dtype
     vae_dt = vae_dtype or sdxl_vae_dtype(spec.family, wdt, _vae_fp16_safe(spec.family, config))
     te_offloaded = p.cache_text_encoder_outputs and not net.train_text_encoder
     off, off_note = offload_plan(config, spec, device)
@@ -273,6 +278,7 @@ def estimate(
     resident = spec.denoiser - off.offloaded
     gpu_runtime = device_kind(device) in GPU_RUNTIME_KINDS
     parts: list[VramPart] = [
+        _quantised_denoiser(spec, p.base_weights, wdt) if quant else
         VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
                  + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
@@ -289,9 +295,8 @@ def estimate(
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
         n_te = sum(spec.text_encoders)
-        parts.append(
-            VramPart("text_encoders", f"Text encoder(s) ({base_dt})", allocated(n_te * w), f"{n_te / 1e6:.0f} M parameters.")
-        )
+        parts.append(VramPart("text_encoders", f"Text encoder(s) ({te_dt})", allocated(n_te * _bytes(te_dt)),
+                              f"{n_te / 1e6:.0f} M parameters."))
     vae_w = _bytes(vae_dt)
     if p.cache_latents:
         parts.append(VramPart("vae", "VAE: offloaded", 0, "Latents are cached; the VAE leaves the GPU."))
@@ -300,6 +305,8 @@ def estimate(
             VramPart("vae", f"VAE ({vae_dt})", allocated(spec.vae * vae_w), f"{spec.vae / 1e6:.0f} M parameters; encodes every step.")
         )
     widened = [_fp8_widening(spec, config, wdt)] if base_dt == "fp8" else []
+    if quant:
+        widened = [_dequantised_layer(spec, p.base_weights, wdt)]
     parts += widened
     lora_parts, lora = _lora_parts(spec, config)
     parts += lora_parts
@@ -337,6 +344,29 @@ def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> Vram
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
     size = int(FP8_WIDENED_SHARE[ckpt] * spec.denoiser * _bytes(compute))
     return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
+
+
+def _quantised_denoiser(spec: ModelSpec, fmt: str, compute: str) -> VramPart:
+    """The denoiser's part under int8 / nf4: the quantised Linear weights with their scales, and the rest of it
+    (their biases, the kept layers, convs, norms) in the compute dtype."""
+    q = quantised.quantisable(spec)
+    stored, rest = quantised.denoiser_bytes(spec, fmt, _bytes(compute))
+    how = ("8 bits with an fp32 scale per row" if fmt == "int8" else
+           "4-bit NF4, an 8-bit absmax per 64 weights (double quantisation)")
+    tip = (f"{q.weights / 1e6:.0f} M weights of {q.layers} Linear layers in {how}: {stored / max(q.weights, 1):.3f} "
+           f"byte each; the other {(spec.denoiser - q.weights) / 1e6:.0f} M parameters (embedders, final layers, "
+           f"convs, norms, biases) in {compute}.")
+    if spec.quantisable is None:
+        tip += " This model's quantisable layers are not counted: estimated as if every weight were."
+    return VramPart("unet", f"UNet weights ({fmt})", allocated(stored) + allocated(rest), tip)
+
+
+def _dequantised_layer(spec: ModelSpec, fmt: str, compute: str) -> VramPart:
+    """One layer's weight dequantised to the compute dtype while it computes (forward and backward alike):
+    bitsandbytes keeps no dequantised copy for the backward pass, so one layer's is alive at a time."""
+    q = quantised.quantisable(spec)
+    return VramPart("dequantised_layer", f"Dequantised layer ({compute})", allocated(q.largest * _bytes(compute)),
+                    f"The largest {fmt} layer's weight widened to {compute} for its matmul; one layer at a time.")
 
 
 def _lora_parts(spec: ModelSpec, config: TrainingConfig) -> tuple[list[VramPart], int]:

@@ -43,14 +43,17 @@ CACHE_TEXT = Cost(1.0, 0.0, "each caption is encoded once, and the text encoders
 #: 32-bit performance" on the tasks of Dettmers et al. 2022 (arXiv:2110.02861)
 ADAMW_8BIT = Cost(1.0, 0.005, "the optimizer's states in 8 bits; matches 32-bit AdamW in Dettmers et al. 2022")
 
-#: frozen weights kept in a smaller format and widened one layer at a time as it computes: one cast (fp8) or a
-#: cast and a scale (int8) of the layer's weight per use, small beside the layer's matmul over every token
+#: frozen weights kept in a smaller format: fp8 is widened one layer at a time as it computes (one cast of the
+#: layer's weight per use, small beside its matmul over every token); int8 and nf4 are bitsandbytes' layers
+#: (engine/network/quantised_storage.py), which do more per matmul, so they come after fp8 in the order of cost
 BASE_WEIGHTS: dict[str, Cost] = {
     "auto": Cost(1.0, 0.0, "frozen weights in the training precision"),
     "fp8": Cost(1.03, 0.05, "fp8 e4m3 without a scale: 3 mantissa bits, about 3 % per weight (sd-scripts' "
                             "--fp8_base: 'the training results may vary')"),
-    "int8": Cost(1.03, 0.01, "int8 with a scale per row: 0.7 % per weight, against about 3 % for fp8 (measured on "
-                             "Gaussian weights, research note); widened like fp8"),
+    "int8": Cost(1.15, 0.01, "int8 with a scale per row: 0.7 % per weight, against about 3 % for fp8 (measured on "
+                             "Gaussian weights, research note); bitsandbytes' LLM.int8() quantises the activations "
+                             "at every matmul and runs outlier columns in 16 bits, slower than 16-bit matmuls "
+                             "(Dettmers et al. 2022; 15 % assumed until the GPU suite measures it)"),
     "nf4": Cost(1.30, 0.10, "4-bit NF4 with double quantisation (QLoRA): matched bf16 in Dettmers et al. 2023 on "
                             "language models; SimpleTuner warns of stability on Flux; 4-bit blocks are dequantised "
                             "at every use (the B200 figures of issue 35: 1.81 steps/s nf4)"),

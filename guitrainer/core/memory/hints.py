@@ -83,8 +83,10 @@ def _candidate_changes(config: TrainingConfig, spec: ModelSpec, device: Device,
             half, label = "fp16", "fp16 AMP"  # device unknown: the smallest change that halves the weights
         if half != "fp32":
             out.append((label, {"precision.training": half}))
-    if p.base_weights != "fp8":  # refused where fp8 cannot run (MPS, old torch): _errors
+    if p.base_weights not in ("fp8", "int8", "nf4"):  # refused where fp8 cannot run (MPS, old torch): _errors
         out.append(("fp8 frozen weights", {"precision.base_weights": "fp8"}))
+    if p.base_weights != "nf4" and not p.offload_blocks and net.type == "lora":  # bitsandbytes' 4-bit layers
+        out.append(("nf4 frozen weights", {"precision.base_weights": "nf4"}))
     if s.batch_size > 1:
         b = max(1, s.batch_size // 2)
         out.append((f"Batch {s.batch_size} → {b}", {"schedule.batch_size": b}))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 
 Status = Literal["ran", "not_run", "does_not_fit", "too_slow", "failed", "cancelled"]
@@ -42,12 +43,12 @@ class Candidate:
     """One way to train: the compute precision and how the frozen base weights are stored."""
 
     training: str  # "fp32" | "fp16" | "bf16"
-    base_weights: str = "auto"  # "auto" (in the compute dtype) | "fp8"
+    base_weights: str = "auto"  # "auto" (in the compute dtype) | "fp8" | "int8" | "nf4"
 
     @property
     def label(self) -> str:
         text = TRAINING_LABELS.get(self.training, self.training)
-        return text + (" + fp8 base weights" if self.base_weights == "fp8" else "")
+        return text + (f" + {self.base_weights} base weights" if self.base_weights != "auto" else "")
 
     @property
     def key(self) -> str:
@@ -58,10 +59,15 @@ class Candidate:
         return {"precision.training": self.training, "precision.base_weights": self.base_weights}
 
 
-def all_candidates() -> tuple[Candidate, ...]:
-    """fp32, fp16 AMP, bf16 AMP, and each with fp8 base weights."""
+def all_candidates(config: TrainingConfig | None = None) -> tuple[Candidate, ...]:
+    """fp32, fp16 AMP, bf16 AMP, and each with fp8 base weights; where ``config`` stores them in int8 or nf4, each
+    with that format too (a bitsandbytes run per format is slow to set up: measured only when asked for)."""
     plain = tuple(Candidate(t) for t in ("fp32", "fp16", "bf16"))
-    return plain + tuple(Candidate(c.training, "fp8") for c in plain)
+    out = plain + tuple(Candidate(c.training, "fp8") for c in plain)
+    quantised = config.precision.base_weights if config is not None else "auto"
+    if quantised in ("int8", "nf4"):
+        out += tuple(Candidate(c.training, quantised) for c in plain)
+    return out
 
 
 @dataclass(frozen=True)

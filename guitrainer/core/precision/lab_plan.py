@@ -47,7 +47,7 @@ def plan(
 
     fp32 is always measured first (the reference every drift is taken from), even when not asked for.
     """
-    chosen = list(candidates) if candidates is not None else list(all_candidates())
+    chosen = list(candidates) if candidates is not None else list(all_candidates(config))
     if Candidate("fp32") not in chosen:
         chosen.insert(0, Candidate("fp32"))
     else:

@@ -206,7 +206,8 @@ def skip_message(step: int, found: NonFinite | None, scale_after: float | None =
 def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "auto") -> tuple[str, ...]:
     """What to do after a NaN stop (or a run of skipped steps), naming the module where it was born.
 
-    ``base_weights``: ``precision.base_weights`` ("fp8": the frozen weights are stored in 8 bits)."""
+    ``base_weights``: ``precision.base_weights`` ("fp8" / "int8": the frozen weights are stored in 8 bits, "nf4":
+    in 4)."""
     name = found.module if found is not None else "the model"
     advice: list[str] = []
     if found is not None and found.model == "vae":
@@ -223,10 +224,11 @@ def nan_advice(found: NonFinite | None, precision: str, base_weights: str = "aut
     advice.append("keep gradient clipping on (max grad norm 1.0)")
     if precision != "fp32":
         advice.append("train in fp32 once to tell a precision problem from a data or learning-rate one")
-    if base_weights == "fp8":
+    if base_weights in ("fp8", "int8", "nf4"):
+        bits = "4-bit" if base_weights == "nf4" else "8-bit"
         advice.append(
-            "store the frozen weights as in training (Base model weights: Same as training), not in fp8: "
-            f"8-bit weights add error in every layer, {name} included"
+            f"store the frozen weights as in training (Base model weights: Same as training), not in {base_weights}: "
+            f"{bits} weights add error in every layer, {name} included"
         )
     else:
         advice.append("use a base model file saved in fp16, bf16 or fp32, not an fp8 checkpoint")

@@ -676,6 +676,41 @@ def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
                  f"({FP8_SPEED_COST}).", code="fp8_caveat", topic=topic)
 
 
+def rule_quantised_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
+    """int8 / nf4 storage of the frozen weights (bitsandbytes' layers): where it cannot run, and its caveat."""
+    fmt = cfg.precision.base_weights
+    if fmt not in ("int8", "nf4"):
+        return
+    topic = "precision.base_weights"
+    instead = "auto" if fp8_storage_unavailable(device) else "fp8"
+    bnb = device.bitsandbytes
+    reason = ""
+    if not bnb.available:
+        reason = f"bitsandbytes is not usable here ({bnb.reason or 'not installed'})"
+    elif device.kind == "cpu" and version_tuple(bnb.version) and version_tuple(bnb.version) < BNB_CPU_8BIT:
+        reason = f"{fmt} layers on the CPU need bitsandbytes 0.50 or newer; this is {bnb.version}"
+    elif device.gpu is not None:
+        reason = _bnb_need(device.gpu, bnb.backend) or ""
+    if reason:
+        yield Advice("error", f"{fmt} frozen weights need bitsandbytes' quantised layers: {reason}.", {topic: instead},
+                     code="quantised_unusable", topic=topic)
+        return
+    if device.kind == "mps":
+        yield Advice("warning", f"{fmt} frozen weights on an Apple GPU are untested here: bitsandbytes' Apple "
+                     "support is new, and fp8 does not run there either.", {topic: "auto"},
+                     code="quantised_on_mps", topic=topic)
+    width = {"fp32": 4}.get(cfg.precision.training, 2)
+    stored = "1 byte and a scale per row" if fmt == "int8" else "about half a byte"
+    source = ("LLM.int8() (Dettmers et al. 2022) lost nothing on language models; diffusers' 2025 comparison "
+              "found 8-bit Flux images hard to tell from bf16" if fmt == "int8" else
+              "QLoRA (Dettmers et al. 2023) matched 16-bit LoRA on language models; diffusers' 2025 comparison "
+              "found 4-bit Flux images more visibly changed than 8-bit")
+    yield Advice("info", f"{fmt} keeps the UNet's or transformer's Linear weights in {stored} per value instead of "
+                 f"{width} ({cfg.precision.training}); the embedders, final layers, convolutions and text encoders "
+                 f"stay in {cfg.precision.training}. The LoRA learns against rounded weights and each layer is "
+                 f"dequantised at every use, so steps are slower; {source}.", code="quantised_caveat", topic=topic)
+
+
 def rule_lora_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advice]:
     """bf16 LoRA weights (kohya's --full_bf16): only for very large ranks, and only with bf16 hardware."""
     if cfg.precision.lora_weights != "bf16":
@@ -702,6 +737,7 @@ RULES: tuple[RuleFn, ...] = (
     rule_sdxl_vae,
     rule_optimizer,
     rule_base_weights,
+    rule_quantised_base_weights,
     rule_lora_weights,
     rule_cpu_training,
     rule_family_precision,

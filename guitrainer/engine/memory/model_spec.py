@@ -18,6 +18,7 @@ import torch
 from guitrainer.core.memory import specs
 from guitrainer.core.model.lora_format import TEXT_ENCODER_LORA_TARGETS, UNET_LORA_TARGETS
 from guitrainer.engine.families import registry
+from guitrainer.engine.network.quantised_storage import count_quantisable
 from guitrainer.engine.offload import block_table
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "resources" / "models"
@@ -153,4 +154,5 @@ def compute_model_spec(family: str) -> specs.ModelSpec:
         denoiser_lora=denoiser_lora,
         text_encoder_lora=te_lora,
         offload_blocks=block_table(registry.family(family).offload_blocks(unet)),
+        quantisable=count_quantisable(unet, registry.family(family).storage_skip_patterns),
     )

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from guitrainer.base.paths import resources_dir
-from guitrainer.core.families.facts import LoraTable, ModelSpec
+from guitrainer.core.families.facts import LoraTable, ModelSpec, QuantisableLinears
 from guitrainer.engine.families.base import Family
 from guitrainer.engine.families.flux1 import network
 from guitrainer.engine.offload import block_table, named_block_lists
@@ -53,6 +53,7 @@ class FluxSpec:
     #: the blocks ``precision.offload_blocks`` may keep in RAM: each double block's, then each single block's
     #: parameter count (:func:`~guitrainer.engine.offload.block_table` of the family's ``offload_blocks``)
     offload_blocks: tuple[tuple[int, ...], ...] = ()
+    quantisable: QuantisableLinears | None = None  # the Linears int8 / nf4 stores (the family's skip list left out)
 
     def lora_params_per_rank(self, target: str, text_encoder: bool = False) -> int:
         """Trainable LoRA parameters per unit of rank: Σ count · (in + out) over the trained layers."""
@@ -135,6 +136,9 @@ def _table(model: nn.Module, targets: tuple[str, ...], seen: dict[str, tuple[flo
 @functools.cache
 def flux_spec() -> FluxSpec:
     """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached)."""
+    from guitrainer.engine.families import registry
+    from guitrainer.engine.network.quantised_storage import count_quantisable
+
     transformer, vae, clip, t5 = on_meta()
     seen = _tokens_seen(transformer)
     in_blocks = sum(_count(b) for b in (*transformer.transformer_blocks, *transformer.single_transformer_blocks))
@@ -154,6 +158,7 @@ def flux_spec() -> FluxSpec:
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
+        quantisable=count_quantisable(transformer, registry.family("flux1").storage_skip_patterns),
     )
 
 
@@ -186,4 +191,5 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
         offload_blocks=spec.offload_blocks,
+        quantisable=spec.quantisable,
     )

@@ -110,6 +110,9 @@ def _table(module: nn.Module, suffixes: tuple[str, ...], patch: int | None) -> L
 @functools.cache
 def parameter_table(version: str) -> ParameterTable:
     """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``)."""
+    from guitrainer.engine.families import registry
+    from guitrainer.engine.network.quantised_storage import count_quantisable
+
     variant = VARIANTS[version]
     if not variant.config:
         raise ValueError(f"no shipped transformer config for {variant.label}")
@@ -136,6 +139,7 @@ def parameter_table(version: str) -> ParameterTable:
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
+        quantisable=count_quantisable(transformer, registry.family("sd35").storage_skip_patterns),
     )
     buffers = sum(b.numel() for b in transformer.buffers())
     return ParameterTable(version=version, spec=spec, buffers=buffers)
