@@ -203,3 +203,27 @@ def test_bf16_training_from_a_bf16_load_gives_main_s_lora_bit_for_bit(models, na
     old_losses, old = run("old")
     assert len(new_losses) == 3 and new_losses == old_losses
     assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in new)
+
+
+class _Loaded(BaseException):  # noqa: N818 - not an error: ends a run after its load, past the Trainer's handlers
+    """Raised once the model is loaded and looked at."""
+
+
+@pytest.mark.parametrize(("precision", "weights", "vae"), [("fp16", F16, F32), ("bf16", BF16, BF16)])
+def test_the_session_loads_the_parts_in_the_dtypes_it_trains_them_in(precision, weights, vae, tmp_path, monkeypatch):
+    """Through the Trainer on the CPU: what build_session's load returns, before _prepare_model touches it — under
+    fp16 the VAE in fp32 (a CPU has no fast fp16 convolutions), everything else fp16; under bf16 all bf16."""
+    torch.set_num_threads(1)
+    seen: dict[str, set[torch.dtype]] = {}
+
+    def load_and_look(model_cfg, **kw):
+        m = load_base_model(model_cfg, **kw)
+        seen["vae"] = {p.dtype for p in m.vae.parameters()}
+        seen["rest"] = {p.dtype for mod in (m.denoiser, *m.text_encoders) for p in mod.parameters()}
+        raise _Loaded  # enough: the run need not train
+
+    monkeypatch.setattr(session_module, "load_base_model", load_and_look)
+    cfg = demo_cfg(tmp_path / "out", precision__training=precision, schedule__max_steps=1)
+    with pytest.raises(_Loaded):
+        Trainer(cfg).run()
+    assert seen == {"vae": {vae}, "rest": {weights}}
