@@ -176,7 +176,32 @@ def _sd15_config(work: Path, **settings: Any) -> Any:
 
 def _build_sd15(work: Path) -> dict[str, Any]:
     _sd15_folder(work)
+    _sd15_single(work)
     return {"estimate": 0, "part": "none"}
+
+
+def _sd15_single(work: Path) -> Path:
+    """The random SD 1.5 as one original-layout fp16 .safetensors (the civitai kind), from its folder; built once."""
+    path = work / "sd15_random.safetensors"
+    if path.is_file():
+        return path
+    import torch
+    from safetensors.torch import save_file
+
+    from guitrainer.engine.models.loading import LoadDtypes, load_folder
+    from guitrainer.engine.models.singlefile import to_original_layout
+
+    f16 = torch.float16
+    m = load_folder(_sd15_folder(work), "sd15", dtypes=LoadDtypes(f16, f16, f16))
+    save_file(to_original_layout(m.denoiser, m.vae, m.text_encoders, "sd15"), str(path.with_suffix(".part")))
+    path.with_suffix(".part").rename(path)
+    return path
+
+
+def _sd15_single_config(work: Path, **settings: Any) -> Any:
+    cfg = _sd15_config(work, **settings)
+    cfg.model.base = str(_sd15_single(work))
+    return cfg
 
 
 # Flux.1 at full width with fewer blocks: the full 12 B model in bf16 (23.8 GB, T5-XXL 9.5 GB more) does not fit a
@@ -301,6 +326,9 @@ POINTS: dict[str, Point] = {
     "load_sd15": Point("full-size SD 1.5 loaded from fp16 files (fp32 on the CPU)", lambda w: _load(_sd15_config(w), "sd15")),
     "load_sd15_bf16": Point("full-size SD 1.5 loaded from fp16 files for a bf16 run (built in bf16)",
                             lambda w: _load(_sd15_config(w, **{"precision.training": "bf16"}), "sd15")),
+    "load_sd15_single_bf16": Point("full-size SD 1.5 from one fp16 checkpoint file for a bf16 run (read whole, each "
+                                   "tensor cast)", lambda w: _load(_sd15_single_config(w, **{"precision.training": "bf16"}),
+                                                                  "sd15")),
     "load_flux_bf16": Point(f"Flux.1 dev at full width, {FLUX_BLOCKS[0]} + {FLUX_BLOCKS[1]} blocks and {FLUX_T5_LAYERS} "
                             "T5 layers, split files (bf16 transformer, fp16 T5 / CLIP), for a bf16 run", _load_flux),
     "load_flux_bf16_used": Point("the same, then every weight read once (as the move to the GPU reads it)",
@@ -313,6 +341,8 @@ POINTS: dict[str, Point] = {
                                 _train_demo(**{"precision.gradient_checkpointing": True, "precision.offload_blocks": 0.5})),
     "train_sd15": Point("full-size SD 1.5, 1 step fp32 at 64 px, checkpointing, cached latents",
                         lambda w: _train(_sd15_config(w), "sd15")),
+    "train_sd15_bf16": Point("full-size SD 1.5, 1 step bf16 at 64 px, checkpointing, cached latents (built in bf16)",
+                             lambda w: _train(_sd15_config(w, **{"precision.training": "bf16"}), "sd15")),
     "train_sd15_512": Point("full-size SD 1.5, 1 step fp32 at 512 px, no checkpointing, cached latents",
                             lambda w: _train(_sd15_config(w, **{"dataset.resolution": 512,
                                                                 "precision.gradient_checkpointing": False}), "sd15")),
