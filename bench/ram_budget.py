@@ -315,8 +315,37 @@ def _load_flux(work: Path, *, used: bool = False) -> dict[str, Any]:
     return _load(_flux_config(work), "flux1", config_dir=_flux_files(work)["configs"], spec=_flux_spec(work), used=used)
 
 
+def _flux_folder(work: Path) -> Path:
+    """The same reduced Flux.1 dev as a diffusers folder (the transformer and VAE bf16, the text encoders fp16, as
+    the split files); built once from them."""
+    folder = work / "flux_reduced_folder"
+    if (folder / "model_index.json").is_file():
+        return folder
+    import torch
+    from diffusers import FluxPipeline
+
+    from guitrainer.engine.models.loading import LoadDtypes, load_base_model
+
+    bf16 = torch.bfloat16
+    m = load_base_model(_flux_config(work).model, config_dir=_flux_files(work)["configs"],
+                        dtypes=LoadDtypes(bf16, bf16, bf16))
+    for te in m.text_encoders:
+        te.to(torch.float16)
+    FluxPipeline(scheduler=m.noise_scheduler, vae=m.vae, text_encoder=m.text_encoders[0], tokenizer=m.tokenizers[0],
+                 text_encoder_2=m.text_encoders[1], tokenizer_2=m.tokenizers[1],
+                 transformer=m.denoiser).save_pretrained(str(folder))
+    return folder
+
+
+def _load_flux_folder(work: Path, *, used: bool = False) -> dict[str, Any]:
+    cfg = _flux_config(work)
+    cfg.model.base, cfg.model.text_encoders, cfg.model.vae = str(_flux_folder(work)), [], ""
+    return _load(cfg, "flux1", spec=_flux_spec(work), used=used)
+
+
 def _build_flux(work: Path) -> dict[str, Any]:
     _flux_files(work)
+    _flux_folder(work)
     return {"estimate": 0, "part": "none"}
 
 
@@ -333,6 +362,9 @@ POINTS: dict[str, Point] = {
                             "T5 layers, split files (bf16 transformer, fp16 T5 / CLIP), for a bf16 run", _load_flux),
     "load_flux_bf16_used": Point("the same, then every weight read once (as the move to the GPU reads it)",
                                  lambda w: _load_flux(w, used=True)),
+    "load_flux_folder_bf16": Point("the same Flux as a diffusers folder, for a bf16 run", _load_flux_folder),
+    "load_flux_folder_bf16_used": Point("the same, then every weight read once (as the move to the GPU reads it)",
+                                        lambda w: _load_flux_folder(w, used=True)),
     "train_demo": Point("demo, 3 steps fp32, latents not cached (decoded images kept)",
                         _train_demo(**{"precision.cache_latents": False})),
     "train_demo_cached": Point("demo, 3 steps fp32, latents and text embeddings cached in memory",

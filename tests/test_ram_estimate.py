@@ -210,3 +210,27 @@ def test_split_files_are_counted_from_their_headers(tmp_path):
 def test_the_parts_are_counted_in_the_dtype_the_run_builds_them_in(family, training, on_cpu, widths):
     c = config_with(model__family=family, precision__training=training)
     assert estimate.load_widths(c, specs.spec_of(family), on_cpu) == widths
+
+
+def test_a_diffusers_folder_is_counted_from_its_headers_part_by_part(tmp_path):
+    """unet/ 1,000 fp16 elements (2,000 B), vae/ 100 fp32 (400 B), text_encoder/ 500 bf16 (1,000 B), for a bf16 run.
+    While the UNet loads: its copy 2,000 B beside its 2,000 B of pages = 4,000; the VAE: 2,000 + its copy 200 + its
+    400 B of pages = 2,600; the text encoder is not copied. After the load: the copies 2,200 + the text encoder's
+    pages 1,000 = 3,200. Peak 4,000 B. An fp16 run copies only the VAE (200 B) beside 400 B while it loads, and keeps
+    2,000 + 1,000 B of pages: max(600, 200 + 3,000) = 3,200 B."""
+    import torch
+    from safetensors.torch import save_file
+
+    for part, dtype, n in (("unet", torch.float16, 1000), ("vae", torch.float32, 100), ("text_encoder", torch.bfloat16, 500)):
+        (tmp_path / part).mkdir()
+        save_file({"w": torch.zeros(n, dtype=dtype)}, str(tmp_path / part / "weights.safetensors"))
+    (tmp_path / "tokenizer").mkdir()  # no weights: not a part
+    c = config_with(model__family="sd15", model__base=str(tmp_path), precision__training="bf16")
+    parts = load_files.folder_parts(c)
+    assert [p[0].parent.name for p in parts] == ["unet", "vae", "text_encoder"]
+    assert load_files.folder_bytes(parts, "bf16") == 4_000
+    assert load_files.folder_bytes(parts, "fp16") == 3_200
+    assert estimate.peak_system_ram_loading(c) == 4_000 + int(1.5 * 2**30)
+    (tmp_path / "vae" / "weights.safetensors").unlink()
+    (tmp_path / "vae" / "diffusion_pytorch_model.bin").write_bytes(b"")  # a .bin part: the spec's formula instead
+    assert load_files.folder_parts(c) == []

@@ -406,8 +406,11 @@ def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = Non
     moment), 4 in bf16. A single-file checkpoint (or split files) is read whole first: what that holds comes from
     the files' headers (:func:`~guitrainer.core.memory.load_files.read_whole_bytes`: a tensor already in the
     training dtype is not copied, its pages are its weight); without readable headers every part's fp16 pages stay
-    mapped beside its copy until the load ends: ``w × (every part) + 2 × (every part)``. ``on_cpu``: the run trains
-    on the CPU (an fp16 run keeps its VAE in fp32 there).
+    mapped beside its copy until the load ends: ``w × (every part) + 2 × (every part)``. A diffusers folder on disk
+    is counted from its files' headers the same way, part by part
+    (:func:`~guitrainer.core.memory.load_files.folder_bytes`); the formula above is for a hub id, the demo, or a
+    folder whose headers cannot be read. ``on_cpu``: the run trains on the CPU (an fp16 run keeps its VAE in fp32
+    there).
     """
     if spec is None:
         spec = spec_for(config)
@@ -417,6 +420,10 @@ def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = Non
     if whole:
         found = load_files.read_whole_bytes(whole, config.precision.training)
         return SYSTEM_RAM_BASELINE + (found if found is not None else sum((width + 2) * part for part, width in parts))
+    folder = load_files.folder_parts(config)
+    found = load_files.folder_bytes(folder, config.precision.training) if folder else None
+    if found is not None:
+        return SYSTEM_RAM_BASELINE + found
     loaded = peak = 0
     for part, width in parts:
         loaded += width * part

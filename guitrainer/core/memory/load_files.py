@@ -1,5 +1,6 @@
-"""What a base model read whole from its files (one checkpoint, or a split install's files) holds in system RAM while
-it loads, from the files' headers alone (torch-free, for the estimate).
+"""What a base model's files and the parts built from them hold in system RAM while it loads and is placed, from the
+files' headers alone (torch-free, for the estimate): one checkpoint or a split install's files (read whole), or a
+diffusers folder (part by part).
 
 The loaders read every file whole first (memory-mapped) and build each part from its tensors in the dtype the run
 trains in (``engine/models/loading.py`` ``load_dtypes``). A tensor already in that dtype is not copied: the part's
@@ -47,6 +48,54 @@ def read_whole_bytes(paths: Sequence[Path], training: str) -> int | None:
     and places them: the copies (in the training dtype) of the floating-point tensors stored in another dtype, plus
     the larger of those tensors' pages (during the load) and every other tensor's pages (the uncopied weights, read
     by the move); None when a file's header cannot be read (missing, a pickle): the estimate then assumes fp16."""
+    tally = _tally(paths, training)
+    if tally is None:
+        return None
+    copies, cast_pages, kept_pages = tally
+    return copies + max(cast_pages, kept_pages)
+
+
+#: a diffusers folder's part folders, in the order the families load them (the denoiser, the VAE, the text encoders)
+FOLDER_PARTS = ("unet", "transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3")
+
+
+def folder_parts(config: TrainingConfig) -> list[list[Path]]:
+    """A diffusers folder's weight files, part by part in :data:`FOLDER_PARTS` order; [] when ``model.base`` is not
+    a folder, or a part keeps its weights in another format than .safetensors (a ``.bin`` folder: not estimated
+    from its files)."""
+    base = Path(str(config.model.base).strip()).expanduser()
+    if not str(config.model.base).strip() or not base.is_dir():
+        return []
+    parts: list[list[Path]] = []
+    for name in FOLDER_PARTS:
+        part = base / name
+        if not part.is_dir():
+            continue
+        files = sorted(part.glob("*.safetensors"))
+        if not files:
+            return []
+        parts.append(files)
+    return parts
+
+
+def folder_bytes(parts: Sequence[Sequence[Path]], training: str) -> int | None:
+    """Peak bytes of a diffusers folder's parts (:func:`folder_parts`) loaded one after another: while a part loads,
+    the copies of the parts before it, its own copies and the pages they are cast from; after the load, every copy
+    and every uncopied tensor's pages (read by the move). None when a header cannot be read."""
+    loaded = peak = kept = 0
+    for files in parts:
+        tally = _tally(files, training)
+        if tally is None:
+            return None
+        copies, cast_pages, kept_pages = tally
+        peak = max(peak, loaded + copies + cast_pages)
+        loaded += copies
+        kept += kept_pages
+    return max(peak, loaded + kept)
+
+
+def _tally(paths: Sequence[Path], training: str) -> tuple[int, int, int] | None:
+    """(copies, cast pages, uncopied pages) of the tensors in ``paths`` for a ``training``-precision run."""
     want = LOAD_DTYPES[training]
     width = SAFETENSORS_WIDTHS[want]
     copies = cast_pages = kept_pages = 0
@@ -65,7 +114,7 @@ def read_whole_bytes(paths: Sequence[Path], training: str) -> int | None:
                 cast_pages += pages
             else:
                 kept_pages += pages
-    return copies + max(cast_pages, kept_pages)
+    return copies, cast_pages, kept_pages
 
 
 @functools.lru_cache(maxsize=64)
