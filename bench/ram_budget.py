@@ -76,10 +76,10 @@ def _demo_config(work: Path, **settings: Any) -> Any:
     return cfg
 
 
-def _estimate(cfg: Any, family: str, images: int | None, phase: str) -> int:
+def _estimate(cfg: Any, family: str, images: int | None, phase: str, spec: Any = None) -> int:
     from guitrainer.core.memory import specs, system_ram
 
-    ram = system_ram.estimate_ram(cfg, specs.spec_of(family), CPU, images=images, window=False, machine_total=0)
+    ram = system_ram.estimate_ram(cfg, spec or specs.spec_of(family), CPU, images=images, window=False, machine_total=0)
     return {"loading": ram.loading, "peak": ram.peak}[phase]
 
 
@@ -90,14 +90,26 @@ def _images(folder: Path) -> int:
     return look_at_folders([DatasetFolder(path=str(folder), repeats=1)])[0].images
 
 
-def _load(cfg: Any, family: str) -> dict[str, Any]:
-    from guitrainer.engine.models.loading import load_base_model
+def _load(cfg: Any, family: str, config_dir: Path | None = None, spec: Any = None, used: bool = False) -> dict[str, Any]:
+    """Load as the session does: each part in the dtype the run places it in (``load_dtypes``; the CPU trains).
+    ``used``: then read every weight once, as the move to the GPU does (a weight the load did not copy is the
+    file's memory-mapped pages, resident only once read)."""
+    from guitrainer.engine.models.loading import load_base_model, load_dtypes
+    from guitrainer.engine.session import COMPUTE_DTYPES
 
+    training = cfg.precision.training
     t0 = time.perf_counter()
-    model = load_base_model(cfg.model)
+    model = load_base_model(cfg.model, config_dir=config_dir,
+                            dtypes=load_dtypes(training, COMPUTE_DTYPES[training], CPU.kind))
     n = sum(p.numel() for m in (model.denoiser, model.vae, *model.text_encoders) for p in m.parameters())
-    return {"estimate": _estimate(cfg, family, None, "loading"), "part": "loading", "params": n,
-            "seconds": round(time.perf_counter() - t0, 1)}
+    if used:
+        for m in (model.denoiser, model.vae, *model.text_encoders):
+            for p in m.parameters():
+                p.detach().sum()
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for m in (model.denoiser, *model.text_encoders)
+                     for p in m.parameters()})
+    return {"estimate": _estimate(cfg, family, None, "loading", spec), "part": "loading", "params": n,
+            "dtypes": dtypes, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _load_demo(work: Path) -> dict[str, Any]:
@@ -164,6 +176,176 @@ def _sd15_config(work: Path, **settings: Any) -> Any:
 
 def _build_sd15(work: Path) -> dict[str, Any]:
     _sd15_folder(work)
+    _sd15_single(work)
+    return {"estimate": 0, "part": "none"}
+
+
+def _sd15_single(work: Path) -> Path:
+    """The random SD 1.5 as one original-layout fp16 .safetensors (the civitai kind), from its folder; built once."""
+    path = work / "sd15_random.safetensors"
+    if path.is_file():
+        return path
+    import torch
+    from safetensors.torch import save_file
+
+    from guitrainer.engine.models.loading import LoadDtypes, load_folder
+    from guitrainer.engine.models.singlefile import to_original_layout
+
+    f16 = torch.float16
+    m = load_folder(_sd15_folder(work), "sd15", dtypes=LoadDtypes(f16, f16, f16))
+    save_file(to_original_layout(m.denoiser, m.vae, m.text_encoders, "sd15"), str(path.with_suffix(".part")))
+    path.with_suffix(".part").rename(path)
+    return path
+
+
+def _sd15_single_config(work: Path, **settings: Any) -> Any:
+    cfg = _sd15_config(work, **settings)
+    cfg.model.base = str(_sd15_single(work))
+    return cfg
+
+
+# Flux.1 at full width with fewer blocks: the full 12 B model in bf16 (23.8 GB, T5-XXL 9.5 GB more) does not fit a
+# 24 GB machine. Every part is as wide as FLUX.1 dev's (hidden 3072, T5 d_model 4096, the real CLIP-L and VAE); the
+# transformer keeps FLUX_BLOCKS of its 19 double and 38 single blocks, T5 FLUX_T5_LAYERS of its 24 layers.
+FLUX_BLOCKS = (2, 4)
+FLUX_T5_LAYERS = 2
+
+
+def _fill(module: Any, dtype: Any, seed: int) -> Any:
+    """``module`` (built on meta) given storage in ``dtype`` and small random values: nothing made in fp32."""
+    import torch
+
+    module.to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            if t.is_floating_point():
+                t.data = torch.empty(t.shape, dtype=dtype).normal_(0, 0.02, generator=gen)
+    return module
+
+
+def _flux_files(work: Path) -> dict[str, Path]:
+    """The reduced Flux.1 dev as the split files ComfyUI users keep: the transformer in bf16 (BFL's layout, as
+    flux1-dev.safetensors), t5xxl and clip_l in fp16 (t5xxl_fp16, clip_l), ae in bf16; and its config folder (the
+    shipped one at the reduced depth, with a T5 tokenizer: the tests' small one). Built once."""
+    import shutil
+
+    folder = work / "flux_reduced"
+    files = {"transformer": folder / "flux1-dev-reduced.safetensors", "t5": folder / "t5xxl_fp16_reduced.safetensors",
+             "clip_l": folder / "clip_l.safetensors", "vae": folder / "ae.safetensors", "configs": folder / "configs"}
+    if (folder / "done").is_file():
+        return files
+    import torch
+    from accelerate import init_empty_weights
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from safetensors.torch import save_file
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    from guitrainer.engine.families.flux1.convert import diffusers_to_bfl
+    from guitrainer.engine.models.singlefile import vae_to_original
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.tiny_flux import t5_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    configs = shutil.copytree(ROOT / "resources" / "models" / "flux1", files["configs"], dirs_exist_ok=True)
+    tcfg = json.loads((configs / "transformer" / "config.json").read_text())
+    tcfg.update(num_layers=FLUX_BLOCKS[0], num_single_layers=FLUX_BLOCKS[1])
+    (configs / "transformer" / "config.json").write_text(json.dumps(tcfg, indent=2))
+    t5cfg = json.loads((configs / "text_encoder_2" / "config.json").read_text())
+    t5cfg.update(num_layers=FLUX_T5_LAYERS, num_decoder_layers=FLUX_T5_LAYERS)
+    (configs / "text_encoder_2" / "config.json").write_text(json.dumps(t5cfg, indent=2))
+    t5_tokenizer().save_pretrained(str(configs / "tokenizer_2"))
+    plain = {k: v for k, v in tcfg.items() if not k.startswith("_")}
+    bf16, fp16 = torch.bfloat16, torch.float16
+    with init_empty_weights():
+        transformer = FluxTransformer2DModel(**plain)
+    sd = diffusers_to_bfl(_fill(transformer, bf16, 1).state_dict())
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(files["transformer"]))
+    del transformer, sd
+    with init_empty_weights():
+        t5 = T5EncoderModel(T5Config(**{k: v for k, v in t5cfg.items() if not k.startswith("_")}))
+    sd = {k: v for k, v in _fill(t5, fp16, 2).state_dict().items() if k != "encoder.embed_tokens.weight"}
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(files["t5"]))
+    del t5, sd
+    clip_cfg = json.loads((configs / "text_encoder" / "config.json").read_text())
+    with init_empty_weights():
+        clip = CLIPTextModel(CLIPTextConfig(**{k: v for k, v in clip_cfg.items() if not k.startswith("_")}))
+    sd = {f"text_model.{k}": v.contiguous() for k, v in _fill(clip, fp16, 3).state_dict().items()
+          if not k.endswith("position_ids")}
+    save_file(sd, str(files["clip_l"]))
+    vae_cfg = json.loads((configs / "vae" / "config.json").read_text())
+    with init_empty_weights():
+        vae = AutoencoderKL.from_config(vae_cfg)
+    vae_sd = vae_to_original(_fill(vae, bf16, 4).state_dict(), len(vae.config.block_out_channels))
+    save_file({k.removeprefix("first_stage_model."): v.contiguous() for k, v in vae_sd.items()}, str(files["vae"]))
+    (folder / "done").write_text("1")
+    return files
+
+
+def _flux_spec(work: Path) -> Any:
+    """FLUX.1 dev's spec with the reduced model's parameter counts (counted from its files' headers)."""
+    import dataclasses
+
+    from guitrainer.core.memory import specs
+    from guitrainer.core.model.checkpoint import read_safetensors_header
+
+    def count(path: Path, skip: str = "") -> int:
+        import math
+
+        header = read_safetensors_header(path)[0]
+        return sum(math.prod(v["shape"]) for k, v in header.items() if not (skip and k.startswith(skip)))
+
+    files = _flux_files(work)
+    return dataclasses.replace(specs.spec_of("flux1"), denoiser=count(files["transformer"]),
+                               text_encoders=(count(files["clip_l"]), count(files["t5"])))
+
+
+def _flux_config(work: Path, **settings: Any) -> Any:
+    files = _flux_files(work)
+    cfg = _demo_config(work, **{"precision.training": "bf16", **settings})
+    cfg.model.base = str(files["transformer"])
+    cfg.model.family = "flux1"
+    cfg.model.text_encoders = [str(files["clip_l"]), str(files["t5"])]
+    cfg.model.vae = str(files["vae"])
+    return cfg
+
+
+def _load_flux(work: Path, *, used: bool = False) -> dict[str, Any]:
+    return _load(_flux_config(work), "flux1", config_dir=_flux_files(work)["configs"], spec=_flux_spec(work), used=used)
+
+
+def _flux_folder(work: Path) -> Path:
+    """The same reduced Flux.1 dev as a diffusers folder (the transformer and VAE bf16, the text encoders fp16, as
+    the split files); built once from them."""
+    folder = work / "flux_reduced_folder"
+    if (folder / "model_index.json").is_file():
+        return folder
+    import torch
+    from diffusers import FluxPipeline
+
+    from guitrainer.engine.models.loading import LoadDtypes, load_base_model
+
+    bf16 = torch.bfloat16
+    m = load_base_model(_flux_config(work).model, config_dir=_flux_files(work)["configs"],
+                        dtypes=LoadDtypes(bf16, bf16, bf16))
+    for te in m.text_encoders:
+        te.to(torch.float16)
+    FluxPipeline(scheduler=m.noise_scheduler, vae=m.vae, text_encoder=m.text_encoders[0], tokenizer=m.tokenizers[0],
+                 text_encoder_2=m.text_encoders[1], tokenizer_2=m.tokenizers[1],
+                 transformer=m.denoiser).save_pretrained(str(folder))
+    return folder
+
+
+def _load_flux_folder(work: Path, *, used: bool = False) -> dict[str, Any]:
+    cfg = _flux_config(work)
+    cfg.model.base, cfg.model.text_encoders, cfg.model.vae = str(_flux_folder(work)), [], ""
+    return _load(cfg, "flux1", spec=_flux_spec(work), used=used)
+
+
+def _build_flux(work: Path) -> dict[str, Any]:
+    _flux_files(work)
+    _flux_folder(work)
     return {"estimate": 0, "part": "none"}
 
 
@@ -171,6 +353,18 @@ POINTS: dict[str, Point] = {
     "import": Point("libraries and the engine imported, no weights", _imports),
     "load_demo": Point("the demo model loaded (fp32 on the CPU)", _load_demo),
     "load_sd15": Point("full-size SD 1.5 loaded from fp16 files (fp32 on the CPU)", lambda w: _load(_sd15_config(w), "sd15")),
+    "load_sd15_bf16": Point("full-size SD 1.5 loaded from fp16 files for a bf16 run (built in bf16)",
+                            lambda w: _load(_sd15_config(w, **{"precision.training": "bf16"}), "sd15")),
+    "load_sd15_single_bf16": Point("full-size SD 1.5 from one fp16 checkpoint file for a bf16 run (read whole, each "
+                                   "tensor cast)", lambda w: _load(_sd15_single_config(w, **{"precision.training": "bf16"}),
+                                                                  "sd15")),
+    "load_flux_bf16": Point(f"Flux.1 dev at full width, {FLUX_BLOCKS[0]} + {FLUX_BLOCKS[1]} blocks and {FLUX_T5_LAYERS} "
+                            "T5 layers, split files (bf16 transformer, fp16 T5 / CLIP), for a bf16 run", _load_flux),
+    "load_flux_bf16_used": Point("the same, then every weight read once (as the move to the GPU reads it)",
+                                 lambda w: _load_flux(w, used=True)),
+    "load_flux_folder_bf16": Point("the same Flux as a diffusers folder, for a bf16 run", _load_flux_folder),
+    "load_flux_folder_bf16_used": Point("the same, then every weight read once (as the move to the GPU reads it)",
+                                        lambda w: _load_flux_folder(w, used=True)),
     "train_demo": Point("demo, 3 steps fp32, latents not cached (decoded images kept)",
                         _train_demo(**{"precision.cache_latents": False})),
     "train_demo_cached": Point("demo, 3 steps fp32, latents and text embeddings cached in memory",
@@ -179,6 +373,8 @@ POINTS: dict[str, Point] = {
                                 _train_demo(**{"precision.gradient_checkpointing": True, "precision.offload_blocks": 0.5})),
     "train_sd15": Point("full-size SD 1.5, 1 step fp32 at 64 px, checkpointing, cached latents",
                         lambda w: _train(_sd15_config(w), "sd15")),
+    "train_sd15_bf16": Point("full-size SD 1.5, 1 step bf16 at 64 px, checkpointing, cached latents (built in bf16)",
+                             lambda w: _train(_sd15_config(w, **{"precision.training": "bf16"}), "sd15")),
     "train_sd15_512": Point("full-size SD 1.5, 1 step fp32 at 512 px, no checkpointing, cached latents",
                             lambda w: _train(_sd15_config(w, **{"dataset.resolution": 512,
                                                                 "precision.gradient_checkpointing": False}), "sd15")),
@@ -217,7 +413,8 @@ def offload_table() -> None:
 
 
 def child(name: str, work: Path) -> None:
-    result = POINTS[name].run(work) if name != "build_sd15" else _build_sd15(work)
+    builders = {"build_sd15": _build_sd15, "build_flux": _build_flux}
+    result = builders[name](work) if name in builders else POINTS[name].run(work)
     result.update(point=name, measured=peak_rss())
     print(json.dumps(result))
 
@@ -250,6 +447,8 @@ def main() -> None:
     names = [n.strip() for n in args.points.split(",") if n.strip()]
     if any("sd15" in n for n in names):
         run_point("build_sd15", work)  # not measured: the random weights are made once
+    if any("flux" in n for n in names):
+        run_point("build_flux", work)
     rows = []
     print("| point | what | estimate | measured peak RSS | estimate − measured |")
     print("|---|---|---|---|---|")

@@ -29,7 +29,7 @@ from guitrainer.engine.errors import TrainingFailed
 from guitrainer.engine.families import registry
 from guitrainer.engine.feedback import Feedback
 from guitrainer.engine.models.demo import ensure_demo_dataset, ensure_demo_model
-from guitrainer.engine.models.loading import load_base_model
+from guitrainer.engine.models.loading import load_base_model, load_dtypes
 from guitrainer.engine.models.types import LoadedModel
 from guitrainer.engine.models.vae import force_upcast, vae_needs_fp32
 from guitrainer.engine.network import lora, quantised_storage, variants
@@ -185,7 +185,9 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
             ensure_demo_model()
             if not config.dataset.folders:
                 ensure_demo_dataset()
-    model = load_base_model(config.model, progress=lambda what, done, total: _download_status(feedback, what, done, total))
+    # each part built in the dtype _prepare_model places it in: nothing is made in fp32 on the CPU first (issue 30)
+    model = load_base_model(config.model, progress=lambda what, done, total: _download_status(feedback, what, done, total),
+                            dtypes=load_dtypes(precision, dtype, device.type))
     feedback.stop_if_asked("loading the base model", every_process=True)
     dataset, held_out = _build_dataset(config, feedback)
     class_dataset = _build_class_dataset(config, feedback)

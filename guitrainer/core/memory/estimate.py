@@ -14,7 +14,7 @@ from guitrainer.base.units import GiB, MiB
 from guitrainer.config import TrainingConfig
 from guitrainer.core.device.info import DeviceInfo
 from guitrainer.core.families.registry import facts
-from guitrainer.core.memory import offload, quantised
+from guitrainer.core.memory import load_files, offload, quantised
 from guitrainer.core.memory.network import allocated, tensor_state_bytes, trainable_shapes
 from guitrainer.core.memory.specs import (
     ModelSpec,
@@ -414,23 +414,48 @@ def offload_plan(config: TrainingConfig, spec: ModelSpec, device: Device = None)
     return offload.plan(spec.offload_blocks, share), ""
 
 
-def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None) -> int:
+def load_widths(config: TrainingConfig, spec: ModelSpec, on_cpu: bool = False) -> tuple[int, int, int]:
+    """Bytes per parameter the base model's parts are built in (denoiser, VAE, text encoders): the dtype the run
+    places them in (``engine/models/loading.py`` ``load_dtypes``), the compute dtype's; the VAE fp32 under fp16 where
+    the run may keep it there (a family whose VAE upcasts, decided by its config after the load; any VAE on a CPU)."""
+    training = config.precision.training
+    width = _bytes(training)
+    vae = 4 if training == "fp16" and (on_cpu or facts(spec.family).precision.vae_upcast) else width
+    return width, vae, width
+
+
+def peak_system_ram_loading(config: TrainingConfig, spec: ModelSpec | None = None, *, on_cpu: bool = False) -> int:
     """Peak system RAM while loading the base model (bytes), with the app's baseline (:data:`SYSTEM_RAM_BASELINE`).
 
-    Each part is read from its files (fp16, memory-mapped) into fp32 on the CPU before the cast and the move to the
-    GPU, in the order the families load them: the denoiser, then the VAE, then the text encoders. While a part
-    loads, its file's pages are mapped beside the fp32 copies of it and of every part before it, so the peak is the
-    largest of ``4 × (the parts so far) + 2 × (the one loading)`` — for the UNets at the UNet: 6 bytes per UNet
-    parameter (measured by bench/ram_budget.py: SD 1.5 from fp16 files, the file's pages and the fp32 UNet at the
-    same moment). A single-file checkpoint is first read whole (fp16).
+    Each part is built on the CPU in the dtype the run places it in (:func:`load_widths`: bf16 / fp16 2 bytes per
+    parameter, fp32 4; nothing is made in fp32 first), in the order the families load them: the denoiser, then the
+    VAE, then the text encoders. While a part loads, its file's pages (fp16, memory-mapped: 2 bytes per parameter)
+    are mapped beside the copies of it and of every part before it, so the peak is the largest of
+    ``w × (the parts so far) + 2 × (the one loading)`` — for the UNets at the UNet: 6 bytes per UNet parameter in
+    fp32 (measured by bench/ram_budget.py: SD 1.5 from fp16 files, the file's pages and the fp32 UNet at the same
+    moment), 4 in bf16. A single-file checkpoint (or split files) is read whole first: what that holds comes from
+    the files' headers (:func:`~guitrainer.core.memory.load_files.read_whole_bytes`: a tensor already in the
+    training dtype is not copied, its pages are its weight); without readable headers every part's fp16 pages stay
+    mapped beside its copy until the load ends: ``w × (every part) + 2 × (every part)``. A diffusers folder on disk
+    is counted from its files' headers the same way, part by part
+    (:func:`~guitrainer.core.memory.load_files.folder_bytes`); the formula above is for a hub id, the demo, or a
+    folder whose headers cannot be read. ``on_cpu``: the run trains on the CPU (an fp16 run keeps its VAE in fp32
+    there).
     """
     if spec is None:
         spec = spec_for(config)
+    w_denoiser, w_vae, w_text = load_widths(config, spec, on_cpu)
+    parts = ((spec.denoiser, w_denoiser), (spec.vae, w_vae), *((t, w_text) for t in spec.text_encoders))
+    whole = load_files.files_read_whole(config)
+    if whole:
+        found = load_files.read_whole_bytes(whole, config.precision.training)
+        return SYSTEM_RAM_BASELINE + (found if found is not None else sum((width + 2) * part for part, width in parts))
+    folder = load_files.folder_parts(config)
+    found = load_files.folder_bytes(folder, config.precision.training) if folder else None
+    if found is not None:
+        return SYSTEM_RAM_BASELINE + found
     loaded = peak = 0
-    for part in (spec.denoiser, spec.vae, *spec.text_encoders):
-        loaded += 4 * part
+    for part, width in parts:
+        loaded += width * part
         peak = max(peak, loaded + 2 * part)
-    peak += SYSTEM_RAM_BASELINE
-    if str(config.model.base).lower().endswith((".safetensors", ".ckpt")):
-        peak += 2 * (spec.denoiser + sum(spec.text_encoders) + spec.vae)
-    return peak
+    return SYSTEM_RAM_BASELINE + peak

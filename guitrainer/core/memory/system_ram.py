@@ -1,14 +1,14 @@
 """System RAM of a run, beside the VRAM estimate (DESIGN §6): a sum of named parts, and what this machine has.
 
 Two moments make the peak: **loading** the base model (:func:`~guitrainer.core.memory.estimate.peak_system_ram_loading`:
-every part materialised in fp32 on the CPU before the cast), and **training**, which keeps in RAM what the GPU
+every part built on the CPU in the dtype it trains in, beside its file's pages), and **training**, which keeps in RAM what the GPU
 does not hold: the blocks kept in system RAM (``precision.offload_blocks``; pinned, so the system cannot swap them
 out), the VAE and text encoders parked there once their outputs are cached, the CPU copy of every cached latent
 and text embedding (:class:`~guitrainer.engine.cache.TensorCache` keeps one in memory, with or without the disk
 cache), and the decoded images while they are small enough to keep (:data:`PIXEL_CACHE_BYTES`). On a CPU the
 training itself runs in RAM: the VRAM estimate's allocated parts count here, and nothing is parked or offloaded.
 
-The peak is ``baseline + max(loading, training)``: the load's fp32 copies are gone before the caches fill.
+The peak is ``baseline + max(loading, training)``: the load's file pages are gone before the caches fill.
 Checked against measured peak RSS by ``bench/ram_budget.py`` (bench/RESULTS.md).
 """
 
@@ -103,10 +103,8 @@ def estimate_ram(
     baseline = BASELINE_HEADLESS + (WINDOW_ALLOWANCE if window else 0)
     parts = [RamPart("baseline", "Python, torch and the app", baseline,
                      "The libraries and the app before any weights" + (", with its window." if window else "."))]
-    load = estimate.peak_system_ram_loading(config, spec) - estimate.SYSTEM_RAM_BASELINE
-    parts.append(RamPart("loading", "Loading the base model", load,
-                         "Every part in fp32 on the CPU before the cast and the move to the GPU; gone once it is loaded.",
-                         loading=True))
+    load = estimate.peak_system_ram_loading(config, spec, on_cpu=on_cpu) - estimate.SYSTEM_RAM_BASELINE
+    parts.append(RamPart("loading", "Loading the base model", load, _loading_tip(config, spec, on_cpu), loading=True))
     if on_cpu:
         training_cfg = config.copy()
         training_cfg.precision.offload_blocks = 0.0  # nothing to offload: the model is in RAM already
@@ -128,6 +126,17 @@ def estimate_ram(
     else:
         parts += _cache_parts(config, spec, fam.latent_channels, fam.latent_downscale, width, images)
     return RamBreakdown(tuple(parts), machine_total if machine_total is not None else machine_ram(), tuple(notes))
+
+
+def _loading_tip(config: TrainingConfig, spec: ModelSpec, on_cpu: bool) -> str:
+    """The loading part's tooltip: the dtype the parts are built in, and the file pages beside them."""
+    training = config.precision.training
+    w_denoiser, w_vae, _w_text = estimate.load_widths(config, spec, on_cpu)
+    vae = ", the VAE in fp32" if w_vae != w_denoiser else ""
+    whole = str(config.model.base).lower().endswith((".safetensors", ".ckpt"))
+    return (f"Each part built on the CPU in {training}, the dtype it trains in{vae}, beside its file's pages"
+            + (" (the checkpoint file read whole first)" if whole else "")
+            + "; the pages are let go once it is loaded.")
 
 
 def _parked(config: TrainingConfig, spec: ModelSpec, width: int) -> int:

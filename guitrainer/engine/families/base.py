@@ -72,21 +72,37 @@ class Family(ABC):
         return self.facts.name
 
     # ------------------------------------------------------------------ files
-    @abstractmethod
-    def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
-        """A diffusers folder (or a hub id already in the cache), frozen, on the CPU, fp32."""
+    # Every loader builds each part in the dtype it is given (its floating-point weights cast as they are read, never
+    # all in fp32 first): ``dtype`` the denoiser and the text encoders, ``vae_dtype`` the VAE (None: ``dtype``). The
+    # run passes the dtypes it will place the parts in (:func:`~guitrainer.engine.models.loading.load_dtypes`); fp32
+    # is the default. A library may keep a few modules wider than asked (transformers' T5 keeps ``wo`` in fp32 under
+    # fp16): the run's cast afterwards settles them, as before.
 
     @abstractmethod
-    def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
-        """One file in the original layout (``state`` its tensors), the missing parts' configs from ``config_dir``."""
+    def load_folder(
+        self, path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        """A diffusers folder (or a hub id already in the cache), frozen, on the CPU, in ``dtype`` / ``vae_dtype``."""
+
+    @abstractmethod
+    def load_single_file(
+        self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        """One file in the original layout (``state`` its tensors), the missing parts' configs from ``config_dir``;
+        frozen, on the CPU, in ``dtype`` / ``vae_dtype``."""
 
     def use_prediction_type(self, model: LoadedModel, prediction_type: str) -> None:
         """A single file marked with another prediction type than its configs (SD's ``v_pred`` key): follow the file.
         Families with one prediction type ignore it."""
         return None
 
-    def load_parts(self, parts: ModelParts, *, config_dir: Path) -> LoadedModel:
-        """A split install (denoiser, text-encoder and VAE files). Families whose users keep one file refuse."""
+    def load_parts(
+        self, parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32, vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        """A split install (denoiser, text-encoder and VAE files), in ``dtype`` / ``vae_dtype``. Families whose users
+        keep one file refuse."""
         raise ModelLoadError(
             f"{self.facts.label} models are loaded from a diffusers folder or one checkpoint file; "
             "choose the checkpoint instead of separate files"

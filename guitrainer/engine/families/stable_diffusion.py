@@ -107,25 +107,30 @@ class StableDiffusion(Family):
         return len(self.facts.text_encoders) > 1
 
     # ------------------------------------------------------------------ files
-    def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
-        """unet / vae / text encoder(s) / tokenizer(s) / scheduler from a diffusers layout (folder or hub id)."""
+    def load_folder(
+        self, path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        """unet / vae / text encoder(s) / tokenizer(s) / scheduler from a diffusers layout (folder or hub id), each
+        weight cast to ``dtype`` (the VAE's to ``vae_dtype``) as it is read."""
         from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
         src = str(path)
         kw: dict[str, Any] = {"local_files_only": local_files_only}
+        te_kw: dict[str, Any] = {**kw, "dtype": dtype}  # transformers 5's name; diffusers' is torch_dtype
         part = "unet"
         try:
-            unet = UNet2DConditionModel.from_pretrained(src, subfolder="unet", **kw)
+            unet = UNet2DConditionModel.from_pretrained(src, subfolder="unet", torch_dtype=dtype, **kw)
             part = "vae"
-            vae = AutoencoderKL.from_pretrained(src, subfolder="vae", **kw)
+            vae = AutoencoderKL.from_pretrained(src, subfolder="vae", torch_dtype=vae_dtype or dtype, **kw)
             part = "text_encoder"
-            text_encoders = [CLIPTextModel.from_pretrained(src, subfolder="text_encoder", **kw)]
+            text_encoders = [CLIPTextModel.from_pretrained(src, subfolder="text_encoder", **te_kw)]
             part = "tokenizer"
             tokenizers = [CLIPTokenizer.from_pretrained(src, subfolder="tokenizer", **kw)]
             if self.sdxl:
                 part = "text_encoder_2"
-                text_encoders.append(CLIPTextModelWithProjection.from_pretrained(src, subfolder="text_encoder_2", **kw))
+                text_encoders.append(CLIPTextModelWithProjection.from_pretrained(src, subfolder="text_encoder_2", **te_kw))
                 part = "tokenizer_2"
                 tokenizers.append(CLIPTokenizer.from_pretrained(src, subfolder="tokenizer_2", **kw))
             part = "scheduler"
@@ -139,27 +144,27 @@ class StableDiffusion(Family):
             family=self.name, path=src, identity=ident,
         )
 
-    def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
-        """The diffusers parts from an original-layout state dict and the configs in ``config_dir``."""
+    def load_single_file(
+        self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        """The diffusers parts from an original-layout state dict and the configs in ``config_dir``, each tensor cast
+        to ``dtype`` (the VAE's to ``vae_dtype``) as diffusers copies it into its module."""
         from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
         from diffusers.loaders.single_file_utils import create_diffusers_clip_model_from_ldm
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
         check_config_dir(config_dir, SDXL_CONFIG_FILES if self.sdxl else CONFIG_FILES)
         cfg = str(config_dir)
-        kw: dict[str, Any] = {"config": cfg, "local_files_only": True}
+        kw: dict[str, Any] = {"config": cfg, "local_files_only": True, "torch_dtype": dtype}
         unet = UNet2DConditionModel.from_single_file(state, subfolder="unet", **kw)
-        vae = AutoencoderKL.from_single_file(state, subfolder="vae", **kw)
+        vae = AutoencoderKL.from_single_file(state, subfolder="vae", **{**kw, "torch_dtype": vae_dtype or dtype})
         tes = [create_diffusers_clip_model_from_ldm(CLIPTextModel, state, subfolder="text_encoder", **kw)]
         toks = [CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer", local_files_only=True)]
         if self.sdxl:
             tes.append(create_diffusers_clip_model_from_ldm(CLIPTextModelWithProjection, state, subfolder="text_encoder_2", **kw))
             toks.append(CLIPTokenizer.from_pretrained(cfg, subfolder="tokenizer_2", local_files_only=True))
         scheduler = DDPMScheduler.from_pretrained(cfg, subfolder="scheduler", local_files_only=True)
-        for te in tes:
-            te.to(torch.float32)
-        unet.to(torch.float32)
-        vae.to(torch.float32)
         _freeze(unet, vae, *tes)
         return LoadedModel(
             denoiser=unet, vae=vae, text_encoders=tes, tokenizers=toks, noise_scheduler=scheduler, family=self.name,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,49 @@ from guitrainer.engine.families.stable_diffusion import has_second_text_encoder
 from guitrainer.engine.models.demo import DEMO_NAME, ensure_demo_model
 from guitrainer.engine.models.hub import HUB_ADVICE, download_model, is_offline
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, Progress, model_identity
-from guitrainer.engine.models.vae import use_configured_vae
+from guitrainer.engine.models.vae import use_configured_vae, vae_needs_fp32
 
 log = logging.getLogger(__name__)
 
+
+# --------------------------------------------------------------------------- the dtypes a model is built in
+
+
+@dataclass(frozen=True)
+class LoadDtypes:
+    """The dtypes a base model's parts are built in: the ones the run will place them in, so that no part is first
+    made in fp32 on the CPU (issue 30: Flux.1 dev's transformer is 47.6 GB in fp32, 23.8 GB in bf16). The default,
+    fp32 throughout, is what Verify, the precision lab's reference and the tools load in.
+
+    A file's fp16 weight cast straight to bf16 rounds once, as fp16 → fp32 (exact) → bf16 does: the weights are
+    the same bits as loading in fp32 and casting afterwards.
+    """
+
+    weights: torch.dtype = torch.float32  # the denoiser and the text encoders
+    vae: torch.dtype = torch.float32  # the VAE of a family whose VAE runs in fp16 whatever its config says
+    vae_upcast: torch.dtype = torch.float32  # the VAE of a family whose VAE may need fp32 (its config decides)
+
+    def vae_for(self, family_upcasts: bool) -> torch.dtype:
+        """The VAE's dtype for a family whose facts say (``vae_upcast``) that its VAE may overflow in fp16."""
+        return self.vae_upcast if family_upcasts else self.vae
+
+
+def load_dtypes(precision: str, dtype: torch.dtype, device_type: str) -> LoadDtypes:
+    """The dtypes a run of ``precision`` (compute dtype ``dtype``) on a ``device_type`` device casts each part to,
+    known before the model loads: everything in ``dtype``; the VAE in fp32 where
+    :func:`~guitrainer.engine.models.vae.vae_needs_fp32` keeps it there. Whether an upcasting family's VAE
+    (SDXL's) must stay fp32 is read from its own config (``force_upcast``) only once it is loaded, so such a VAE is
+    built in fp32 whenever it might have to be, and cast down afterwards if not."""
+    def vae(family_upcasts: bool) -> torch.dtype:
+        return torch.float32 if vae_needs_fp32(precision, family_upcasts, True, device_type) else dtype
+
+    return LoadDtypes(weights=dtype, vae=vae(False), vae_upcast=vae(True))
+
+
+def _family_dtypes(name: str, dtypes: LoadDtypes | None) -> dict[str, torch.dtype]:
+    """The seam's ``dtype`` / ``vae_dtype`` keywords for family ``name``."""
+    d = dtypes or LoadDtypes()
+    return {"dtype": d.weights, "vae_dtype": d.vae_for(registry.family(name).facts.precision.vae_upcast)}
 
 
 # --------------------------------------------------------------------------- loading
@@ -52,13 +92,15 @@ def load_base_model(
     offline: bool | None = None,
     config_dir: str | Path | None = None,
     progress: Progress | None = None,
+    dtypes: LoadDtypes | None = None,
 ) -> LoadedModel:
     """Load ``model_cfg.base`` (a :class:`guitrainer.config.ModelConfig`), with ``model_cfg.vae`` as its VAE
     when set (:func:`~guitrainer.engine.models.vae.use_configured_vae`); arguments as :func:`_load_base`."""
-    m = _load_base(model_cfg, offline=offline, config_dir=config_dir, progress=progress)
+    m = _load_base(model_cfg, offline=offline, config_dir=config_dir, progress=progress, dtypes=dtypes)
     vae = str(getattr(model_cfg, "vae", "") or "").strip()
     if vae and not m.extra.get("split_vae"):  # a split install's VAE file was loaded with it
-        use_configured_vae(m, vae, offline=offline, progress=progress)
+        vae_dtype = _family_dtypes(m.family, dtypes)["vae_dtype"]
+        use_configured_vae(m, vae, offline=offline, progress=progress, dtype=vae_dtype)
     return m
 
 
@@ -68,6 +110,7 @@ def _load_base(
     offline: bool | None = None,
     config_dir: str | Path | None = None,
     progress: Progress | None = None,
+    dtypes: LoadDtypes | None = None,
 ) -> LoadedModel:
     """Load the base model with its own VAE (split files: with the VAE file given, as one model).
 
@@ -79,6 +122,7 @@ def _load_base(
         config_dir: for single files, the folder with the architecture configs, tokenizers and
             scheduler (default ``resources/models/<family>``).
         progress: called as ``progress(what, done, total)`` while a hub model downloads.
+        dtypes: the dtypes the parts are built in (:func:`load_dtypes`); None: fp32.
     Raises:
         ModelLoadError: naming the file and what is wrong with it.
     """
@@ -87,24 +131,24 @@ def _load_base(
     if not base:
         raise ModelLoadError("no base model chosen: pick a diffusers folder, a .safetensors checkpoint or 'demo'")
     if base == DEMO_NAME:
-        m = registry.family(DEMO_NAME).load_folder(ensure_demo_model())
+        m = registry.family(DEMO_NAME).load_folder(ensure_demo_model(), **_family_dtypes(DEMO_NAME, dtypes))
         m.source = "demo"
         return m
     path = expand(base)
     kind = _path_kind(base)  # before any hub lookup: a named pipe or a device is refused at once
     if kind == "folder":
-        return load_folder(path, configured)
+        return load_folder(path, configured, dtypes=dtypes)
     if kind == "file" or path.suffix.lower() in (".safetensors", *PICKLE_SUFFIXES):
         parts = [str(p) for p in getattr(model_cfg, "text_encoders", []) or [] if str(p).strip()]
         if parts:
             vae = str(getattr(model_cfg, "vae", "") or "").strip()
-            return load_split_files(path, parts, vae, configured, config_dir=config_dir)
-        return load_single_file(path, family=configured, config_dir=config_dir)
+            return load_split_files(path, parts, vae, configured, config_dir=config_dir, dtypes=dtypes)
+        return load_single_file(path, family=configured, config_dir=config_dir, dtypes=dtypes)
     if offline is None:
         offline = is_offline()
     if offline:
         try:
-            m = load_folder(base, configured, local_files_only=True)
+            m = load_folder(base, configured, local_files_only=True, dtypes=dtypes)
         except (ModelLoadError, OSError, ValueError) as e:
             raise ModelLoadError(
                 f"could not load the base model {base!r}: working offline, and it is not in the Hugging Face cache",
@@ -112,7 +156,7 @@ def _load_base(
             ) from e
     else:
         folder = download_model(base, progress)
-        m = load_folder(folder, configured)
+        m = load_folder(folder, configured, dtypes=dtypes)
     m.source = "hub"
     return m
 
@@ -144,7 +188,9 @@ def folder_family(path: str | Path, configured: str = "auto") -> str:
     return found
 
 
-def load_folder(path: str | Path, configured: str = "auto", *, local_files_only: bool = True) -> LoadedModel:
+def load_folder(
+    path: str | Path, configured: str = "auto", *, local_files_only: bool = True, dtypes: LoadDtypes | None = None
+) -> LoadedModel:
     """A diffusers folder (or a cached hub id) loaded by its family (:func:`folder_family`)."""
     src = str(path)
     try:
@@ -157,7 +203,7 @@ def load_folder(path: str | Path, configured: str = "auto", *, local_files_only:
     if special is not None:  # the libraries would block on a named pipe or read a device without end
         raise ModelLoadError(f"{special} in the model folder is not a regular file (a named pipe or a device): "
                              "remove it, or choose another model")
-    return registry.family(name).load_folder(str(path), local_files_only=local_files_only)
+    return registry.family(name).load_folder(str(path), local_files_only=local_files_only, **_family_dtypes(name, dtypes))
 
 
 # --------------------------------------------------------------------------- single-file checkpoints
@@ -198,7 +244,9 @@ def _config_dir(detected: str, config_dir: str | Path | None) -> Path:
     return Path(config_dir) if config_dir else registry.family(detected).default_config_dir()
 
 
-def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str | Path | None = None) -> LoadedModel:
+def load_single_file(
+    path: str | Path, *, family: str = "auto", config_dir: str | Path | None = None, dtypes: LoadDtypes | None = None
+) -> LoadedModel:
     """Load a single-file checkpoint (original layout) without any download, by the family its tensors name."""
     p = Path(path)
     detected, state, pred = read_checkpoint(p)
@@ -207,7 +255,7 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
     fam = registry.family(detected)
     cfg_dir = _config_dir(detected, config_dir)
     try:
-        m = fam.load_single_file(p, state, config_dir=cfg_dir)
+        m = fam.load_single_file(p, state, config_dir=cfg_dir, **_family_dtypes(detected, dtypes))
     except ModelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
@@ -219,7 +267,8 @@ def load_single_file(path: str | Path, *, family: str = "auto", config_dir: str 
 
 
 def load_split_files(
-    path: str | Path, text_encoders: list[str], vae: str, configured: str = "auto", *, config_dir: str | Path | None = None
+    path: str | Path, text_encoders: list[str], vae: str, configured: str = "auto", *, config_dir: str | Path | None = None,
+    dtypes: LoadDtypes | None = None,
 ) -> LoadedModel:
     """A split install: the denoiser's file ``path``, its ``text_encoders`` files and the ``vae`` file (or "")."""
     from guitrainer.core.model.checkpoint import CheckpointError, classify_keys, read_safetensors_header
@@ -236,7 +285,7 @@ def load_split_files(
         log.warning("%s: the settings say %s but the file is %s; using %s", p.name, configured, detected, detected)
     fam = registry.family(detected)
     parts = ModelParts(denoiser=p, text_encoders=tuple(expand(t) for t in text_encoders), vae=expand(vae) if vae else None)
-    m = fam.load_parts(parts, config_dir=_config_dir(detected, config_dir))
+    m = fam.load_parts(parts, config_dir=_config_dir(detected, config_dir), **_family_dtypes(detected, dtypes))
     files = [p, *parts.text_encoders, *([parts.vae] if parts.vae else [])]
     m.path, m.source = str(p), "split_files"
     m.identity = hashlib.sha256("|".join(model_identity(f) for f in files).encode()).hexdigest()[:24]

@@ -42,8 +42,12 @@ def force_upcast(vae: Any) -> bool:
     return bool(vae.config.get("force_upcast", True))
 
 
-def use_configured_vae(m: LoadedModel, value: str, *, offline: bool | None = None, progress: Progress | None = None) -> None:
-    """Replace ``m.vae`` with the VAE ``value`` names (nothing to do when it is empty); ``m.vae_identity`` names it.
+def use_configured_vae(
+    m: LoadedModel, value: str, *, offline: bool | None = None, progress: Progress | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> None:
+    """Replace ``m.vae`` with the VAE ``value`` names (nothing to do when it is empty), in ``dtype``; ``m.vae_identity``
+    names it.
 
     Raises:
         ModelLoadError: the VAE is missing, is not a VAE, or makes latents the UNet cannot take.
@@ -67,7 +71,7 @@ def use_configured_vae(m: LoadedModel, value: str, *, offline: bool | None = Non
             f"model.vae: {text} makes {vae.config.latent_channels}-channel latents, but the base model's UNet takes "
             f"{wanted}: choose an SD 1.5 / SDXL VAE, or clear the setting to use the base model's own VAE"
         )
-    vae.to(torch.float32)
+    vae.to(dtype)
     vae.requires_grad_(False)
     vae.eval()
     m.vae, m.vae_identity = vae, identity

@@ -84,8 +84,21 @@ def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return nn.Module.to(module, dtype)
 
 
-def _assign(module: nn.Module, state: Mapping[str, torch.Tensor], part: str) -> None:
-    """``state`` into ``module`` (built on meta) by assignment; ModelLoadError naming the part on any mismatch."""
+def _as_dtype(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``state`` with each floating-point tensor in ``dtype`` (one cast per distinct tensor, so a tied one stays one;
+    a tensor already in ``dtype`` is the file's own, not a copy)."""
+    done: dict[int, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if id(value) not in done:
+            done[id(value)] = value.to(dtype) if value.is_floating_point() else value
+        out[key] = done[id(value)]
+    return out
+
+
+def _assign(module: nn.Module, state: Mapping[str, torch.Tensor], part: str, dtype: torch.dtype) -> None:
+    """``state`` into ``module`` (built on meta) by assignment, each tensor cast to ``dtype`` on the way (never a
+    whole part in fp32 first); ModelLoadError naming the part on any mismatch."""
     expected = module.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -96,7 +109,7 @@ def _assign(module: nn.Module, state: Mapping[str, torch.Tensor], part: str) -> 
             else f"{wrong[0]} is {tuple(state[wrong[0]].shape)}, the architecture has {tuple(expected[wrong[0]].shape)}"
         )
         raise ModelLoadError(f"{part} does not match its architecture ({detail})")
-    module.load_state_dict(dict(state), strict=True, assign=True)
+    module.load_state_dict(_as_dtype(state, dtype), strict=True, assign=True)
 
 
 def _read_config(config_dir: Path, part: str) -> dict[str, Any]:
@@ -147,7 +160,7 @@ def build_transformer(state: Mapping[str, torch.Tensor], config_dir: Path, dtype
         raise ModelLoadError(f"the Flux transformer is incomplete or not Flux.1: {e.args[0]}") from e
     with init_empty_weights():
         model = FluxTransformer2DModel.from_config(transformer_config(named, config_dir))
-    _assign(model, named, "the Flux transformer")
+    _assign(model, named, "the Flux transformer", dtype)
     return _cast(model, dtype)
 
 
@@ -164,7 +177,7 @@ def build_vae(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.
     named = own if any(k.startswith("encoder.down_blocks.") for k in own) else convert_ldm_vae_checkpoint(own, cfg)
     with init_empty_weights():
         vae = AutoencoderKL.from_config(cfg)
-    _assign(vae, named, "the VAE")
+    _assign(vae, named, "the VAE", dtype)
     return _cast(vae, dtype)
 
 
@@ -182,7 +195,7 @@ def build_clip(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch
     }
     with init_empty_weights():
         clip = CLIPTextModel(cfg)
-    _assign(clip, own, "the CLIP-L text encoder")
+    _assign(clip, own, "the CLIP-L text encoder", dtype)
     return _cast(clip, dtype)
 
 
@@ -208,7 +221,7 @@ def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.d
         own["shared.weight"] = own["encoder.embed_tokens.weight"] = embedding
     with init_empty_weights():
         t5 = T5EncoderModel(cfg)
-    _assign(t5, own, "the T5-XXL text encoder")
+    _assign(t5, own, "the T5-XXL text encoder", dtype)
     t5.encoder.embed_tokens.weight = t5.shared.weight  # assignment left two Parameters: tie them again
     return _cast(t5, dtype)
 
@@ -296,9 +309,13 @@ def t5_tokenizer(near: Iterable[Path], config_dir: Path) -> Any:
 # --------------------------------------------------------------------------- the three ways in
 
 
-def load_folder(path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32) -> LoadedModel:
+def load_folder(
+    path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32,
+    vae_dtype: torch.dtype | None = None,
+) -> LoadedModel:
     """A diffusers FLUX.1 folder (or a hub id in the cache): FluxTransformer2DModel, the 16-channel VAE,
-    CLIP-L, the T5-XXL encoder, both tokenizers and the FlowMatchEulerDiscreteScheduler."""
+    CLIP-L, the T5-XXL encoder, both tokenizers and the FlowMatchEulerDiscreteScheduler; each weight in ``dtype``
+    (the VAE's in ``vae_dtype``, default ``dtype``) as it is read."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
@@ -317,7 +334,7 @@ def load_folder(path: str | Path, *, local_files_only: bool = True, dtype: torch
             raise ModelLoadError(f"{src}: its transformer takes {transformer.config.in_channels} input channels, not "
                                  "64 (an image-conditioned variant such as Fill or Depth); choose FLUX.1 dev or schnell")
         part = "vae"
-        vae = AutoencoderKL.from_pretrained(src, subfolder="vae", torch_dtype=dtype, **kw)
+        vae = AutoencoderKL.from_pretrained(src, subfolder="vae", torch_dtype=vae_dtype or dtype, **kw)
         part = "text_encoder"
         clip = CLIPTextModel.from_pretrained(src, subfolder="text_encoder", dtype=dtype, **kw)
         part = "text_encoder_2"
@@ -352,11 +369,11 @@ def _sub(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tens
 
 def _build_all(
     states: Mapping[str, Mapping[str, torch.Tensor]], config_dir: Path, dtype: torch.dtype, near: Sequence[Path],
-    *, path: str, identity: str, source: str,
+    *, path: str, identity: str, source: str, vae_dtype: torch.dtype | None = None,
 ) -> LoadedModel:
     """The LoadedModel from each part's own state dict (``states[part]``, prefixes removed)."""
     transformer = build_transformer(states["transformer"], config_dir, dtype)
-    vae = build_vae(states["vae"], config_dir, dtype)
+    vae = build_vae(states["vae"], config_dir, vae_dtype or dtype)
     clip = build_clip(states["clip_l"], config_dir, dtype)
     t5 = build_t5(states["t5"], config_dir, dtype)
     tokenizers = [clip_tokenizer(config_dir), t5_tokenizer(near, config_dir)]
@@ -376,7 +393,8 @@ def _checkpoint_states(state: Mapping[str, torch.Tensor]) -> dict[str, dict[str,
 
 
 def load_single_file(
-    path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32
+    path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32,
+    vae_dtype: torch.dtype | None = None,
 ) -> LoadedModel:
     """One file holding the whole model, as ComfyUI's "checkpoint" files do (``model.diffusion_model.`` +
     ``text_encoders.clip_l.transformer.`` + ``text_encoders.t5xxl.transformer.`` + ``vae.`` /
@@ -395,7 +413,7 @@ def load_single_file(
             "together), or choose a diffusers folder"
         )
     return _build_all(_checkpoint_states(state), config_dir, dtype, [Path(path)],
-                      path=str(path), identity=model_identity(path), source="single_file")
+                      path=str(path), identity=model_identity(path), source="single_file", vae_dtype=vae_dtype)
 
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -423,7 +441,9 @@ def _part_state(part: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch
     return by_part[part] if by_part[part] else dict(state)
 
 
-def load_parts(parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32) -> LoadedModel:
+def load_parts(
+    parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32, vae_dtype: torch.dtype | None = None,
+) -> LoadedModel:
     """A split install: the transformer's file, the T5-XXL and CLIP-L files (any order) and ``ae.safetensors``;
     ModelLoadError naming each part that is missing, chosen twice or of the wrong kind."""
     files = [Path(parts.denoiser), *map(Path, parts.text_encoders), *([Path(parts.vae)] if parts.vae else [])]
@@ -439,4 +459,5 @@ def load_parts(parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torc
         for part in facts.file_parts(read[f][0]):
             states.setdefault(part, _part_state(part, read[f][1]))
     identity = hashlib.sha256("\n".join(model_identity(f) for f in files).encode()).hexdigest()[:24]
-    return _build_all(states, config_dir, dtype, files, path=str(parts.denoiser), identity=identity, source="split_files")
+    return _build_all(states, config_dir, dtype, files, path=str(parts.denoiser), identity=identity, source="split_files",
+                      vae_dtype=vae_dtype)

@@ -44,14 +44,22 @@ class SD35(Family):
     client_layout = client_keys.LAYOUT
 
     # ------------------------------------------------------------------ files
-    def load_folder(self, path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
-        return loading.load_folder(path, local_files_only=local_files_only)
+    def load_folder(
+        self, path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        return loading.load_folder(path, local_files_only=local_files_only, dtype=dtype, vae_dtype=vae_dtype)
 
-    def load_single_file(self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
-        return loading.load_single_file(Path(path), state, config_dir=Path(config_dir))
+    def load_single_file(
+        self, path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32,
+        vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        return loading.load_single_file(Path(path), state, config_dir=Path(config_dir), dtype=dtype, vae_dtype=vae_dtype)
 
-    def load_parts(self, parts: ModelParts, *, config_dir: Path) -> LoadedModel:
-        return loading.load_parts(parts, config_dir=Path(config_dir))
+    def load_parts(
+        self, parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32, vae_dtype: torch.dtype | None = None,
+    ) -> LoadedModel:
+        return loading.load_parts(parts, config_dir=Path(config_dir), dtype=dtype, vae_dtype=vae_dtype)
 
     # ------------------------------------------------------------------ text
     def encode_text(

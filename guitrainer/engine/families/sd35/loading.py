@@ -70,19 +70,22 @@ _F32 = torch.float32
 # --------------------------------------------------------------------------- diffusers folder
 
 
-def load_folder(path: str | Path, *, local_files_only: bool = True) -> LoadedModel:
-    """An SD 3 / 3.5 diffusers folder (or a hub id already in the cache), fp32, frozen."""
+def load_folder(
+    path: str | Path, *, local_files_only: bool = True, dtype: torch.dtype = _F32, vae_dtype: torch.dtype | None = None,
+) -> LoadedModel:
+    """An SD 3 / 3.5 diffusers folder (or a hub id already in the cache), frozen; each weight in ``dtype`` (the VAE's in
+    ``vae_dtype``, default ``dtype``) as it is read."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
     from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
     src = str(path)
-    d_kw: dict[str, Any] = {"local_files_only": local_files_only, "torch_dtype": _F32}
-    t_kw: dict[str, Any] = {"local_files_only": local_files_only, "dtype": _F32}
+    d_kw: dict[str, Any] = {"local_files_only": local_files_only, "torch_dtype": dtype}
+    t_kw: dict[str, Any] = {"local_files_only": local_files_only, "dtype": dtype}  # transformers 5's name
     part = "transformer"
     try:
         transformer = SD3Transformer2DModel.from_pretrained(src, subfolder="transformer", **d_kw)
         part = "vae"
-        vae = AutoencoderKL.from_pretrained(src, subfolder="vae", **d_kw)
+        vae = AutoencoderKL.from_pretrained(src, subfolder="vae", **{**d_kw, "torch_dtype": vae_dtype or dtype})
         part = "text_encoder"
         encoders: list[nn.Module] = [CLIPTextModelWithProjection.from_pretrained(src, subfolder="text_encoder", **t_kw)]
         part = "text_encoder_2"
@@ -124,8 +127,12 @@ def _folder_has_t5(folder: Path) -> bool:
 # --------------------------------------------------------------------------- one file, split files
 
 
-def load_single_file(path: Path, state: dict[str, torch.Tensor], *, config_dir: Path) -> LoadedModel:
-    """One checkpoint file in Stability's / ComfyUI's layout (``state`` its tensors), the rest from ``config_dir``."""
+def load_single_file(
+    path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = _F32,
+    vae_dtype: torch.dtype | None = None,
+) -> LoadedModel:
+    """One checkpoint file in Stability's / ComfyUI's layout (``state`` its tensors), the rest from ``config_dir``;
+    each part in ``dtype`` (the VAE in ``vae_dtype``, default ``dtype``)."""
     report = facts.check_parts((path.name, state))
     if not report.ok:
         raise ModelLoadError(
@@ -133,13 +140,17 @@ def load_single_file(path: Path, state: dict[str, torch.Tensor], *, config_dir: 
             ("choose the transformer, clip_l, clip_g (and t5xxl) files together as the model's parts",),
         )
     states = {kind: _strip(state, prefix) for kind, (_name, prefix) in report.sources.items()}
-    m = _assemble(states, config_dir, beside=[path.parent], notes=report.notes, name=path.name)
+    m = _assemble(states, config_dir, beside=[path.parent], notes=report.notes, name=path.name, dtype=dtype,
+                  vae_dtype=vae_dtype or dtype)
     m.path, m.identity, m.source = str(path), model_identity(path), "single_file"
     return m
 
 
-def load_parts(parts: ModelParts, *, config_dir: Path) -> LoadedModel:
-    """A split install: the transformer's file, the text encoders' files (any order) and the VAE's file."""
+def load_parts(
+    parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = _F32, vae_dtype: torch.dtype | None = None,
+) -> LoadedModel:
+    """A split install: the transformer's file, the text encoders' files (any order) and the VAE's file; each part in
+    ``dtype`` (the VAE in ``vae_dtype``, default ``dtype``)."""
     files = [parts.denoiser, *parts.text_encoders, *([parts.vae] if parts.vae else [])]
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
@@ -164,7 +175,8 @@ def load_parts(parts: ModelParts, *, config_dir: Path) -> LoadedModel:
         states[kind] = _strip(loaded[file], prefix)
     loaded.clear()
     beside = list(dict.fromkeys(Path(f).parent for f in files))
-    m = _assemble(states, config_dir, beside=beside, notes=report.notes, name=parts.denoiser.name)
+    m = _assemble(states, config_dir, beside=beside, notes=report.notes, name=parts.denoiser.name, dtype=dtype,
+                  vae_dtype=vae_dtype or dtype)
     m.path, m.source = str(parts.denoiser), "split_files"
     m.identity = hashlib.sha256("\n".join(model_identity(f) for f in files).encode()).hexdigest()[:24]
     return m
@@ -203,9 +215,11 @@ def _strip(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Te
 
 
 def _assemble(
-    states: Mapping[str, dict[str, torch.Tensor]], config_dir: Path, *, beside: Iterable[Path], notes: Iterable[str], name: str
+    states: Mapping[str, dict[str, torch.Tensor]], config_dir: Path, *, beside: Iterable[Path], notes: Iterable[str], name: str,
+    dtype: torch.dtype = _F32, vae_dtype: torch.dtype = _F32,
 ) -> LoadedModel:
-    """Build every part from its tensors (bare keys), its config from ``config_dir``; T5 only when given."""
+    """Build every part from its tensors (bare keys), its config from ``config_dir``, in ``dtype`` (the VAE in
+    ``vae_dtype``); T5 only when given."""
     from diffusers import FlowMatchEulerDiscreteScheduler
     from transformers import CLIPTokenizer
 
@@ -213,16 +227,18 @@ def _assemble(
     cfg = str(config_dir)
     part = "transformer"
     try:
-        transformer = build_transformer(states["transformer"])
+        transformer = build_transformer(states["transformer"], dtype)
         part = "VAE"
-        vae = build_vae(states["vae"], Path(config_dir))
+        vae = build_vae(states["vae"], Path(config_dir), vae_dtype)
         part = "CLIP-L"
-        encoders: list[nn.Module] = [build_clip(states["clip_l"], Path(config_dir), "text_encoder", identity_projection=True)]
+        encoders: list[nn.Module] = [
+            build_clip(states["clip_l"], Path(config_dir), "text_encoder", identity_projection=True, dtype=dtype)
+        ]
         part = "CLIP-G"
-        encoders.append(build_clip(states["clip_g"], Path(config_dir), "text_encoder_2", identity_projection=False))
+        encoders.append(build_clip(states["clip_g"], Path(config_dir), "text_encoder_2", identity_projection=False, dtype=dtype))
         if "t5" in states:
             part = "T5-XXL"
-            encoders.append(build_t5(states["t5"], Path(config_dir)))
+            encoders.append(build_t5(states["t5"], Path(config_dir), dtype))
     except ModelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 - shape mismatches, missing keys: the file is not what it claims
@@ -254,13 +270,14 @@ def check_config_dir(folder: Path, *, with_t5: bool) -> None:
 # --------------------------------------------------------------------------- the parts
 
 
-def _fp32(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """fp32 copies (one per distinct tensor: T5's tied embedding is converted once)."""
+def _as_dtype(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Each floating-point tensor in ``dtype``, cast as the part is built, never the whole file first (one copy per
+    distinct tensor: T5's tied embedding is converted once; a tensor already in ``dtype`` is the file's own)."""
     done: dict[int, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if id(value) not in done:
-            done[id(value)] = value.to(_F32) if value.dtype != _F32 else value
+            done[id(value)] = value.to(dtype) if value.is_floating_point() else value
         out[key] = done[id(value)]
     return out
 
@@ -273,21 +290,21 @@ def _refuse_scaled_fp8(state: Mapping[str, torch.Tensor], what: str) -> None:
         )
 
 
-def build_transformer(original: Mapping[str, torch.Tensor]) -> nn.Module:
+def build_transformer(original: Mapping[str, torch.Tensor], dtype: torch.dtype = _F32) -> nn.Module:
     """An ``SD3Transformer2DModel`` from original-layout MMDiT tensors (bare keys), its config read from them."""
     from accelerate import init_empty_weights
     from diffusers import SD3Transformer2DModel
 
     _refuse_scaled_fp8(original, "transformer")
     config = convert.config_from_original(original)
-    weights = _fp32(convert.to_diffusers(original))
+    weights = _as_dtype(convert.to_diffusers(original), dtype)
     with init_empty_weights(include_buffers=True):
         model = SD3Transformer2DModel.from_config(config)
     model.load_state_dict(weights, strict=True, assign=True)
     return model
 
 
-def build_vae(state: Mapping[str, torch.Tensor], config_dir: Path) -> nn.Module:
+def build_vae(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.dtype = _F32) -> nn.Module:
     """The 16-channel VAE from its tensors in the original (``encoder.down.0…``) or the diffusers layout."""
     from accelerate import init_empty_weights
     from diffusers import AutoencoderKL
@@ -299,11 +316,13 @@ def build_vae(state: Mapping[str, torch.Tensor], config_dir: Path) -> nn.Module:
         weights = convert_ldm_vae_checkpoint(weights, config)
     with init_empty_weights(include_buffers=True):
         model = AutoencoderKL.from_config(config)
-    model.load_state_dict(_fp32(weights), strict=True, assign=True)
+    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
     return model
 
 
-def build_clip(state: Mapping[str, torch.Tensor], config_dir: Path, subfolder: str, *, identity_projection: bool) -> nn.Module:
+def build_clip(
+    state: Mapping[str, torch.Tensor], config_dir: Path, subfolder: str, *, identity_projection: bool, dtype: torch.dtype = _F32,
+) -> nn.Module:
     """A ``CLIPTextModelWithProjection`` from a transformers-layout CLIP's tensors (``text_model.`` optional).
 
     ``identity_projection``: CLIP-L for SD 3, whose pooled output the clients use unprojected (see the module
@@ -324,11 +343,11 @@ def build_clip(state: Mapping[str, torch.Tensor], config_dir: Path, subfolder: s
         weights["text_projection.weight"] = torch.eye(config.projection_dim, config.hidden_size)
     with init_empty_weights(include_buffers=False):
         model = CLIPTextModelWithProjection(config)
-    model.load_state_dict(_fp32(weights), strict=True, assign=True)
+    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
     return model
 
 
-def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path) -> nn.Module:
+def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.dtype = _F32) -> nn.Module:
     """A ``T5EncoderModel`` from a T5 v1.1 encoder's tensors (``shared`` and/or ``encoder.embed_tokens``)."""
     from accelerate import init_empty_weights
     from transformers import T5Config, T5EncoderModel
@@ -342,7 +361,7 @@ def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path) -> nn.Module:
     weights["shared.weight"] = weights["encoder.embed_tokens.weight"] = embedding
     with init_empty_weights(include_buffers=False):
         model = T5EncoderModel(config)
-    model.load_state_dict(_fp32(weights), strict=True, assign=True)
+    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
     model.encoder.embed_tokens = model.shared  # one embedding, as T5EncoderModel ties them
     return model
 
