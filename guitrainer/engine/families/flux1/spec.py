@@ -61,9 +61,10 @@ def _config(part: str) -> dict[str, Any]:
     return json.loads((resources_dir() / "models" / "flux1" / part / "config.json").read_text(encoding="utf-8"))
 
 
-def on_meta() -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+def on_meta(blocks: tuple[int, int] | None = None) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
     """(transformer, VAE, CLIP-L, T5-XXL encoder) of full-size FLUX.1 dev, built on ``meta`` from the shipped
-    configs."""
+    configs; ``blocks`` (double, single) keeps fewer blocks at full width (the memory measurement at reduced
+    depth)."""
     from diffusers import AutoencoderKL, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
@@ -71,7 +72,10 @@ def on_meta() -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
         return {k: v for k, v in cfg.items() if not k.startswith("_")}
 
     with torch.device("meta"):
-        transformer = FluxTransformer2DModel.from_config(_config("transformer"))
+        cfg = _config("transformer")
+        if blocks is not None:
+            cfg.update(num_layers=int(blocks[0]), num_single_layers=int(blocks[1]))
+        transformer = FluxTransformer2DModel.from_config(cfg)
         vae = AutoencoderKL.from_config(_config("vae"))
         clip = CLIPTextModel(CLIPTextConfig(**clean(_config("text_encoder"))))
         t5 = T5EncoderModel(T5Config(**clean(_config("text_encoder_2"))))

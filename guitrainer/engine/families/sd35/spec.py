@@ -50,6 +50,11 @@ def _config(part: str) -> dict[str, Any]:
     return json.loads((CONFIG_DIR / part / "config.json").read_text(encoding="utf-8"))
 
 
+def transformer_config(part: str) -> dict[str, Any]:
+    """The shipped config of ``transformer_large`` or ``transformer_medium`` (a fresh dict: callers may edit it)."""
+    return _config(part)
+
+
 def build_on_meta(part: str) -> nn.Module:
     """One full-size part on ``meta``: ``transformer_large``, ``transformer_medium``, ``vae``, ``text_encoder``,
     ``text_encoder_2`` or ``text_encoder_3``."""
