@@ -64,6 +64,9 @@ class ModelSpec:
     #: the denoiser's repeated blocks ``precision.offload_blocks`` chooses from: per block list (the engine family's
     #: ``offload_blocks``), each block's parameter count in forward order; () = none known (offload not estimated)
     offload_blocks: tuple[tuple[int, ...], ...] = ()
+    #: a transformer's lists of repeated blocks (Flux's double and single, SD 3's joint): per list (how many blocks,
+    #: parameters of its largest block); () for the UNets. The transformer activation fit is per block of each list.
+    blocks: tuple[tuple[int, int], ...] = ()
 
     @property
     def vae(self) -> int:
@@ -114,6 +117,8 @@ class FamilyFacts:
         latent_downscale: image pixels per latent pixel (per side).
         patch: latent pixels per token side (Flux packs 2×2 latents into one token; UNets 1).
         text_encoders: the text encoders' names, in the model's order ("CLIP-L", "T5-XXL").
+        text_tokens: the text tokens the denoiser sees beside the image's (a transformer's joint attention: Flux
+            dev's 512 T5 tokens, SD 3.5's 77 CLIP + 256 T5); the estimator's activations grow with them.
         trainable_text_encoders: which of them a LoRA may train (Flux and SD 3.5: the CLIPs, not T5).
         precision: :class:`PrecisionFacts`.
         base_model_version: sd-scripts' ``ss_base_model_version`` for this family's LoRAs.
@@ -137,6 +142,7 @@ class FamilyFacts:
     latent_downscale: int = 8
     patch: int = 1
     text_encoders: tuple[str, ...] = ()
+    text_tokens: int = 77
     trainable_text_encoders: tuple[int, ...] = ()
     precision: PrecisionFacts = field(default_factory=PrecisionFacts)
     base_model_version: str = ""

@@ -383,6 +383,7 @@ SPEC = ModelSpec(
         'attention_ff': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
         'attention_ff_proj': (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ()),
     },
+    blocks=((19, 339831296), (38, 141591808)),
 )
 # fmt: on
 
@@ -406,6 +407,7 @@ FACTS = FamilyFacts(
     latent_downscale=8,
     patch=2,
     text_encoders=("CLIP-L", "T5-XXL"),
+    text_tokens=512,  # dev's T5 length (sd-scripts' t5xxl_max_token_length; schnell's 256 is estimated as dev's)
     # T5 stays frozen: sd-scripts' flux_train_network.py, ``self.train_t5xxl = False  # default is False``
     trainable_text_encoders=(0,),
     precision=PRECISION,

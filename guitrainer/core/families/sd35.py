@@ -390,6 +390,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
+        blocks=((38, 212999680),),
     ),
     "5-medium": ModelSpec(
         family="sd35",
@@ -410,6 +411,7 @@ SPECS: dict[str, ModelSpec] = {
             "attention_ff": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
             "attention_ff_proj": (((768, 768, 48, 0.0), (768, 3072, 12, 0.0), (3072, 768, 12, 0.0)), ((1280, 1280, 128, 0.0), (1280, 5120, 32, 0.0), (5120, 1280, 32, 0.0)), ()),
         },
+        blocks=((24, 101506944),),
     ),
 }
 # fmt: on
@@ -449,6 +451,7 @@ FACTS = FamilyFacts(
     latent_downscale=8,
     patch=2,
     text_encoders=("CLIP-L", "CLIP-G", "T5-XXL"),
+    text_tokens=CLIP_TOKENS + T5_TOKENS,
     trainable_text_encoders=(0, 1),  # the CLIPs; T5 frozen, as sd-scripts' default (train_t5xxl False)
     precision=PrecisionFacts(
         released="bf16",

@@ -46,6 +46,7 @@ class FluxSpec:
     joint_attention_dim: int  # T5's width, the transformer's text input
     blocks: tuple[int, int]  # double, single
     outside_blocks: int  # parameters outside the blocks (embedders, final layer): kept in the compute dtype under fp8
+    largest_blocks: tuple[int, int] = (0, 0)  # parameters of one double block, of one single block
     lora: dict[str, tuple[FluxLoraRow, ...]] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[tuple[FluxLoraRow, ...], tuple[FluxLoraRow, ...]]] = field(default_factory=dict)
 
@@ -132,11 +133,14 @@ def _table(model: nn.Module, targets: tuple[str, ...], seen: dict[str, tuple[flo
 
 
 @functools.cache
-def flux_spec() -> FluxSpec:
-    """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached)."""
-    transformer, vae, clip, t5 = on_meta()
+def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
+    """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached); ``blocks`` (double,
+    single) for the same width at reduced depth (the memory measurement's smaller points)."""
+    transformer, vae, clip, t5 = on_meta(blocks)
     seen = _tokens_seen(transformer)
     in_blocks = sum(_count(b) for b in (*transformer.transformer_blocks, *transformer.single_transformer_blocks))
+    largest = tuple(max((_count(b) for b in lst), default=0)
+                    for lst in (transformer.transformer_blocks, transformer.single_transformer_blocks))
     return FluxSpec(
         transformer=_count(transformer),
         text_encoders=(_count(clip), _count(t5)),
@@ -149,6 +153,7 @@ def flux_spec() -> FluxSpec:
         ),
         joint_attention_dim=int(transformer.config.joint_attention_dim),
         blocks=(len(transformer.transformer_blocks), len(transformer.single_transformer_blocks)),
+        largest_blocks=(largest[0], largest[1]),
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
@@ -183,4 +188,5 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         cross_attention_dim=spec.joint_attention_dim,
         denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
+        blocks=tuple((n, p) for n, p in zip(spec.blocks, spec.largest_blocks) if n),
     )

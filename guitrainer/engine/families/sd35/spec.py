@@ -50,9 +50,20 @@ def _config(part: str) -> dict[str, Any]:
     return json.loads((CONFIG_DIR / part / "config.json").read_text(encoding="utf-8"))
 
 
-def transformer_config(part: str) -> dict[str, Any]:
-    """The shipped config of ``transformer_large`` or ``transformer_medium`` (a fresh dict: callers may edit it)."""
-    return _config(part)
+def transformer_on_meta(part: str, blocks: int | None = None) -> nn.Module:
+    """``transformer_large`` or ``transformer_medium`` on ``meta``; ``blocks`` joint blocks instead of the released
+    model's (full width: the memory measurement at reduced depth)."""
+    if blocks is None:
+        return build_on_meta(part)
+    from diffusers import SD3Transformer2DModel
+
+    cfg = _config(part)
+    cfg["num_layers"] = int(blocks)
+    cfg["dual_attention_layers"] = [i for i in cfg.get("dual_attention_layers", []) if i < int(blocks)]
+    with torch.device("meta"):
+        model = SD3Transformer2DModel.from_config(cfg)
+    model.requires_grad_(False)
+    return model
 
 
 def build_on_meta(part: str) -> nn.Module:
@@ -111,12 +122,13 @@ def _table(module: nn.Module, suffixes: tuple[str, ...], patch: int | None) -> L
 
 
 @functools.cache
-def parameter_table(version: str) -> ParameterTable:
-    """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``)."""
+def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
+    """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``); ``blocks`` joint
+    blocks instead of the released model's, at full width (the memory measurement's smaller points)."""
     variant = VARIANTS[version]
     if not variant.config:
         raise ValueError(f"no shipped transformer config for {variant.label}")
-    transformer = build_on_meta(variant.config)
+    transformer = transformer_on_meta(variant.config, blocks)
     vae = build_on_meta("vae")
     encoders = [build_on_meta(p) for p in ("text_encoder", "text_encoder_2", "text_encoder_3")]
     patch = int(transformer.config.patch_size)
@@ -138,6 +150,7 @@ def parameter_table(version: str) -> ParameterTable:
             target: (_table(encoders[0], suffixes, None), _table(encoders[1], suffixes, None), ())
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
+        blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks)),),
     )
     buffers = sum(b.numel() for b in transformer.buffers())
     return ParameterTable(version=version, spec=spec, buffers=buffers)
