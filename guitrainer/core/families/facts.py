@@ -67,6 +67,8 @@ class ModelSpec:
     #: a transformer's lists of repeated blocks (Flux's double and single, SD 3's joint): per list (how many blocks,
     #: parameters of its largest block); () for the UNets. The transformer activation fit is per block of each list.
     blocks: tuple[tuple[int, int], ...] = ()
+    #: values of the denoiser's buffers (SD 3's position-embedding grid), held in the compute dtype like its weights
+    denoiser_buffers: int = 0
 
     @property
     def vae(self) -> int:

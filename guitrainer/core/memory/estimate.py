@@ -75,6 +75,22 @@ ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {
 VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 576.7054}
 # <<< fitted
 
+#: transformer families (Flux.1, SD 3.5): activation bytes per sample = N * (sum_j a_j * blocks_j + p), where N = image
+#: tokens + text tokens (``FamilyFacts.text_tokens``), blocks_j the count of block list j (``ModelSpec.blocks``: Flux's
+#: double and single, SD 3's joint), a_j what one block of list j keeps per token for the backward pass (with
+#: checkpointing: its input) and p the rest (embedders, loss; with checkpointing the recomputed block's peak). Keyed
+#: by (family, gradient checkpointing), bf16 / fp16 compute (fp32 is counted twice as wide). Fitted by least squares
+#: on the relative error from tracked steps at reduced depth and low resolution, full width (the points are in
+#: bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
+# >>> fitted by bench/transformer_vram.py --write
+TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float]] = {
+    ('flux1', False): ((115655.19, 101970.803), 85379.674),
+    ('flux1', True): ((-1905.045, 3135.0), 193010.976),
+    ('sd35', False): ((100232.676,), 18144.767),
+    ('sd35', True): ((1655.549,), 121992.928),
+}
+# <<< fitted
+
 CUDA_CONTEXT_BYTES = 500 * MiB  # CUDA context + cuBLAS workspace: not in max_memory_allocated
 
 ALLOCATOR_SLACK_FRACTION = 0.10  # reserved but unused memory of the caching allocator (of activations)
@@ -157,7 +173,24 @@ def _vae_fp16_safe(family: str, config: TrainingConfig) -> bool:
     return facts(family).precision.vae_upcast and config.precision.training == "fp16" and vae_fp16_safe(config)
 
 
+def _transformer_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    """:data:`TRANSFORMER_ACTIVATION_FIT` for ``config`` (0 for a family without a fit)."""
+    p = config.precision
+    fit = TRANSFORMER_ACTIVATION_FIT.get((spec.family, bool(p.gradient_checkpointing)))
+    if fit is None:
+        return 0
+    per_block, rest = fit
+    fam = facts(spec.family)
+    res = config.dataset.resolution
+    tokens = fam.image_tokens(res, res) + fam.text_tokens
+    per_token = sum(a * count for a, (count, _) in zip(per_block, spec.blocks)) + rest
+    width = 2.0 if p.training == "fp32" else 1.0
+    return int(config.schedule.batch_size * tokens * per_token * width)
+
+
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    if spec.blocks:
+        return _transformer_activation_bytes(spec, config)
     p, net = config.precision, config.network
     px = (config.dataset.resolution // 8) ** 2
     key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
@@ -272,9 +305,11 @@ def estimate(
         notes.append(off_note)
     resident = spec.denoiser - off.offloaded
     gpu_runtime = device_kind(device) in GPU_RUNTIME_KINDS
+    buffers = allocated(spec.denoiser_buffers * _bytes(wdt))  # never stored in fp8 (SD 3's position grid)
     parts: list[VramPart] = [
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
+        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w) + buffers, f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
+                 + (f", and {spec.denoiser_buffers / 1e6:.0f} M buffer values in {wdt}" if buffers else "")
                  + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
     ]
     if gpu_runtime:
@@ -326,7 +361,9 @@ def estimate(
 
 #: the share of the UNet's weights, widened from fp8 to the compute dtype, alive at the peak: with gradient
 #: checkpointing a recomputed block's, kept for its backward; without it every layer's (fp8 then saves nothing).
-#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without
+#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without.
+#: A transformer (``spec.blocks``) is counted by its blocks instead: the largest block's weights with checkpointing,
+#: every block's without (bench/RESULTS.md, issue 29)
 FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
 
 
@@ -335,7 +372,11 @@ def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> Vram
     tip = f"fp8 weights widened to {compute} as layers compute; " + (
         "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
-    size = int(FP8_WIDENED_SHARE[ckpt] * spec.denoiser * _bytes(compute))
+    if spec.blocks:  # a transformer: one block recomputed at a time, or every block's copy kept
+        widened = max(p for _, p in spec.blocks) if ckpt else sum(n * p for n, p in spec.blocks)
+    else:
+        widened = FP8_WIDENED_SHARE[ckpt] * spec.denoiser
+    size = int(widened * _bytes(compute))
     return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
 
 

@@ -151,6 +151,7 @@ def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
         blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks)),),
+        denoiser_buffers=sum(b.numel() for b in transformer.buffers()),
     )
-    buffers = sum(b.numel() for b in transformer.buffers())
+    buffers = spec.denoiser_buffers
     return ParameterTable(version=version, spec=spec, buffers=buffers)

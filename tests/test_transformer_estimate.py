@@ -1,0 +1,166 @@
+"""The VRAM estimate of the transformer families (Flux.1, SD 3.5), part by part and against the memory tracker.
+
+The parameter counts are worked out by hand from the published architectures (BFL's FLUX.1: 19 double + 38 single
+blocks, width 3072, MLP 4x; SD 3.5 Large: 38 joint blocks of width 38 x 64; T5 v1.1 XXL's encoder), not read from
+the tables the estimator ships. The tracker points are at reduced depth (a few blocks, full width) and at
+resolutions and depths the activation fit never saw (bench/transformer_vram.py fits at 256 / 512 px on other
+depths), so each comparison is out of sample.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from guitrainer.config import TrainingConfig
+from guitrainer.core.families.registry import facts
+from guitrainer.core.memory import estimate
+
+GB = 10**9
+
+
+def _lin(i: int, o: int) -> int:
+    """A Linear with bias."""
+    return i * o + o
+
+
+def flux_by_hand() -> tuple[int, int, int]:
+    """(one double block, one single block, everything outside the blocks) of FLUX.1 dev."""
+    h, mlp, head = 3072, 4 * 3072, 128
+    stream = _lin(h, 6 * h) + _lin(h, 3 * h) + _lin(h, h) + _lin(h, mlp) + _lin(mlp, h) + 2 * head  # mod, qkv, proj, mlp, q/k norms
+    double = 2 * stream  # image and text streams
+    single = _lin(h, 3 * h) + _lin(h, 3 * h + mlp) + _lin(h + mlp, h) + 2 * head  # mod, linear1 (qkv + mlp), linear2
+    # img_in (64 = 16 channels x 2 x 2), txt_in (T5's 4096), timestep + guidance MLPs (256 -> h -> h), pooled CLIP
+    # (768 -> h -> h), the final adaLN (h -> 2h) and projection (h -> 64)
+    outside = _lin(64, h) + _lin(4096, h) + 2 * (_lin(256, h) + _lin(h, h)) + _lin(768, h) + _lin(h, h)
+    outside += _lin(h, 2 * h) + _lin(h, 64)
+    return double, single, outside
+
+
+def t5_xxl_encoder_by_hand() -> int:
+    d, ff, layers, vocab = 4096, 10240, 24, 32128
+    per_layer = 4 * d * d + 3 * d * ff + 2 * d  # q k v o (no bias), gated FF wi_0 wi_1 wo, two RMS norms
+    return layers * per_layer + 32 * 64 + d + vocab * d  # relative position bias (32 buckets x 64 heads), final norm
+
+
+def sd35_large_block_by_hand() -> int:
+    h, head = 38 * 64, 64
+    stream = _lin(h, 6 * h) + 4 * _lin(h, h) + _lin(h, 4 * h) + _lin(4 * h, h) + 2 * head  # adaLN, q k v out, FF, norms
+    return 2 * stream  # image and context streams
+
+
+def config(family: str, res: int = 1024, *, fp8: bool = False, cached: bool = True, ckpt: bool = True) -> TrainingConfig:
+    c = TrainingConfig()
+    c.model.family = family
+    c.dataset.resolution = res
+    c.precision.training = "bf16"
+    c.precision.cache_latents = True
+    c.precision.cache_text_encoder_outputs = cached
+    c.precision.gradient_checkpointing = ckpt
+    c.precision.base_weights = "fp8" if fp8 else "auto"
+    return c
+
+
+# --------------------------------------------------------------------------- part by part, by hand
+
+
+def test_flux_parameter_table_matches_the_architecture_by_hand() -> None:
+    double, single, outside = flux_by_hand()
+    spec = facts("flux1").spec
+    assert spec is not None
+    assert spec.denoiser == 19 * double + 38 * single + outside
+    assert 11.85e9 < spec.denoiser < 11.95e9  # BFL: "12 B"; flux1-dev.safetensors is 23.8 GB of bf16
+    assert spec.blocks == ((19, double), (38, single))
+    assert spec.text_encoders[1] == t5_xxl_encoder_by_hand()
+    assert 4.7e9 < spec.text_encoders[1] < 4.8e9
+
+
+def test_flux_weights_part_by_part() -> None:
+    double, single, outside = flux_by_hand()
+    params = 19 * double + 38 * single + outside
+    bf16 = estimate.estimate(config("flux1"))
+    assert bf16.get("unet") == pytest.approx(2 * params, rel=1e-6)  # 23.8 GB
+    assert 23.7 * GB < bf16.get("unet") < 23.9 * GB
+    assert bf16.get("text_encoders") == 0  # outputs cached: the encoders leave the GPU
+    uncached = estimate.estimate(config("flux1", cached=False))
+    clip_l = 123_060_480  # CLIP ViT-L/14's text tower, as SD 1.5's
+    assert uncached.get("text_encoders") == pytest.approx(2 * (clip_l + t5_xxl_encoder_by_hand()), rel=1e-6)  # 9.8 GB
+    fp8 = estimate.estimate(config("flux1", fp8=True))
+    assert fp8.get("unet") == pytest.approx(params, rel=1e-6)
+    # with checkpointing one block is recomputed at a time: the largest (a double block) widened back to bf16
+    assert fp8.get("fp8_widening") == pytest.approx(2 * double, rel=1e-6)
+    no_ckpt = estimate.estimate(config("flux1", fp8=True, ckpt=False))
+    assert no_ckpt.get("fp8_widening") == pytest.approx(2 * (19 * double + 38 * single), rel=1e-6)
+
+
+def test_sd35_large_weights_part_by_part() -> None:
+    block = sd35_large_block_by_hand()
+    spec = facts("sd35").spec
+    assert spec is not None
+    assert spec.blocks == ((38, block),)
+    pos_grid = 192 * 192 * 38 * 64  # the learned position grid (pos_embed_max_size 192), a buffer
+    bf16 = estimate.estimate(config("sd35"))
+    assert bf16.get("unet") == pytest.approx(2 * (spec.denoiser + pos_grid), rel=1e-6)
+    fp8 = estimate.estimate(config("sd35", fp8=True))
+    assert fp8.get("unet") == pytest.approx(spec.denoiser + 2 * pos_grid, rel=1e-6)  # the grid is never fp8
+
+
+def test_activations_grow_with_the_tokens_and_shrink_with_checkpointing() -> None:
+    for family in ("flux1", "sd35"):
+        small = estimate.estimate(config(family, 512, ckpt=False)).get("activations")
+        large = estimate.estimate(config(family, 1024, ckpt=False)).get("activations")
+        text = facts(family).text_tokens
+        tokens = {res: (res // 16) ** 2 + text for res in (512, 1024)}  # 2 x 2 patches of the 8x latents, plus text
+        assert large / small == pytest.approx(tokens[1024] / tokens[512], rel=1e-3)
+        assert estimate.estimate(config(family, 1024)).get("activations") < large / 5
+
+
+# --------------------------------------------------------------------------- against the memory tracker
+
+
+def _reduced(family: str, blocks: tuple[int, ...]):  # noqa: ANN202 - a ModelSpec
+    if family == "flux1":
+        from guitrainer.engine.families.flux1.spec import as_model_spec, flux_spec
+
+        return as_model_spec(flux_spec((blocks[0], blocks[1])))
+    from guitrainer.engine.families.sd35.spec import parameter_table
+
+    return parameter_table("5-large", blocks[0]).spec
+
+
+POINTS = [
+    # family, blocks, px, fp8, text cached, checkpointing: none of them a fit point
+    ("flux1", (2, 3), 384, False, True, True),
+    ("flux1", (2, 3), 384, False, True, False),
+    ("flux1", (1, 2), 320, True, True, True),
+    ("flux1", (1, 1), 256, False, False, True),
+    ("sd35", (4,), 384, False, True, False),
+    ("sd35", (2,), 320, True, True, True),
+    ("sd35", (2,), 256, False, False, True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "blocks", "res", "fp8", "cached", "ckpt"), POINTS)
+def test_estimate_within_ten_percent_of_the_tracked_step(
+    family: str, blocks: tuple[int, ...], res: int, fp8: bool, cached: bool, ckpt: bool
+) -> None:
+    from guitrainer.engine.memory.measure import measure_training_step
+
+    c = config(family, res, fp8=fp8, cached=cached, ckpt=ckpt)
+    measured = measure_training_step(c, method="fake", blocks=blocks)
+    spec = _reduced(family, blocks)
+    est = estimate.estimate(c, spec)
+    assert measured.frozen_weights <= est.get("unet") + est.get("text_encoders") + 2 * 10**6
+    assert est.allocated == pytest.approx(measured.peak, rel=0.10)
+
+
+@pytest.mark.slow
+def test_tracker_counts_the_text_encoders_only_when_they_stay() -> None:
+    """Uncached, the step holds CLIP-L and T5-XXL in bf16 (by hand: 2 bytes x their parameters) beside the
+    transformer; cached, only random embeddings of T5's 512 tokens."""
+    from guitrainer.engine.memory.measure import measure_training_step
+
+    kept = measure_training_step(config("flux1", 256, cached=False), method="fake", blocks=(1, 1))
+    cached = measure_training_step(config("flux1", 256), method="fake", blocks=(1, 1))
+    encoders = 2 * (123_060_480 + t5_xxl_encoder_by_hand())
+    assert kept.static - cached.static == pytest.approx(encoders, rel=0.002)
