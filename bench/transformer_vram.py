@@ -40,8 +40,11 @@ from guitrainer.core.memory import estimate  # noqa: E402
 GiB = 2**30
 LABELS = {"flux1": "Flux.1 dev", "sd35": "SD 3.5 Large"}
 #: the fit's reduced depths: Flux (double, single) blocks, SD 3.5 joint blocks
-FIT_DEPTHS: dict[str, list[tuple[int, ...]]] = {"flux1": [(1, 1), (3, 1), (1, 4), (3, 4)], "sd35": [(1,), (3,), (6,)]}
-FIT_RESOLUTIONS = (256, 512)
+FIT_DEPTHS: dict[str, list[tuple[int, ...]]] = {
+    "flux1": [(1, 1), (3, 1), (1, 4), (3, 4), (6, 8)], "sd35": [(1,), (3,), (6,), (10,)],
+}
+FIT_RESOLUTIONS = (256, 384, 512)
+Fit = tuple[tuple[float, ...], float, tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,10 @@ def tokens(pt: Point) -> int:
     return fam.image_tokens(pt.resolution, pt.resolution) + fam.text_tokens
 
 
-def fit(family: str, checkpointing: bool) -> tuple[tuple[float, ...], float, list[tuple[Point, float, float]]]:
-    """Measure the fit points and solve ``activations = N * (sum_j a_j * blocks_j + p)`` by least squares on the
-    relative error; the activations are the measured peak less every other part of the estimate."""
+def fit(family: str, checkpointing: bool) -> tuple[Fit, list[tuple[Point, float, float]]]:
+    """Measure the fit points and solve ``activations = N * (sum_j a_j * blocks_j + p) + sum_j c_j * blocks_j`` by
+    least squares on the relative error; the activations are the measured peak less every other part of the
+    estimate."""
     import numpy as np
 
     rows, ys, pts = [], [], []
@@ -131,24 +135,27 @@ def fit(family: str, checkpointing: bool) -> tuple[tuple[float, ...], float, lis
         y = m.peak - others
         spec = spec_at(family, pt.blocks)
         n = tokens(pt)
-        rows.append([n * count for count, _ in spec.blocks] + [n])
+        rows.append([n * count for count, _, _ in spec.blocks] + [n] + [count for count, _, _ in spec.blocks])
         ys.append(y)
         pts.append((pt, m.peak, others))
     a = np.array(rows, dtype=float)
     y = np.array(ys, dtype=float)
     w = 1.0 / y
     sol, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
-    per_block = tuple(round(float(v), 3) for v in sol[:-1])
-    rest = round(float(sol[-1]), 3)
-    return per_block, rest, [(pt, peak, others + float(np.dot(r, sol))) for (pt, peak, others), r in zip(pts, rows)]
+    lists = len(spec.blocks)
+    per_block = tuple(round(float(v), 1) for v in sol[:lists])
+    rest = round(float(sol[lists]), 1)
+    fixed = tuple(round(float(v), 1) for v in sol[lists + 1:])
+    fitted = [(pt, peak, others + float(np.dot(r, sol))) for (pt, peak, others), r in zip(pts, rows)]
+    return (per_block, rest, fixed), fitted
 
 
-def write_fit(values: dict[tuple[str, bool], tuple[tuple[float, ...], float]]) -> None:
+def write_fit(values: dict[tuple[str, bool], Fit]) -> None:
     path = ROOT / "guitrainer" / "core" / "memory" / "estimate.py"
     text = path.read_text(encoding="utf-8")
     body = "\n".join(f"    {key!r}: {val!r}," for key, val in sorted(values.items()))
     block = ("# >>> fitted by bench/transformer_vram.py --write\n"
-             "TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float]] = {\n"
+             "TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float, tuple[float, ...]]] = {\n"
              f"{body}\n}}\n# <<< fitted")
     new, n = re.subn(r"# >>> fitted by bench/transformer_vram\.py --write\n.*?# <<< fitted", block, text, flags=re.S)
     if n != 1:
@@ -178,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.fit:
-        values: dict[tuple[str, bool], tuple[tuple[float, ...], float]] = {}
+        values: dict[tuple[str, bool], Fit] = {}
         for family in [args.family] if args.family else sorted(LABELS):
             for ckpt in (False, True):
-                per_block, rest, pts = fit(family, ckpt)
-                values[(family, ckpt)] = (per_block, rest)
-                print(f"{family} checkpointing={ckpt}: a={per_block} B/token/block, p={rest} B/token")
+                (per_block, rest, fixed), pts = fit(family, ckpt)
+                values[(family, ckpt)] = (per_block, rest, fixed)
+                print(f"{family} checkpointing={ckpt}: a={per_block} B/token/block, p={rest} B/token, "
+                      f"c={tuple(round(c / 2**20, 2) for c in fixed)} MiB/block")
                 for pt, peak, est in pts:
                     print(f"   blocks {pt.blocks} {pt.resolution:4d} px: measured {peak / GiB:.3f} GiB, "
                           f"fitted {est / GiB:.3f} GiB ({est / peak:.3f})")

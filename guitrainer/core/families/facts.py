@@ -65,8 +65,13 @@ class ModelSpec:
     #: ``offload_blocks``), each block's parameter count in forward order; () = none known (offload not estimated)
     offload_blocks: tuple[tuple[int, ...], ...] = ()
     #: a transformer's lists of repeated blocks (Flux's double and single, SD 3's joint): per list (how many blocks,
-    #: parameters of its largest block); () for the UNets. The transformer activation fit is per block of each list.
-    blocks: tuple[tuple[int, int], ...] = ()
+    #: parameters of its largest block, of which its adaLN modulation Linears: fed one vector per image, never kept
+    #: for the backward pass); () for the UNets. The transformer activation fit is per block of each list.
+    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: parameters fp8 storage (``precision.base_weights = "fp8"``) stores in fp8, per part (the denoiser, then each
+    #: text encoder): its Linear weights and biases outside the family's skip list; the rest (norms, embeddings,
+    #: the skipped layers) keeps the compute dtype. () = every parameter counted in fp8 (the UNet tables)
+    fp8_stored: tuple[int, ...] = ()
     #: values of the denoiser's buffers (SD 3's position-embedding grid), held in the compute dtype like its weights
     denoiser_buffers: int = 0
 

@@ -75,19 +75,21 @@ ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {
 VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 576.7054}
 # <<< fitted
 
-#: transformer families (Flux.1, SD 3.5): activation bytes per sample = N * (sum_j a_j * blocks_j + p), where N = image
-#: tokens + text tokens (``FamilyFacts.text_tokens``), blocks_j the count of block list j (``ModelSpec.blocks``: Flux's
-#: double and single, SD 3's joint), a_j what one block of list j keeps per token for the backward pass (with
-#: checkpointing: its input) and p the rest (embedders, loss; with checkpointing the recomputed block's peak). Keyed
-#: by (family, gradient checkpointing), bf16 / fp16 compute (fp32 is counted twice as wide). Fitted by least squares
-#: on the relative error from tracked steps at reduced depth and low resolution, full width (the points are in
-#: bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
+#: transformer families (Flux.1, SD 3.5): activation bytes per sample = N * (sum_j a_j * blocks_j + p) + sum_j c_j *
+#: blocks_j, where N = image tokens + text tokens (``FamilyFacts.text_tokens``), blocks_j the count of block list j
+#: (``ModelSpec.blocks``: Flux's double and single, SD 3's joint), a_j what one block of list j keeps per token for the
+#: backward pass (with checkpointing: its input), p the rest (embedders, loss; with checkpointing the recomputed
+#: block's peak) and c_j a per-block amount that does not grow with the tokens (negative where parts the estimate
+#: counts apart, the optimizer's workspace and some LoRA gradients, are not alive at the backward pass's peak).
+#: Keyed by (family, gradient checkpointing): (a, p, c); bf16 / fp16 compute (fp32 is counted twice as wide). Fitted
+#: by least squares on the relative error from tracked steps at reduced depth (full width) and 256-512 px (the points
+#: are in bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
 # >>> fitted by bench/transformer_vram.py --write
-TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float]] = {
-    ('flux1', False): ((115655.19, 101970.803), 85379.674),
-    ('flux1', True): ((-1905.045, 3135.0), 193010.976),
-    ('sd35', False): ((100232.676,), 18144.767),
-    ('sd35', True): ((1655.549,), 121992.928),
+TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float, tuple[float, ...]]] = {
+    ('flux1', False): ((122153.5, 104389.6), 85255.5, (-6552026.3, -2452760.6)),
+    ('flux1', True): ((6041.1, 6113.2), 192551.4, (-7749957.3, -2914710.3)),
+    ('sd35', False): ((116095.8,), 20322.0, (-13082749.7,)),
+    ('sd35', True): ((6336.6,), 129392.0, (-5697145.6,)),
 }
 # <<< fitted
 
@@ -146,6 +148,17 @@ def _bytes(dtype: str) -> int:
     return {"fp32": 4, "fp8": 1}.get(dtype, 2)
 
 
+def _frozen_bytes(spec: ModelSpec, part: int, params: int, stored: str, compute: str) -> int:
+    """Bytes of ``params`` frozen parameters of part ``part`` (0 the denoiser, then the text encoders) stored in
+    ``stored``: under fp8 the share the family's fp8 storage leaves in the compute dtype (``spec.fp8_stored``: norms,
+    embeddings, the skipped layers) is counted in it; without that table every parameter is counted in fp8."""
+    if stored != "fp8" or part >= len(spec.fp8_stored):
+        return allocated(params * _bytes(stored))
+    total = spec.denoiser if part == 0 else spec.text_encoders[part - 1]
+    in_fp8 = min(params, round(spec.fp8_stored[part] * params / total)) if total else params  # offload: pro rata
+    return allocated(in_fp8 * _bytes("fp8") + (params - in_fp8) * _bytes(compute))
+
+
 def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
     """The VAE's precision as the trainer runs it on a GPU: SDXL's own VAE overflows in fp16, so it stays fp32
     there, unless the configured VAE is fp16-safe by its config (``force_upcast`` false, as the fp16-fixed one)."""
@@ -179,13 +192,14 @@ def _transformer_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> in
     fit = TRANSFORMER_ACTIVATION_FIT.get((spec.family, bool(p.gradient_checkpointing)))
     if fit is None:
         return 0
-    per_block, rest = fit
+    per_block, rest, fixed = fit
     fam = facts(spec.family)
     res = config.dataset.resolution
     tokens = fam.image_tokens(res, res) + fam.text_tokens
-    per_token = sum(a * count for a, (count, _) in zip(per_block, spec.blocks)) + rest
+    per_token = sum(a * count for a, (count, _, _) in zip(per_block, spec.blocks)) + rest
+    per_sample = tokens * per_token + sum(c * count for c, (count, _, _) in zip(fixed, spec.blocks))
     width = 2.0 if p.training == "fp32" else 1.0
-    return int(config.schedule.batch_size * tokens * per_token * width)
+    return int(config.schedule.batch_size * max(per_sample, 0.0) * width)
 
 
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
@@ -307,7 +321,8 @@ def estimate(
     gpu_runtime = device_kind(device) in GPU_RUNTIME_KINDS
     buffers = allocated(spec.denoiser_buffers * _bytes(wdt))  # never stored in fp8 (SD 3's position grid)
     parts: list[VramPart] = [
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w) + buffers, f"{resident / 1e6:.0f} M frozen parameters"
+        VramPart("unet", f"UNet weights ({base_dt})", _frozen_bytes(spec, 0, resident, base_dt, wdt) + buffers,
+                 f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
                  + (f", and {spec.denoiser_buffers / 1e6:.0f} M buffer values in {wdt}" if buffers else "")
                  + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
@@ -324,8 +339,9 @@ def estimate(
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
         n_te = sum(spec.text_encoders)
+        te_bytes = sum(_frozen_bytes(spec, i + 1, n, base_dt, wdt) for i, n in enumerate(spec.text_encoders))
         parts.append(
-            VramPart("text_encoders", f"Text encoder(s) ({base_dt})", allocated(n_te * w), f"{n_te / 1e6:.0f} M parameters.")
+            VramPart("text_encoders", f"Text encoder(s) ({base_dt})", te_bytes, f"{n_te / 1e6:.0f} M parameters.")
         )
     vae_w = _bytes(vae_dt)
     if p.cache_latents:
@@ -363,7 +379,8 @@ def estimate(
 #: checkpointing a recomputed block's, kept for its backward; without it every layer's (fp8 then saves nothing).
 #: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without.
 #: A transformer (``spec.blocks``) is counted by its blocks instead: the largest block's weights with checkpointing,
-#: every block's without (bench/RESULTS.md, issue 29)
+#: every block's without; the adaLN modulation Linears, fed one vector per image that needs no gradient, never keep
+#: theirs (bench/RESULTS.md, issue 29)
 FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
 
 
@@ -372,8 +389,8 @@ def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> Vram
     tip = f"fp8 weights widened to {compute} as layers compute; " + (
         "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
-    if spec.blocks:  # a transformer: one block recomputed at a time, or every block's copy kept
-        widened = max(p for _, p in spec.blocks) if ckpt else sum(n * p for n, p in spec.blocks)
+    if spec.blocks:  # a transformer: one block recomputed at a time, or every block's copy kept (not the modulation's)
+        widened = max(p - m for _, p, m in spec.blocks) if ckpt else sum(n * (p - m) for n, p, m in spec.blocks)
     else:
         widened = FP8_WIDENED_SHARE[ckpt] * spec.denoiser
     size = int(widened * _bytes(compute))

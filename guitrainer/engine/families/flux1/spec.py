@@ -47,6 +47,8 @@ class FluxSpec:
     blocks: tuple[int, int]  # double, single
     outside_blocks: int  # parameters outside the blocks (embedders, final layer): kept in the compute dtype under fp8
     largest_blocks: tuple[int, int] = (0, 0)  # parameters of one double block, of one single block
+    modulation: tuple[int, int] = (0, 0)  # of which the adaLN modulation Linears (one vector per image)
+    fp8_stored: tuple[int, int, int] = (0, 0, 0)  # transformer, CLIP-L, T5: parameters fp8 storage keeps in fp8
     lora: dict[str, tuple[FluxLoraRow, ...]] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[tuple[FluxLoraRow, ...], tuple[FluxLoraRow, ...]]] = field(default_factory=dict)
 
@@ -132,6 +134,23 @@ def _table(model: nn.Module, targets: tuple[str, ...], seen: dict[str, tuple[flo
     return tuple(sorted((i, o, c, f, t) for (i, o, f, t), c in groups.items()))
 
 
+#: the blocks' adaLN modulation Linears (fed the timestep / guidance / pooled-text vector)
+_MODULATION = ("norm1.linear", "norm1_context.linear", "norm.linear")
+
+
+def _modulation(block: nn.Module) -> int:
+    return sum(_count(m) for n, m in block.named_modules() if isinstance(m, nn.Linear) and n in _MODULATION)
+
+
+def _fp8_stored(*parts: nn.Module) -> tuple[int, int, int]:
+    """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list, the LoRA aside)."""
+    from guitrainer.engine.families.flux1.family import Flux1
+    from guitrainer.engine.network.layer_casting import stored_parameters
+
+    a, b, c = (stored_parameters(p, Flux1.storage_skip_patterns) for p in parts)
+    return a, b, c
+
+
 @functools.cache
 def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
     """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached); ``blocks`` (double,
@@ -139,8 +158,9 @@ def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
     transformer, vae, clip, t5 = on_meta(blocks)
     seen = _tokens_seen(transformer)
     in_blocks = sum(_count(b) for b in (*transformer.transformer_blocks, *transformer.single_transformer_blocks))
-    largest = tuple(max((_count(b) for b in lst), default=0)
-                    for lst in (transformer.transformer_blocks, transformer.single_transformer_blocks))
+    lists = (transformer.transformer_blocks, transformer.single_transformer_blocks)
+    largest = tuple(max((_count(b) for b in lst), default=0) for lst in lists)
+    modulation = tuple(max((_modulation(b) for b in lst), default=0) for lst in lists)
     return FluxSpec(
         transformer=_count(transformer),
         text_encoders=(_count(clip), _count(t5)),
@@ -154,6 +174,8 @@ def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
         joint_attention_dim=int(transformer.config.joint_attention_dim),
         blocks=(len(transformer.transformer_blocks), len(transformer.single_transformer_blocks)),
         largest_blocks=(largest[0], largest[1]),
+        modulation=(modulation[0], modulation[1]),
+        fp8_stored=_fp8_stored(transformer, clip, t5),
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
@@ -188,5 +210,6 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         cross_attention_dim=spec.joint_attention_dim,
         denoiser_lora={t: _four(rows) for t, rows in spec.lora.items()},
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
-        blocks=tuple((n, p) for n, p in zip(spec.blocks, spec.largest_blocks) if n),
+        blocks=tuple((n, p, m) for n, p, m in zip(spec.blocks, spec.largest_blocks, spec.modulation) if n),
+        fp8_stored=spec.fp8_stored,
     )

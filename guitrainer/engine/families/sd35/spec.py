@@ -121,6 +121,20 @@ def _table(module: nn.Module, suffixes: tuple[str, ...], patch: int | None) -> L
     return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
 
 
+def _count_modulation(block: nn.Module) -> int:
+    """A joint block's adaLN modulation Linears (fed one vector per image)."""
+    return sum(_count(m) for n, m in block.named_modules() if isinstance(m, nn.Linear) and n in MODULATION)
+
+
+def _fp8_stored(*parts: nn.Module) -> tuple[int, ...]:
+    """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list: the embedders, the
+    final layer, T5's ``wo``)."""
+    from guitrainer.engine.families.sd35.family import SD35
+    from guitrainer.engine.network.layer_casting import stored_parameters
+
+    return tuple(stored_parameters(p, SD35.storage_skip_patterns) for p in parts)
+
+
 @functools.cache
 def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
     """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``); ``blocks`` joint
@@ -150,8 +164,10 @@ def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
             target: (_table(encoders[0], suffixes, None), _table(encoders[1], suffixes, None), ())
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
-        blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks)),),
+        blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks),
+                 max(_count_modulation(b) for b in transformer.transformer_blocks)),),
         denoiser_buffers=sum(b.numel() for b in transformer.buffers()),
+        fp8_stored=_fp8_stored(transformer, *encoders),
     )
     buffers = spec.denoiser_buffers
     return ParameterTable(version=version, spec=spec, buffers=buffers)
