@@ -138,6 +138,9 @@ def _materialise(config: TrainingConfig, run: _Run, device: str, real: bool) -> 
 
     for module in _modules(run):
         module.to_empty(device=device)
+        tie = getattr(module, "tie_weights", None)
+        if tie is not None:  # to_empty gives each user of a tied weight its own copy (T5's embedding): tie it again
+            tie()
     if real:
         with torch.no_grad():
             for module in _modules(run):
