@@ -75,12 +75,13 @@ ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {
 VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 576.7054}
 # <<< fitted
 
-#: transformer families (Flux.1, SD 3.5): activation bytes per sample = N * (sum_j a_j * blocks_j + p) + sum_j c_j *
+#: transformer families (Flux.1, SD 3.5): activation bytes = batch * N * (sum_j a_j * blocks_j + p) + sum_j c_j *
 #: blocks_j, where N = image tokens + text tokens (``FamilyFacts.text_tokens``), blocks_j the count of block list j
 #: (``ModelSpec.blocks``: Flux's double and single, SD 3's joint), a_j what one block of list j keeps per token for the
 #: backward pass (with checkpointing: its input), p the rest (embedders, loss; with checkpointing the recomputed
-#: block's peak) and c_j a per-block amount that does not grow with the tokens (negative where parts the estimate
-#: counts apart, the optimizer's workspace and some LoRA gradients, are not alive at the backward pass's peak).
+#: block's peak) and c_j a per-block amount that grows neither with the tokens nor with the batch (negative: parts
+#: the estimate counts apart, the optimizer's workspace and some LoRA gradients, are not alive at the backward pass's
+#: peak).
 #: Keyed by (family, gradient checkpointing): (a, p, c); bf16 / fp16 compute (fp32 is counted twice as wide). Fitted
 #: by least squares on the relative error from tracked steps at reduced depth (full width) and 256-512 px (the points
 #: are in bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
@@ -197,9 +198,9 @@ def _transformer_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> in
     res = config.dataset.resolution
     tokens = fam.image_tokens(res, res) + fam.text_tokens
     per_token = sum(a * count for a, (count, _, _) in zip(per_block, spec.blocks)) + rest
-    per_sample = tokens * per_token + sum(c * count for c, (count, _, _) in zip(fixed, spec.blocks))
+    per_block_fixed = sum(c * count for c, (count, _, _) in zip(fixed, spec.blocks))  # once per step, not per sample
     width = 2.0 if p.training == "fp32" else 1.0
-    return int(config.schedule.batch_size * max(per_sample, 0.0) * width)
+    return int(max(config.schedule.batch_size * tokens * per_token + per_block_fixed, 0.0) * width)
 
 
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
