@@ -1,7 +1,7 @@
 """Live memory estimate of a LoRA training run: a sum of named parts, in microseconds, without torch.
 
 The activation constants were fitted by ``bench/vram_calibrate.py`` against measured training steps
-(``bench/vram_grid.csv``); the parameter tables are in :mod:`~guitrainer.core.memory.specs`, the trainable
+(``bench/vram_grid.csv``), the transformer families' by ``bench/transformer_vram.py``; the parameter tables are in :mod:`~guitrainer.core.memory.specs`, the trainable
 tensors in :mod:`~guitrainer.core.memory.network`.
 """
 
@@ -288,7 +288,8 @@ def estimate(
     """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
 
     ``precision.base_weights = "fp8"`` stores the frozen UNet and text encoders in 1 byte per parameter (the
-    VAE stays in the training precision); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
+    VAE stays in the training precision; a transformer's table says which parameters its family keeps in the compute
+    dtype, ``ModelSpec.fp8_stored``); ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their
     gradients and AdamW's two states in 2 bytes each.
 
     The CUDA context and the caching allocator's slack are parts only on a CUDA (or ROCm) device

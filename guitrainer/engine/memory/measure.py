@@ -1,6 +1,7 @@
 """Measure a training step's peak memory: the ground truth the VRAM estimator is checked against.
 
-Two ways, one step function:
+Two ways, one step function (the UNet families'; the transformer families, Flux.1 and SD 3.5, run their own step
+through the family seam in :mod:`.family_step`, measured the same two ways):
 
 * **CUDA**: real tensors, a warm-up step, then ``torch.cuda.max_memory_allocated`` (and ``..._reserved``)
   over one more step.
