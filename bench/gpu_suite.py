@@ -12,7 +12,10 @@ Sections (each with its own time budget; a section that would overrun the whole 
    (:func:`guitrainer.engine.memory.measure.measure_training_step`, SD 1.5 and SDXL points of bench/vram_calibrate.py).
 5. ``engine_vs_bare``: the engine's s/step against a bare diffusers-style loop (bench/train_step.py) on the
    SD 1.5 architecture at 512 px, bf16 and fp16.
-6. ``offload``: blocks in system RAM (``precision.offload_blocks`` 0, 0.5, 1) on the SDXL architecture at 1024 px
+6. ``transformers``: full-size Flux.1 dev and SD 3.5 Large steps (random weights, bf16, checkpointing, text outputs
+   cached; frozen weights bf16 and fp8) through the family seam: s/step and ``max_memory_allocated`` against the
+   estimate (bench/transformer_vram.py's configurations).
+7. ``offload``: blocks in system RAM (``precision.offload_blocks`` 0, 0.5, 1) on the SDXL architecture at 1024 px
    (SD 1.5 at 512 px when SDXL was not built), checkpointing on: s/step, the step's ``max_memory_allocated``
    against the estimate, the pinned bytes, the offloader's prefetch counts, and the LoRA against the run without
    offload (bitwise, and its largest difference next to two runs without offload: the noise floor).
@@ -288,6 +291,44 @@ def vram_points(smoke: bool, deadline: float) -> dict[str, Any]:
             "median_abs_error": statistics.median(errs) if errs else None, "worst_abs_error": max(errs) if errs else None}
 
 
+def transformer_steps(smoke: bool, deadline: float) -> dict[str, Any]:
+    """Full-size Flux.1 dev and SD 3.5 Large steps with random weights (built on the GPU from the shipped configs
+    through the family seam, :mod:`guitrainer.engine.memory.family_step`): bf16, latents and text outputs cached,
+    checkpointing on, the frozen weights in bf16 and in fp8; s/step and ``max_memory_allocated`` against the
+    estimate. ``--smoke``: the same code at reduced depth (one block per list, full width), 256 px, on fake tensors."""
+    from transformer_vram import Point, make_config, spec_at
+
+    from guitrainer.core.memory import estimate
+    from guitrainer.engine.memory.measure import measure_training_step
+
+    res, blocks = (256, {"flux1": (1, 1), "sd35": (1,)}) if smoke else (1024, {})
+    method = "fake" if smoke else "cuda"
+    rows = []
+    for family in ("flux1", "sd35"):
+        for fp8 in (False, True):
+            if time.perf_counter() > deadline:
+                rows.append({"family": family, "fp8": fp8, "skipped": "time budget"})
+                continue
+            pt = Point(family, res, fp8, True, True, blocks.get(family))
+            cfg = make_config(pt)
+            try:
+                m = measure_training_step(cfg, method=method, blocks=pt.blocks)
+            except Exception as e:  # noqa: BLE001 - an out-of-memory point is a result too
+                rows.append({"family": family, "fp8": fp8, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                free()
+                continue
+            b = estimate.estimate(cfg, spec_at(family, pt.blocks))
+            err = (b.allocated - m.peak) / m.peak
+            rows.append({"family": family, "resolution": res, "fp8": fp8, "blocks": pt.blocks, "measured_peak": m.peak,
+                         "measured_reserved": m.reserved, "estimate_allocated": b.allocated, "rel_error": round(err, 4),
+                         "s_per_step": None if m.step_seconds is None else round(m.step_seconds, 3)})
+            print(f"   {family} {res}px {'fp8' if fp8 else 'bf16'}: measured {m.peak / 2**30:.2f} GiB, estimate "
+                  f"{b.allocated / 2**30:.2f} ({err:+.1%})"
+                  + (f", {m.step_seconds:.2f} s/step" if m.step_seconds else ""), flush=True)
+            free()
+    return {"method": method, "points": rows}
+
+
 def engine_vs_bare(base: str, resolution: int, steps: int, precisions: list[str], tmp: Path) -> dict[str, Any]:
     import torch
     from train_step import bare_run, config, engine_run
@@ -419,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                 suite.results["bnb_8bit"] = {"skipped": "needs CUDA"}
         deadline = time.perf_counter() + max(0.0, min(100.0, suite.left() - 70))
         suite.section("vram", 30, lambda: vram_points(smoke, deadline))
+        deadline = time.perf_counter() + max(0.0, min(90.0, suite.left() - 100))  # leave the last two sections theirs
+        suite.section("transformers", 40, lambda: transformer_steps(smoke, deadline))
         if "sd15" in folders:
             precs = ["bf16", "fp16"] if torch.cuda.is_available() else ["fp32"]
             suite.section("engine_vs_bare", 45, lambda: engine_vs_bare(folders["sd15"], r15, 12 if not smoke else 4, precs, tmp))

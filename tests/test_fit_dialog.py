@@ -89,15 +89,15 @@ def test_nothing_fits_a_tiny_card_says_so(qtbot, meter):
 
 
 def test_a_choice_that_needs_more_ram_than_the_computer_has_says_so(qtbot, meter, monkeypatch):
-    """Flux.1 dev fits a 4 GB card with every block kept in RAM, but the pinned blocks and the load need far more
-    RAM than 16 GB: the dialog says so, with the way out, and offers nothing to apply."""
+    """Flux.1 dev fits an 8 GB card (nf4, or blocks kept in RAM), but loading it (49 GB in bf16 from the hub) and the
+    pinned blocks need far more RAM than 16 GB: the dialog says so, with the way out, and offers nothing to apply."""
     monkeypatch.setattr(system_ram, "machine_ram", lambda: 16 * GiB)
     dialog = _open(qtbot, meter)
-    dialog.card.setCurrentIndex(dialog.card.findData(4 * GiB))
+    dialog.card.setCurrentIndex(dialog.card.findData(8 * GiB))
     meter.binding.set("model.family", "flux1")
     meter.binding.set("model.base", "black-forest-labs/FLUX.1-dev")
     dialog.refresh()
     assert not dialog.result.fits and dialog.result.ram_limited is not None
     text = dialog.summary.text()
-    assert text.startswith("Settings that fit 4.0 GB exist") and "this computer has 16.0 GB" in text, text
+    assert text.startswith("Settings that fit 8.0 GB exist") and "this computer has 16.0 GB" in text, text
     assert not dialog.apply_button.isEnabled()

@@ -78,6 +78,16 @@ class ModelSpec:
     offload_blocks: tuple[tuple[int, ...], ...] = ()
     #: the Linear weights int8 / nf4 storage quantises; None = not counted (the estimator then quantises them all)
     quantisable: QuantisableLinears | None = None
+    #: a transformer's lists of repeated blocks (Flux's double and single, SD 3's joint): per list (how many blocks,
+    #: parameters of its largest block, of which its adaLN modulation Linears: fed one vector per image, never kept
+    #: for the backward pass); () for the UNets. The transformer activation fit is per block of each list.
+    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: parameters fp8 storage (``precision.base_weights = "fp8"``) stores in fp8, per part (the denoiser, then each
+    #: text encoder): its Linear weights and biases outside the family's skip list; the rest (norms, embeddings,
+    #: the skipped layers) keeps the compute dtype. () = every parameter counted in fp8 (the UNet tables)
+    fp8_stored: tuple[int, ...] = ()
+    #: values of the denoiser's buffers (SD 3's position-embedding grid), held in the compute dtype like its weights
+    denoiser_buffers: int = 0
 
     @property
     def vae(self) -> int:
@@ -128,6 +138,8 @@ class FamilyFacts:
         latent_downscale: image pixels per latent pixel (per side).
         patch: latent pixels per token side (Flux packs 2×2 latents into one token; UNets 1).
         text_encoders: the text encoders' names, in the model's order ("CLIP-L", "T5-XXL").
+        text_tokens: the text tokens the denoiser sees beside the image's (a transformer's joint attention: Flux
+            dev's 512 T5 tokens, SD 3.5's 77 CLIP + 256 T5); the estimator's activations grow with them.
         trainable_text_encoders: which of them a LoRA may train (Flux and SD 3.5: the CLIPs, not T5).
         precision: :class:`PrecisionFacts`.
         base_model_version: sd-scripts' ``ss_base_model_version`` for this family's LoRAs.
@@ -151,6 +163,7 @@ class FamilyFacts:
     latent_downscale: int = 8
     patch: int = 1
     text_encoders: tuple[str, ...] = ()
+    text_tokens: int = 77
     trainable_text_encoders: tuple[int, ...] = ()
     precision: PrecisionFacts = field(default_factory=PrecisionFacts)
     base_model_version: str = ""

@@ -387,6 +387,8 @@ SPEC = ModelSpec(
     # the 19 double-stream blocks, then the 38 single-stream ones (precision.offload_blocks keeps a share of each)
     offload_blocks=((339831296,) * 19, (141591808,) * 38),
     quantisable=QuantisableLinears(weights=11834228736, rows=3035136, layers=494, largest=56623104),
+    blocks=((19, 339831296, 113283072), (38, 141591808, 28320768)),
+    fp8_stored=(11837263872, 85017600, 4630511616),
 )
 # fmt: on
 
@@ -410,6 +412,7 @@ FACTS = FamilyFacts(
     latent_downscale=8,
     patch=2,
     text_encoders=("CLIP-L", "T5-XXL"),
+    text_tokens=512,  # dev's T5 length (sd-scripts' t5xxl_max_token_length; schnell's 256 is estimated as dev's)
     # T5 stays frozen: sd-scripts' flux_train_network.py, ``self.train_t5xxl = False  # default is False``
     trainable_text_encoders=(0,),
     precision=PRECISION,

@@ -394,6 +394,9 @@ SPECS: dict[str, ModelSpec] = {
         },
         offload_blocks=((212999680,) * 37 + (136085248,),),
         quantisable=QuantisableLinears(weights=8014315520, rows=2748160, layers=529, largest=35487744),
+        blocks=((38, 212999680, 71004672),),
+        denoiser_buffers=89653248,
+        fp8_stored=(8017063680, 85607424, 631152640, 3623878656),
     ),
     "5-medium": ModelSpec(
         family="sd35",
@@ -416,6 +419,9 @@ SPECS: dict[str, ModelSpec] = {
         },
         offload_blocks=((101506944,) * 13 + (84980992,) * 10 + (54294784,),),
         quantisable=QuantisableLinears(weights=2222456832, rows=1230336, layers=385, largest=21233664),
+        blocks=((24, 101506944, 35412480),),
+        denoiser_buffers=226492416,
+        fp8_stored=(2223687168, 85607424, 631152640, 3623878656),
     ),
 }
 # fmt: on
@@ -455,6 +461,7 @@ FACTS = FamilyFacts(
     latent_downscale=8,
     patch=2,
     text_encoders=("CLIP-L", "CLIP-G", "T5-XXL"),
+    text_tokens=CLIP_TOKENS + T5_TOKENS,
     trainable_text_encoders=(0, 1),  # the CLIPs; T5 frozen, as sd-scripts' default (train_t5xxl False)
     precision=PrecisionFacts(
         released="bf16",

@@ -1,7 +1,7 @@
 """Live memory estimate of a LoRA training run: a sum of named parts, in microseconds, without torch.
 
 The activation constants were fitted by ``bench/vram_calibrate.py`` against measured training steps
-(``bench/vram_grid.csv``); the parameter tables are in :mod:`~guitrainer.core.memory.specs`, the trainable
+(``bench/vram_grid.csv``), the transformer families' by ``bench/transformer_vram.py``; the parameter tables are in :mod:`~guitrainer.core.memory.specs`, the trainable
 tensors in :mod:`~guitrainer.core.memory.network`.
 """
 
@@ -75,6 +75,25 @@ ACTIVATION_FIT: dict[tuple[str, str, bool], tuple[float, float, float]] = {
 VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 576.7054}
 # <<< fitted
 
+#: transformer families (Flux.1, SD 3.5): activation bytes = batch * N * (sum_j a_j * blocks_j + p) + sum_j c_j *
+#: blocks_j, where N = image tokens + text tokens (``FamilyFacts.text_tokens``), blocks_j the count of block list j
+#: (``ModelSpec.blocks``: Flux's double and single, SD 3's joint), a_j what one block of list j keeps per token for the
+#: backward pass (with checkpointing: its input), p the rest (embedders, loss; with checkpointing the recomputed
+#: block's peak) and c_j a per-block amount that grows neither with the tokens nor with the batch (negative: parts
+#: the estimate counts apart, the optimizer's workspace and some LoRA gradients, are not alive at the backward pass's
+#: peak).
+#: Keyed by (family, gradient checkpointing): (a, p, c); bf16 / fp16 compute (fp32 is counted twice as wide). Fitted
+#: by least squares on the relative error from tracked steps at reduced depth (full width) and 256-512 px (the points
+#: are in bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
+# >>> fitted by bench/transformer_vram.py --write
+TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float, tuple[float, ...]]] = {
+    ('flux1', False): ((122153.5, 104389.6), 85255.5, (-6552026.3, -2452760.6)),
+    ('flux1', True): ((6041.1, 6113.2), 192551.4, (-7749957.3, -2914710.3)),
+    ('sd35', False): ((116095.8,), 20322.0, (-13082749.7,)),
+    ('sd35', True): ((6336.6,), 129392.0, (-5697145.6,)),
+}
+# <<< fitted
+
 CUDA_CONTEXT_BYTES = 500 * MiB  # CUDA context + cuBLAS workspace: not in max_memory_allocated
 
 ALLOCATOR_SLACK_FRACTION = 0.10  # reserved but unused memory of the caching allocator (of activations)
@@ -131,6 +150,17 @@ def _bytes(dtype: str) -> int:
     return {"fp32": 4, "fp8": 1, "int8": 1}.get(dtype, 2)
 
 
+def _frozen_bytes(spec: ModelSpec, part: int, params: int, stored: str, compute: str) -> int:
+    """Bytes of ``params`` frozen parameters of part ``part`` (0 the denoiser, then the text encoders) stored in
+    ``stored``: under fp8 the share the family's fp8 storage leaves in the compute dtype (``spec.fp8_stored``: norms,
+    embeddings, the skipped layers) is counted in it; without that table every parameter is counted in fp8."""
+    if stored != "fp8" or part >= len(spec.fp8_stored):
+        return allocated(params * _bytes(stored))
+    total = spec.denoiser if part == 0 else spec.text_encoders[part - 1]
+    in_fp8 = min(params, round(spec.fp8_stored[part] * params / total)) if total else params  # offload: pro rata
+    return allocated(in_fp8 * _bytes("fp8") + (params - in_fp8) * _bytes(compute))
+
+
 def sdxl_vae_dtype(family: str, training: str, fp16_safe: bool = False) -> str:
     """The VAE's precision as the trainer runs it on a GPU: SDXL's own VAE overflows in fp16, so it stays fp32
     there, unless the configured VAE is fp16-safe by its config (``force_upcast`` false, as the fp16-fixed one)."""
@@ -158,7 +188,25 @@ def _vae_fp16_safe(family: str, config: TrainingConfig) -> bool:
     return facts(family).precision.vae_upcast and config.precision.training == "fp16" and vae_fp16_safe(config)
 
 
+def _transformer_activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    """:data:`TRANSFORMER_ACTIVATION_FIT` for ``config`` (0 for a family without a fit)."""
+    p = config.precision
+    fit = TRANSFORMER_ACTIVATION_FIT.get((spec.family, bool(p.gradient_checkpointing)))
+    if fit is None:
+        return 0
+    per_block, rest, fixed = fit
+    fam = facts(spec.family)
+    res = config.dataset.resolution
+    tokens = fam.image_tokens(res, res) + fam.text_tokens
+    per_token = sum(a * count for a, (count, _, _) in zip(per_block, spec.blocks)) + rest
+    per_block_fixed = sum(c * count for c, (count, _, _) in zip(fixed, spec.blocks))  # once per step, not per sample
+    width = 2.0 if p.training == "fp32" else 1.0
+    return int(max(config.schedule.batch_size * tokens * per_token + per_block_fixed, 0.0) * width)
+
+
 def _activation_bytes(spec: ModelSpec, config: TrainingConfig) -> int:
+    if spec.blocks:
+        return _transformer_activation_bytes(spec, config)
     p, net = config.precision, config.network
     px = (config.dataset.resolution // 8) ** 2
     key = (spec.family, "fp32" if p.training == "fp32" else "half", bool(p.gradient_checkpointing))
@@ -241,7 +289,8 @@ def estimate(
     """Estimated peak GPU memory of training ``config`` (a TrainingConfig), as named parts.
 
     ``precision.base_weights = "fp8"`` stores the frozen UNet and text encoders in 1 byte per parameter (the
-    VAE stays in the training precision); ``"int8"`` / ``"nf4"`` store the denoiser's quantisable Linear weights
+    VAE stays in the training precision; a transformer's table says which parameters its family keeps in the compute
+    dtype, ``ModelSpec.fp8_stored``); ``"int8"`` / ``"nf4"`` store the denoiser's quantisable Linear weights
     in about 1 / 0.52 byte (:mod:`.quantised`), the rest of it and the text encoders in the training precision;
     ``precision.lora_weights = "bf16"`` keeps the LoRA weights, their gradients and AdamW's two states in 2 bytes
     each.
@@ -277,10 +326,13 @@ def estimate(
         notes.append(off_note)
     resident = spec.denoiser - off.offloaded
     gpu_runtime = device_kind(device) in GPU_RUNTIME_KINDS
+    buffers = allocated(spec.denoiser_buffers * _bytes(wdt))  # never stored in fp8 (SD 3's position grid)
     parts: list[VramPart] = [
         _quantised_denoiser(spec, p.base_weights, wdt) if quant else
-        VramPart("unet", f"UNet weights ({base_dt})", allocated(resident * w), f"{resident / 1e6:.0f} M frozen parameters"
+        VramPart("unet", f"UNet weights ({base_dt})", _frozen_bytes(spec, 0, resident, base_dt, wdt) + buffers,
+                 f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
+                 + (f", and {spec.denoiser_buffers / 1e6:.0f} M buffer values in {wdt}" if buffers else "")
                  + (f"; {off.offloaded / 1e6:.0f} M more in {off.blocks} blocks kept in system RAM." if off.active else ".")),
     ]
     if gpu_runtime:
@@ -295,8 +347,10 @@ def estimate(
         parts.append(VramPart("text_encoders", "Text encoder(s): offloaded", 0, "Embeddings are cached; the encoders leave the GPU."))
     else:
         n_te = sum(spec.text_encoders)
-        parts.append(VramPart("text_encoders", f"Text encoder(s) ({te_dt})", allocated(n_te * _bytes(te_dt)),
-                              f"{n_te / 1e6:.0f} M parameters."))
+        te_bytes = sum(_frozen_bytes(spec, i + 1, n, te_dt, wdt) for i, n in enumerate(spec.text_encoders))
+        parts.append(
+            VramPart("text_encoders", f"Text encoder(s) ({te_dt})", te_bytes, f"{n_te / 1e6:.0f} M parameters.")
+        )
     vae_w = _bytes(vae_dt)
     if p.cache_latents:
         parts.append(VramPart("vae", "VAE: offloaded", 0, "Latents are cached; the VAE leaves the GPU."))
@@ -333,7 +387,10 @@ def estimate(
 
 #: the share of the UNet's weights, widened from fp8 to the compute dtype, alive at the peak: with gradient
 #: checkpointing a recomputed block's, kept for its backward; without it every layer's (fp8 then saves nothing).
-#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without
+#: Tracked fp16 steps, bench/RESULTS.md: SD 1.5 0.148-0.149, SDXL 0.128-0.198 with checkpointing; 0.87-0.96 without.
+#: A transformer (``spec.blocks``) is counted by its blocks instead: the largest block's weights with checkpointing,
+#: every block's without; the adaLN modulation Linears, fed one vector per image that needs no gradient, never keep
+#: theirs (bench/RESULTS.md, issue 29)
 FP8_WIDENED_SHARE = {True: 0.15, False: 0.9}
 
 
@@ -342,7 +399,11 @@ def _fp8_widening(spec: ModelSpec, config: TrainingConfig, compute: str) -> Vram
     tip = f"fp8 weights widened to {compute} as layers compute; " + (
         "a recomputed block's are kept for its backward pass." if ckpt else "without gradient checkpointing every "
         "layer's widened copy is kept for the backward pass, so fp8 storage saves nothing: turn checkpointing on.")
-    size = int(FP8_WIDENED_SHARE[ckpt] * spec.denoiser * _bytes(compute))
+    if spec.blocks:  # a transformer: one block recomputed at a time, or every block's copy kept (not the modulation's)
+        widened = max(p - m for _, p, m in spec.blocks) if ckpt else sum(n * (p - m) for n, p, m in spec.blocks)
+    else:
+        widened = FP8_WIDENED_SHARE[ckpt] * spec.denoiser
+    size = int(widened * _bytes(compute))
     return VramPart("fp8_widening", f"Widened fp8 weights ({compute})", size, tip)
 
 

@@ -207,6 +207,17 @@ class Family(ABC):
     #: names: Flux's double then single blocks, SD 3's joint blocks); each block one checkpointed unit
     block_lists: tuple[str, ...] = ("transformer_blocks", "single_transformer_blocks")
 
+    def meta_model(self, config: TrainingConfig, blocks: Sequence[int] | None = None) -> LoadedModel:
+        """The model ``config`` trains as an architecture on ``meta`` (no weights, no memory), built from the shipped
+        configs: what the memory measurement (:mod:`guitrainer.engine.memory.family_step`) runs a step of.
+
+        ``blocks`` gives how many blocks each list of :attr:`block_lists` keeps (None: the released model's), so a
+        measurement can run at reduced depth and full width. ``tokenizers`` are left empty: the measurement feeds
+        the text encoders token ids of the lengths :meth:`encode_text` asks for. Families measured by the UNet path
+        (:mod:`guitrainer.engine.memory.measure`) do not implement it.
+        """
+        raise NotImplementedError(f"{self.facts.label}: no architecture on meta for the memory measurement")
+
     def offload_blocks(self, denoiser: nn.Module) -> list[list[nn.Module]]:
         """The denoiser's repeated blocks ``precision.offload_blocks`` may keep in system RAM: per list, in the order
         the forward runs them (each list gets its share, :func:`guitrainer.core.memory.offload.offloaded_indices`).

@@ -1,6 +1,7 @@
 """Measure a training step's peak memory: the ground truth the VRAM estimator is checked against.
 
-Two ways, one step function:
+Two ways, one step function (the UNet families'; the transformer families, Flux.1 and SD 3.5, run their own step
+through the family seam in :mod:`.family_step`, measured the same two ways):
 
 * **CUDA**: real tensors, a warm-up step, then ``torch.cuda.max_memory_allocated`` (and ``..._reserved``)
   over one more step.
@@ -87,6 +88,7 @@ class MemoryMeasurement:
     analytic_optimizer_state: bool = False  # 8-bit state from the estimator's formula (bitsandbytes unavailable)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    step_seconds: float | None = None  # CUDA, the transformer families: the mean of the timed steps
 
     @property
     def activations(self) -> int:
@@ -198,8 +200,13 @@ def bnb_state_bytes(opt_cfg: Any, shapes: Iterable[tuple[int, ...]], block: int 
     return total
 
 
-def measure_training_step(config: Any, *, method: str = "auto", block: int = CUDA_BLOCK) -> MemoryMeasurement:
+def measure_training_step(
+    config: Any, *, method: str = "auto", block: int = CUDA_BLOCK, blocks: Iterable[int] | None = None
+) -> MemoryMeasurement:
     """Peak memory of one training step for ``config`` (a TrainingConfig).
+
+    Transformer families (Flux.1, SD 3.5) are measured through the family seam by :mod:`.family_step`; ``blocks``
+    runs them at reduced depth (how many blocks each of the family's block lists keeps; None: the released model).
 
     Args:
         config: the exact config; family, resolution, batch, rank, targets, optimizer, precision,
@@ -217,7 +224,17 @@ def measure_training_step(config: Any, *, method: str = "auto", block: int = CUD
     if method == "auto":
         method = "cuda" if torch.cuda.is_available() else "fake"
     t0 = time.perf_counter()
-    if method == "cuda":
+    if facts(_family(config)).architecture == "transformer":
+        from guitrainer.engine.memory import family_step
+
+        depth = None if blocks is None else tuple(blocks)
+        if method == "cuda":
+            result = family_step.measure_cuda(config, blocks=depth)
+        elif method in ("fake", "cpu"):
+            result = family_step.measure(config, fake=method == "fake", block=block, blocks=depth)
+        else:
+            raise ValueError(f"method must be 'auto', 'cuda', 'fake' or 'cpu', not {method!r}")
+    elif method == "cuda":
         result = _measure_cuda(config)
     elif method in ("fake", "cpu"):
         result = _measure_tracked(config, fake=method == "fake", block=block)

@@ -21,20 +21,36 @@ def cast_layerwise(module: torch.nn.Module, storage: torch.dtype, compute: torch
     backward through a frozen layer read float8 data ("expected scalar type Half but found Float8_e4m3fn" under
     fp16). It also works on fake tensors, so the memory measurement runs the trainer's own casting.
     """
+    for m in cast_layers(module, skip):
+        _hook(m, storage, compute)
+
+
+def cast_layers(module: torch.nn.Module, skip: tuple[str, ...]) -> list[torch.nn.Module]:
+    """The layers :func:`cast_layerwise` stores in the storage dtype: the Linear / Conv layers of ``module`` whose
+    path (or a parent's) matches none of ``skip``."""
     import re
 
     layers = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.Linear)
+    found: list[torch.nn.Module] = []
 
     def visit(m: torch.nn.Module, prefix: str) -> None:
         if any(re.search(p, prefix) for p in skip):
             return
         if isinstance(m, layers):
-            _hook(m, storage, compute)
+            found.append(m)
             return
         for name, child in m.named_children():
             visit(child, f"{prefix}.{name}" if prefix else name)
 
     visit(module, "")
+    return found
+
+
+def stored_parameters(module: torch.nn.Module, skip: tuple[str, ...]) -> int:
+    """How many of ``module``'s parameters :func:`cast_layerwise` stores in the storage dtype (weights and biases of
+    :func:`cast_layers`); the rest (norms, embeddings, the skipped layers) keep the compute dtype."""
+    return sum(p.numel() for m in cast_layers(module, skip) for k in ("weight", "bias")
+               if (p := m._parameters.get(k)) is not None)
 
 
 def _hook(m: torch.nn.Module, storage: torch.dtype, compute: torch.dtype) -> None:

@@ -64,6 +64,16 @@ class Flux1(Family):
     ) -> LoadedModel:
         return loading.load_parts(parts, config_dir=config_dir, dtype=dtype, vae_dtype=vae_dtype)
 
+    def meta_model(self, config: TrainingConfig, blocks: Sequence[int] | None = None) -> LoadedModel:
+        """Full-size FLUX.1 dev on ``meta`` (:func:`.spec.on_meta`), ``blocks`` = (double, single) if given."""
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        from guitrainer.engine.families.flux1.spec import on_meta
+
+        transformer, vae, clip, t5 = on_meta(None if blocks is None else (int(blocks[0]), int(blocks[1])))
+        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(self.default_config_dir(), subfolder="scheduler")
+        return LoadedModel(transformer, vae, [clip, t5], [], scheduler, family=self.name, source="meta")
+
     # ------------------------------------------------------------------ text
     def encode_text(
         self, model: LoadedModel, text_encoders: Sequence[nn.Module], captions: list[str], device: torch.device

@@ -48,6 +48,9 @@ class FluxSpec:
     joint_attention_dim: int  # T5's width, the transformer's text input
     blocks: tuple[int, int]  # double, single
     outside_blocks: int  # parameters outside the blocks (embedders, final layer): kept in the compute dtype under fp8
+    largest_blocks: tuple[int, int] = (0, 0)  # parameters of one double block, of one single block
+    modulation: tuple[int, int] = (0, 0)  # of which the adaLN modulation Linears (one vector per image)
+    fp8_stored: tuple[int, int, int] = (0, 0, 0)  # transformer, CLIP-L, T5: parameters fp8 storage keeps in fp8
     lora: dict[str, tuple[FluxLoraRow, ...]] = field(default_factory=dict)
     text_encoder_lora: dict[str, tuple[tuple[FluxLoraRow, ...], tuple[FluxLoraRow, ...]]] = field(default_factory=dict)
     #: the blocks ``precision.offload_blocks`` may keep in RAM: each double block's, then each single block's
@@ -67,9 +70,10 @@ def _config(part: str) -> dict[str, Any]:
     return json.loads((resources_dir() / "models" / "flux1" / part / "config.json").read_text(encoding="utf-8"))
 
 
-def on_meta() -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+def on_meta(blocks: tuple[int, int] | None = None) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
     """(transformer, VAE, CLIP-L, T5-XXL encoder) of full-size FLUX.1 dev, built on ``meta`` from the shipped
-    configs."""
+    configs; ``blocks`` (double, single) keeps fewer blocks at full width (the memory measurement at reduced
+    depth)."""
     from diffusers import AutoencoderKL, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
@@ -77,7 +81,10 @@ def on_meta() -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
         return {k: v for k, v in cfg.items() if not k.startswith("_")}
 
     with torch.device("meta"):
-        transformer = FluxTransformer2DModel.from_config(_config("transformer"))
+        cfg = _config("transformer")
+        if blocks is not None:
+            cfg.update(num_layers=int(blocks[0]), num_single_layers=int(blocks[1]))
+        transformer = FluxTransformer2DModel.from_config(cfg)
         vae = AutoencoderKL.from_config(_config("vae"))
         clip = CLIPTextModel(CLIPTextConfig(**clean(_config("text_encoder"))))
         t5 = T5EncoderModel(T5Config(**clean(_config("text_encoder_2"))))
@@ -133,15 +140,36 @@ def _table(model: nn.Module, targets: tuple[str, ...], seen: dict[str, tuple[flo
     return tuple(sorted((i, o, c, f, t) for (i, o, f, t), c in groups.items()))
 
 
+#: the blocks' adaLN modulation Linears (fed the timestep / guidance / pooled-text vector)
+_MODULATION = ("norm1.linear", "norm1_context.linear", "norm.linear")
+
+
+def _modulation(block: nn.Module) -> int:
+    return sum(_count(m) for n, m in block.named_modules() if isinstance(m, nn.Linear) and n in _MODULATION)
+
+
+def _fp8_stored(*parts: nn.Module) -> tuple[int, int, int]:
+    """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list, the LoRA aside)."""
+    from guitrainer.engine.families.flux1.family import Flux1
+    from guitrainer.engine.network.layer_casting import stored_parameters
+
+    a, b, c = (stored_parameters(p, Flux1.storage_skip_patterns) for p in parts)
+    return a, b, c
+
+
 @functools.cache
-def flux_spec() -> FluxSpec:
-    """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached)."""
+def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
+    """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached); ``blocks`` (double,
+    single) for the same width at reduced depth (the memory measurement's smaller points)."""
     from guitrainer.engine.families import registry
     from guitrainer.engine.network.quantised_storage import count_quantisable
 
-    transformer, vae, clip, t5 = on_meta()
+    transformer, vae, clip, t5 = on_meta(blocks)
     seen = _tokens_seen(transformer)
     in_blocks = sum(_count(b) for b in (*transformer.transformer_blocks, *transformer.single_transformer_blocks))
+    lists = (transformer.transformer_blocks, transformer.single_transformer_blocks)
+    largest = tuple(max((_count(b) for b in lst), default=0) for lst in lists)
+    modulation = tuple(max((_modulation(b) for b in lst), default=0) for lst in lists)
     return FluxSpec(
         transformer=_count(transformer),
         text_encoders=(_count(clip), _count(t5)),
@@ -154,6 +182,9 @@ def flux_spec() -> FluxSpec:
         ),
         joint_attention_dim=int(transformer.config.joint_attention_dim),
         blocks=(len(transformer.transformer_blocks), len(transformer.single_transformer_blocks)),
+        largest_blocks=(largest[0], largest[1]),
+        modulation=(modulation[0], modulation[1]),
+        fp8_stored=_fp8_stored(transformer, clip, t5),
         outside_blocks=_count(transformer) - in_blocks,
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
@@ -192,4 +223,6 @@ def as_model_spec(spec: FluxSpec) -> ModelSpec:
         text_encoder_lora={t: tuple(_four(rows) for rows in tables) for t, tables in spec.text_encoder_lora.items()},
         offload_blocks=spec.offload_blocks,
         quantisable=spec.quantisable,
+        blocks=tuple((n, p, m) for n, p, m in zip(spec.blocks, spec.largest_blocks, spec.modulation) if n),
+        fp8_stored=spec.fp8_stored,
     )

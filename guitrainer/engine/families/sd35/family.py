@@ -61,6 +61,21 @@ class SD35(Family):
     ) -> LoadedModel:
         return loading.load_parts(parts, config_dir=Path(config_dir), dtype=dtype, vae_dtype=vae_dtype)
 
+    def meta_model(self, config: TrainingConfig, blocks: Sequence[int] | None = None) -> LoadedModel:
+        """SD 3.5 Large or Medium (the size the base model's files name; Large where they do not say) on ``meta``,
+        from the shipped configs (:mod:`.spec`); ``blocks`` = (joint blocks,) if given."""
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        from guitrainer.core.families.sd35 import VARIANTS, version_of_base
+        from guitrainer.engine.families.sd35.spec import build_on_meta, transformer_on_meta
+
+        variant = VARIANTS.get(version_of_base(str(config.model.base)) or "5-large", VARIANTS["5-large"])
+        transformer = transformer_on_meta(variant.config or VARIANTS["5-large"].config, None if blocks is None else int(blocks[0]))
+        vae = build_on_meta("vae")
+        encoders = [build_on_meta(p) for p in ("text_encoder", "text_encoder_2", "text_encoder_3")]
+        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(self.default_config_dir(), subfolder="scheduler")
+        return LoadedModel(transformer, vae, encoders, [], scheduler, family=self.name, source="meta")
+
     # ------------------------------------------------------------------ text
     def encode_text(
         self, model: LoadedModel, text_encoders: Sequence[nn.Module], captions: list[str], device: torch.device

@@ -52,6 +52,22 @@ def _config(part: str) -> dict[str, Any]:
     return json.loads((CONFIG_DIR / part / "config.json").read_text(encoding="utf-8"))
 
 
+def transformer_on_meta(part: str, blocks: int | None = None) -> nn.Module:
+    """``transformer_large`` or ``transformer_medium`` on ``meta``; ``blocks`` joint blocks instead of the released
+    model's (full width: the memory measurement at reduced depth)."""
+    if blocks is None:
+        return build_on_meta(part)
+    from diffusers import SD3Transformer2DModel
+
+    cfg = _config(part)
+    cfg["num_layers"] = int(blocks)
+    cfg["dual_attention_layers"] = [i for i in cfg.get("dual_attention_layers", []) if i < int(blocks)]
+    with torch.device("meta"):
+        model = SD3Transformer2DModel.from_config(cfg)
+    model.requires_grad_(False)
+    return model
+
+
 def build_on_meta(part: str) -> nn.Module:
     """One full-size part on ``meta``: ``transformer_large``, ``transformer_medium``, ``vae``, ``text_encoder``,
     ``text_encoder_2`` or ``text_encoder_3``."""
@@ -107,16 +123,31 @@ def _table(module: nn.Module, suffixes: tuple[str, ...], patch: int | None) -> L
     return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
 
 
+def _count_modulation(block: nn.Module) -> int:
+    """A joint block's adaLN modulation Linears (fed one vector per image)."""
+    return sum(_count(m) for n, m in block.named_modules() if isinstance(m, nn.Linear) and n in MODULATION)
+
+
+def _fp8_stored(*parts: nn.Module) -> tuple[int, ...]:
+    """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list: the embedders, the
+    final layer, T5's ``wo``)."""
+    from guitrainer.engine.families.sd35.family import SD35
+    from guitrainer.engine.network.layer_casting import stored_parameters
+
+    return tuple(stored_parameters(p, SD35.storage_skip_patterns) for p in parts)
+
+
 @functools.cache
-def parameter_table(version: str) -> ParameterTable:
-    """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``)."""
+def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
+    """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``); ``blocks`` joint
+    blocks instead of the released model's, at full width (the memory measurement's smaller points)."""
     from guitrainer.engine.families import registry
     from guitrainer.engine.network.quantised_storage import count_quantisable
 
     variant = VARIANTS[version]
     if not variant.config:
         raise ValueError(f"no shipped transformer config for {variant.label}")
-    transformer = build_on_meta(variant.config)
+    transformer = transformer_on_meta(variant.config, blocks)
     vae = build_on_meta("vae")
     encoders = [build_on_meta(p) for p in ("text_encoder", "text_encoder_2", "text_encoder_3")]
     patch = int(transformer.config.patch_size)
@@ -140,6 +171,10 @@ def parameter_table(version: str) -> ParameterTable:
         },
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
         quantisable=count_quantisable(transformer, registry.family("sd35").storage_skip_patterns),
+        blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks),
+                 max(_count_modulation(b) for b in transformer.transformer_blocks)),),
+        denoiser_buffers=sum(b.numel() for b in transformer.buffers()),
+        fp8_stored=_fp8_stored(transformer, *encoders),
     )
-    buffers = sum(b.numel() for b in transformer.buffers())
+    buffers = spec.denoiser_buffers
     return ParameterTable(version=version, spec=spec, buffers=buffers)
