@@ -19,6 +19,11 @@ Sections (each with its own time budget; a section that would overrun the whole 
    (SD 1.5 at 512 px when SDXL was not built), checkpointing on: s/step, the step's ``max_memory_allocated``
    against the estimate, the pinned bytes, the offloader's prefetch counts, and the LoRA against the run without
    offload (bitwise, and its largest difference next to two runs without offload: the noise floor).
+8. ``storage``: the frozen-weight formats (``precision.base_weights`` auto, fp8, int8, nf4) on the same architecture
+   through the real Trainer, which quantises int8 / nf4 on the GPU layer by layer: s/step, the step's
+   ``max_memory_allocated`` against the estimate and its weights part, the loss. (Flux.1's int8 / nf4 at full size
+   would need its 24 GB folder built first, which the suite's budget has no room for: the SDXL UNet, 85 % of it
+   Linear weights, shows the same layers.)
 
     python bench/gpu_suite.py [--out bench/gpu_suite_results.json] [--budget 470]
     python bench/gpu_suite.py --smoke      # the same code paths on tiny models on a CPU (a minute or two)
@@ -393,6 +398,39 @@ def offload(base: str, family: str, resolution: int, steps: int, tmp: Path) -> d
     return out
 
 
+def storage(base: str, family: str, resolution: int, steps: int, tmp: Path) -> dict[str, Any]:
+    """Each frozen-weight format through the Trainer: speed and memory against the estimate (section 8)."""
+    import torch
+
+    from guitrainer.core.memory import estimate, specs
+
+    out: dict[str, Any] = {}
+    precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    for fmt in ("auto", "fp8", "int8", "nf4"):
+        cfg = base_config(base, family, resolution, 1, str(tmp / f"storage_{fmt}"))
+        cfg.precision.training, cfg.precision.gradient_checkpointing = precision, True
+        cfg.precision.base_weights = fmt
+        cfg.output.name = f"storage_{fmt}"
+        try:
+            summary, rep, trainer = train(cfg, steps)
+        except Exception as e:  # noqa: BLE001 - one format failing must not hide the others
+            out[fmt] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            free()
+            continue
+        est = estimate.estimate(cfg, specs.spec_of(family))
+        out[fmt] = {
+            **step_summary(rep, 1), "status": summary.status, "message": summary.message,
+            "estimate_allocated_gib": round(est.allocated / 2**30, 3),
+            "estimate_weights_gib": round(est.get("unet") / 2**30, 3),
+            "last_loss": rep.steps[-1].loss if rep.steps else None,
+        }
+        print(f"   {fmt}: {out[fmt]['s_per_step']} s/step, peak {out[fmt]['peak_allocated_gib']} GiB "
+              f"(estimate {out[fmt]['estimate_allocated_gib']}), loss {out[fmt]['last_loss']}", flush=True)
+        del trainer
+        free()
+    return out
+
+
 def environment() -> dict[str, Any]:
     import torch
 
@@ -469,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         if big in folders:
             side = (rxl if big == "sdxl" else r15) if not smoke else 64
             suite.section("offload", 60, lambda: offload(folders[big], big, side, 6 if not smoke else 2, tmp))
+            suite.section("storage", 60, lambda: storage(folders[big], big, side, 4 if not smoke else 2, tmp))
     suite.results["finished"] = True
     suite.write()
     print(f"gpu_suite: done in {suite.results['elapsed_s']:.0f} s; results in {args.out}")
