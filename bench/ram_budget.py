@@ -375,6 +375,11 @@ POINTS: dict[str, Point] = {
                         lambda w: _train(_sd15_config(w), "sd15")),
     "train_sd15_bf16": Point("full-size SD 1.5, 1 step bf16 at 64 px, checkpointing, cached latents (built in bf16)",
                              lambda w: _train(_sd15_config(w, **{"precision.training": "bf16"}), "sd15")),
+    "train_sd15_int8": Point("full-size SD 1.5, 1 step bf16 at 64 px, checkpointing, cached latents, the UNet's Linears "
+                             "quantised to int8 on the CPU", lambda w: _train(_sd15_config(
+                                 w, **{"precision.training": "bf16", "precision.base_weights": "int8"}), "sd15")),
+    "train_sd15_nf4": Point("the same with nf4 (quantised layer by layer on the CPU)", lambda w: _train(_sd15_config(
+                                w, **{"precision.training": "bf16", "precision.base_weights": "nf4"}), "sd15")),
     "train_sd15_512": Point("full-size SD 1.5, 1 step fp32 at 512 px, no checkpointing, cached latents",
                             lambda w: _train(_sd15_config(w, **{"dataset.resolution": 512,
                                                                 "precision.gradient_checkpointing": False}), "sd15")),
