@@ -45,8 +45,9 @@ def parse_size(text: str) -> int:
 
 
 def fit_config(cfg: TrainingConfig, target: str) -> tuple[TrainingConfig | None, int]:
-    """``cfg`` with the savers Fit chooses for ``target`` made, and the exit status (0; 2 when nothing fits or
-    the target cannot be read). Says what it did on stderr."""
+    """``cfg`` with the savers Fit chooses for ``target`` made, and the exit status (0; 1 when settings fit the card
+    but not this computer's RAM, printed to plan with; 2 when nothing fits or the target cannot be read). Says what
+    it did on stderr."""
     from guitrainer.core.memory.fit import apply, card_budget, fit
     from guitrainer.core.memory.system_ram import machine_ram
 
@@ -68,11 +69,16 @@ def fit_config(cfg: TrainingConfig, target: str) -> tuple[TrainingConfig | None,
         said = f"a card of {format_bytes(budget)}"
     result = fit(cfg, budget, device, machine_ram=machine_ram())
     print(f"fit to {said}: {result.summary}", file=sys.stderr)
+    if result.best is None and result.ram_limited is not None:  # fits the card, not this computer's RAM: exit 1
+        for change in result.ram_limited[0].changes:
+            print(f"  to plan with: {change.path} = {change.after!r} (was {change.before!r}): {change.why}",
+                  file=sys.stderr)
+        return None, 1
     if result.best is None:
         return None, 2
     for change in result.best.changes:
         print(f"  {change.path} = {change.after!r} (was {change.before!r}): {change.why}", file=sys.stderr)
     for alt in result.alternatives:
         listed = "; ".join(c.text for c in alt.changes) or "as it is"
-        print(f"  also fits ({format_bytes(alt.total)}, about {alt.slower:.2f}× the step time): {listed}", file=sys.stderr)
+        print(f"  also fits ({format_bytes(alt.total)}, about {alt.slower:.2f}× the step time without memory savers): {listed}", file=sys.stderr)
     return apply(cfg, result.best), 0

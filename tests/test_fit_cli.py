@@ -52,3 +52,15 @@ def test_a_card_nothing_fits_is_refused(capsys):
 def test_a_bad_size_exits_2(capsys):
     assert main(["--preset", "demo", "--fit-to", "lots", "--check"]) == 2
     assert "is not a card size" in capsys.readouterr().err
+
+
+def test_settings_that_fit_the_card_but_not_this_computers_ram_are_printed_to_plan_with(capsys, monkeypatch):
+    from guitrainer.base.units import GiB
+    from guitrainer.core.memory import system_ram
+
+    monkeypatch.setattr(system_ram, "machine_ram", lambda: 16 * GiB)  # Flux.1 dev needs far more to load
+    code = main(["--preset", "Flux.1 dev — 12 GB", "--fit-to", "24GB", "--check"])
+    _out, err = capsys.readouterr()
+    assert code == 1  # not bad input (2): the settings exist, this computer's RAM is short
+    assert "Settings that fit 24.0 GB exist" in err and "this computer has 16.0 GB" in err
+    assert "to plan with: precision." in err and "(was " in err

@@ -8,7 +8,7 @@ from helpers import fake_device
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from guitrainer.base.units import GiB
+from guitrainer.base.units import GiB, format_bytes
 from guitrainer.config import TrainingConfig
 from guitrainer.core.memory import system_ram
 from guitrainer.core.memory.estimate import estimate
@@ -90,7 +90,8 @@ def test_nothing_fits_a_tiny_card_says_so(qtbot, meter):
 
 def test_a_choice_that_needs_more_ram_than_the_computer_has_says_so(qtbot, meter, monkeypatch):
     """Flux.1 dev fits an 8 GB card (nf4, or blocks kept in RAM), but loading it (49 GB in bf16 from the hub) and the
-    pinned blocks need far more RAM than 16 GB: the dialog says so, with the way out, and offers nothing to apply."""
+    pinned blocks need far more RAM than 16 GB: the dialog says so with the way out, and still shows the settings
+    to plan with (for another computer): the table lists them, the estimate line gives both figures, Apply works."""
     monkeypatch.setattr(system_ram, "machine_ram", lambda: 16 * GiB)
     dialog = _open(qtbot, meter)
     dialog.card.setCurrentIndex(dialog.card.findData(8 * GiB))
@@ -100,4 +101,9 @@ def test_a_choice_that_needs_more_ram_than_the_computer_has_says_so(qtbot, meter
     assert not dialog.result.fits and dialog.result.ram_limited is not None
     text = dialog.summary.text()
     assert text.startswith("Settings that fit 8.0 GB exist") and "this computer has 16.0 GB" in text, text
-    assert not dialog.apply_button.isEnabled()
+    assert "no memory saver lowers that enough" in text and "diffusers folder" not in text
+    option, need, _have = dialog.result.ram_limited
+    assert dialog.table.rowCount() == len(option.changes) > 0
+    assert f"system RAM {format_bytes(need)}, this computer 16.0 GB" in dialog.estimate_label.text()
+    assert "least" not in dialog.estimate_label.text()  # nothing here is "over" the card
+    assert dialog.apply_button.isEnabled()

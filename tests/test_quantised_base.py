@@ -501,3 +501,27 @@ def test_quantising_releases_each_original_weight_and_casts_to_the_compute_dtype
     assert all(ref() is None for ref in originals)
     assert net[0].bias.dtype == net[1].bias.dtype == torch.bfloat16
     assert net[2].weight is kept and kept.dtype == torch.float32
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_model_page_refuses_quantised_weights_with_blocks_in_ram_and_fixes_it_in_one_click(qtbot, fmt):
+    """Found by a new user: the window accepted int8 / nf4 with blocks in system RAM (the config and the CLI refuse
+    it). The precision picker now shows the refusal as an error, and its suggestion sets the blocks back to 0."""
+    from helpers import fake_device
+
+    from guitrainer.ui.binding import ConfigBinding
+    from guitrainer.ui.model.precision_picker import PrecisionPicker
+
+    cfg = config_with(precision__training="bf16", precision__gradient_checkpointing=True,
+                      precision__offload_blocks=0.5)
+    binding = ConfigBinding(cfg)
+    picker = PrecisionPicker(binding)
+    qtbot.addWidget(picker)
+    picker.set_device(fake_device("rtx3060"))
+    assert not picker.has_errors()
+    binding.set("precision.base_weights", fmt)
+    assert picker.has_errors() and "cannot be kept in system RAM" in picker.error_text()
+    (refusal,) = [a for a in picker._advice if a.code == "quantised_offload"]
+    picker.apply(refusal)
+    assert binding.config.precision.offload_blocks == 0.0 and not picker.has_errors()
+    assert binding.config.errors() == []

@@ -329,7 +329,7 @@ def estimate(
     buffers = allocated(spec.denoiser_buffers * _bytes(wdt))  # never stored in fp8 (SD 3's position grid)
     parts: list[VramPart] = [
         _quantised_denoiser(spec, p.base_weights, wdt) if quant else
-        VramPart("unet", f"UNet weights ({base_dt})", _frozen_bytes(spec, 0, resident, base_dt, wdt) + buffers,
+        VramPart("unet", f"{denoiser_label(spec)} weights ({base_dt})", _frozen_bytes(spec, 0, resident, base_dt, wdt) + buffers,
                  f"{resident / 1e6:.0f} M frozen parameters"
                  + (f", stored in fp8 and widened to {wdt} one layer at a time" if base_dt == "fp8" else "")
                  + (f", and {spec.denoiser_buffers / 1e6:.0f} M buffer values in {wdt}" if buffers else "")
@@ -419,7 +419,15 @@ def _quantised_denoiser(spec: ModelSpec, fmt: str, compute: str) -> VramPart:
            f"convs, norms, biases) in {compute}.")
     if spec.quantisable is None:
         tip += " This model's quantisable layers are not counted: estimated as if every weight were."
-    return VramPart("unet", f"UNet weights ({fmt})", allocated(stored) + allocated(rest), tip)
+    return VramPart("unet", f"{denoiser_label(spec)} weights ({fmt})", allocated(stored) + allocated(rest), tip)
+
+
+def denoiser_label(spec: ModelSpec) -> str:
+    """What the user calls the spec's denoiser: "UNet" (SD 1.5, SDXL, the demo) or "Transformer" (Flux.1, SD 3.5)."""
+    try:
+        return "Transformer" if facts(spec.family).architecture == "transformer" else "UNet"
+    except KeyError:  # a spec of a family no longer registered: the older word
+        return "UNet"
 
 
 def _dequantised_layer(spec: ModelSpec, fmt: str, compute: str) -> VramPart:

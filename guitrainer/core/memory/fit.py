@@ -112,15 +112,17 @@ class FitResult:
         if self.best is None and self.ram_limited is not None:
             option, need, have = self.ram_limited
             return (f"Settings that fit {budget} exist ({format_bytes(option.total)} estimated), but they need "
-                    f"{format_bytes(need)} of system RAM and this computer has {format_bytes(have)}: train on a "
-                    "computer with more RAM, or load the model from a diffusers folder rather than one file.")
+                    f"{format_bytes(need)} of system RAM and this computer has {format_bytes(have)}; no memory saver "
+                    "lowers that enough (most of it is the base model while it loads): train on a computer with "
+                    "more RAM. The settings are shown to plan with.")
         if self.best is None:
             least = f" (the least found: {format_bytes(self.smallest.total)})" if self.smallest else ""
             return (f"Nothing fits {budget}{least} with the savers Fit may change: lower the resolution or the rank, "
                     "or train on a card with more memory.")
         if not self.best.changes:
             return f"Already fits {budget}: {format_bytes(self.before.total)} estimated, nothing to change."
-        slower = f", about {self.best.slower:.2f}× the step time" if self.best.slower > 1.001 else ""
+        slower = (f", about {self.best.slower:.2f}× the step time without memory savers" if self.best.slower > 1.001
+                  else "")
         return (f"Fits {budget} with {len(self.best.changes)} change{'s' if len(self.best.changes) != 1 else ''}: "
                 f"{format_bytes(self.before.total)} → {format_bytes(self.best.total)} estimated{slower}.")
 
@@ -229,7 +231,8 @@ def knobs(config: TrainingConfig, spec: ModelSpec, target: Any, device: DeviceIn
     out.append([_Level((("precision.base_weights", f),), C.BASE_WEIGHTS.get(f, C.Cost(1.0, 0.0, ""))) for f in formats])
     if spec.offload_blocks and offload_saves_memory(device_kind(target)):
         shares = sorted({*OFFLOAD_SHARES, float(p.offload_blocks)})
-        out.append([_Level((("precision.offload_blocks", share),), C.Cost(1.0, 0.0, C.OFFLOAD_WHY)) for share in shares])
+        out.append([_Level((("precision.offload_blocks", share),), C.Cost(1.0, 0.0, C.OFFLOAD_WHY if share else ""))
+                    for share in shares])
     out.append(_batches(s.batch_size, s.gradient_accumulation))
     half = _half_precision(config, device)
     if p.training == "fp32" and half:
@@ -289,7 +292,9 @@ def _combinations(config: TrainingConfig, spec: ModelSpec, target: Any, device: 
                     except ValueError:
                         ok = False
                         break
-                    changes.append(Change(path, config.get(path), value, level.cost.why))
+                    # a level without a cost of its own undoes a saver the config had: the card does not need it
+                    why = level.cost.why or "not needed to fit this card, and faster without"
+                    changes.append(Change(path, config.get(path), value, why))
         if not ok:
             continue
         p = changed.precision

@@ -670,7 +670,8 @@ def rule_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iterable[Advic
                      code="fp8_without_checkpointing", topic=topic)
     width = {"fp32": 4}.get(cfg.precision.training, 2)
     share = "three quarters" if width == 4 else "half"
-    yield Advice("info", f"fp8 weights keep the frozen UNet and text encoders in 1 byte per value instead of {width} "
+    yield Advice("info", f"fp8 weights keep the frozen UNet or transformer and the text encoders in 1 byte per value "
+                 f"instead of {width} "
                  f"({cfg.precision.training}): {share} of their memory saved, at a small cost in quality (the LoRA "
                  "learns against slightly rounded weights) and some speed: every layer is widened again on every step "
                  f"({FP8_SPEED_COST}).", code="fp8_caveat", topic=topic)
@@ -695,18 +696,26 @@ def rule_quantised_base_weights(device: DeviceInfo, cfg: TrainingConfig) -> Iter
         yield Advice("error", f"{fmt} frozen weights need bitsandbytes' quantised layers: {reason}.", {topic: instead},
                      code="quantised_unusable", topic=topic)
         return
+    # the config refuses these combinations (config/training.py); the page says so where the choice is made
+    if cfg.precision.offload_blocks > 0:
+        yield Advice("error", f"{fmt} frozen weights cannot be kept in system RAM yet: set Blocks in system RAM to "
+                     "0, or store them in fp8, which can.", {"precision.offload_blocks": 0.0},
+                     code="quantised_offload", topic=topic)
+    if cfg.network.type != "lora":
+        yield Advice("error", f"{fmt} frozen weights train a plain LoRA only: set the network type to LoRA, or store "
+                     "the frozen weights in fp8.", {"network.type": "lora"}, code="quantised_network", topic=topic)
     if device.kind == "mps":
         yield Advice("warning", f"{fmt} frozen weights on an Apple GPU are untested here: bitsandbytes' Apple "
                      "support is new, and fp8 does not run there either.", {topic: "auto"},
                      code="quantised_on_mps", topic=topic)
     width = {"fp32": 4}.get(cfg.precision.training, 2)
-    stored = "1 byte and a scale per row" if fmt == "int8" else "about half a byte"
+    stored = "1 byte per value (and one scale per row)" if fmt == "int8" else "about half a byte per value"
     source = ("LLM.int8() (Dettmers et al. 2022) lost nothing on language models; diffusers' 2025 comparison "
-              "found 8-bit Flux images hard to tell from bf16" if fmt == "int8" else
+              "found 8-bit images (of Flux) hard to tell from bf16 ones" if fmt == "int8" else
               "QLoRA (Dettmers et al. 2023) matched 16-bit LoRA on language models; diffusers' 2025 comparison "
-              "found 4-bit Flux images more visibly changed than 8-bit")
-    yield Advice("info", f"{fmt} keeps the UNet's or transformer's Linear weights in {stored} per value instead of "
-                 f"{width} ({cfg.precision.training}); the embedders, final layers, convolutions and text encoders "
+              "found 4-bit images (of Flux) more visibly changed than 8-bit ones")
+    yield Advice("info", f"{fmt} keeps the UNet's or transformer's Linear weights in {stored} instead of "
+                 f"{width} bytes ({cfg.precision.training}); the embedders, final layers, convolutions and text encoders "
                  f"stay in {cfg.precision.training}. The LoRA learns against rounded weights and each layer is "
                  f"dequantised at every use, so steps are slower; {source}.", code="quantised_caveat", topic=topic)
 

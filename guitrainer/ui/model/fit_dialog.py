@@ -130,11 +130,14 @@ class FitDialog(QDialog):
                           machine_ram=self.machine_ram, images=self.images)
         r = self.result
         self._options = [o for o in (r.best, *r.alternatives) if o is not None]
+        if not self._options and r.ram_limited is not None:  # shown to plan with: it fits the card, not this RAM
+            self._options = [r.ram_limited[0]]
         with QSignalBlocker(self.option):
             self.option.clear()
             for i, o in enumerate(self._options):
                 what = "Fastest" if i == 0 else "Also fits"
-                self.option.addItem(f"{what}: {format_bytes(o.total)}, about {o.slower:.2f}× the step time", i)
+                self.option.addItem(f"{what}: {format_bytes(o.total)}, about {o.slower:.2f}× the step time "
+                                    "without memory savers", i)
         self.option.setEnabled(len(self._options) > 1)
         self.summary.setText(r.summary)
         self._show_option()
@@ -168,13 +171,21 @@ class FitDialog(QDialog):
         if r is None:
             return
         budget = format_bytes(r.budget)
+        planned = ("this computer's GPU" if self.card.currentData() == THIS_CARD else
+                   f"a CUDA card of {budget}, its CUDA context and allocator slack included (the meter shows this "
+                   "computer's)")
         if option is None:
             least = format_bytes(r.smallest.total) if r.smallest else "?"
-            self.estimate_label.setText(f"Estimated now {format_bytes(r.before.total)}; the least any choice "
-                                        f"reaches is {least}, over {budget}.")
+            self.estimate_label.setText(f"Estimated now {format_bytes(r.before.total)} on {planned}; the least any "
+                                        f"choice reaches is {least}.")
+        elif r.best is None and r.ram_limited is not None:
+            _option, need, have = r.ram_limited
+            self.estimate_label.setText(f"Estimated {format_bytes(r.before.total)} now → {format_bytes(option.total)} "
+                                        f"with these settings on {planned}; system RAM {format_bytes(need)}, this "
+                                        f"computer {format_bytes(have)}.")
         else:
             self.estimate_label.setText(f"Estimated {format_bytes(r.before.total)} now → {format_bytes(option.total)} "
-                                        f"with these settings, on {budget}.")
+                                        f"with these settings on {planned}.")
         self.apply_button.setEnabled(option is not None and bool(option.changes))
 
 
