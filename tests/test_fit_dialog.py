@@ -107,3 +107,18 @@ def test_a_choice_that_needs_more_ram_than_the_computer_has_says_so(qtbot, meter
     assert f"system RAM {format_bytes(need)}, this computer 16.0 GB" in dialog.estimate_label.text()
     assert "least" not in dialog.estimate_label.text()  # nothing here is "over" the card
     assert dialog.apply_button.isEnabled()
+
+
+def test_without_a_gpu_the_dialog_starts_from_the_presets_card(qtbot):
+    """Found by a new user: the dialog always opened on "A card of 12 GB", also for an 8 GB preset on a computer
+    without a GPU; it starts from the card the preset is made for."""
+    cfg = TrainingConfig()
+    cfg.set("model.family", "sdxl")
+    cfg.set("model.base", "stabilityai/stable-diffusion-xl-base-1.0")
+    meter = VramMeter(ConfigBinding(cfg))
+    qtbot.addWidget(meter)
+    meter.set_device(None, "CPU")
+    meter.set_target("SDXL — 6 GB")
+    meter.show()
+    dialog = _open(qtbot, meter)
+    assert dialog.card.currentData() == 6 * GiB, dialog.card.currentText()

@@ -42,7 +42,8 @@ class FitDialog(QDialog):
     """Choose a card, see what Fit changes and what it costs, apply it."""
 
     def __init__(self, binding: ConfigBinding, device: Any = None, parent: QWidget | None = None, *,
-                 machine_ram: int | None = None, images: int | None = None) -> None:
+                 machine_ram: int | None = None, images: int | None = None, planned: int | None = None) -> None:
+        """``planned``: the card size to start from where this computer has no GPU (the preset's card, "… — 8 GB")."""
         super().__init__(parent)
         self.setWindowTitle("Fit to this card")
         self.binding = binding
@@ -60,7 +61,7 @@ class FitDialog(QDialog):
         for size in CARD_SIZES:
             self.card.addItem(f"A card of {size} GB", size * GiB)
         if budget is None:
-            self.card.setCurrentIndex(self.card.findData(_nearest(_device_total(device))))
+            self.card.setCurrentIndex(self.card.findData(_nearest(planned or _device_total(device))))
         self.card.currentIndexChanged.connect(self.refresh)
         self.option = QComboBox(self)
         self.option.setObjectName("fit_option")

@@ -460,7 +460,7 @@ class VramMeter(QWidget):
         """Fit to this card: the dialog for this computer's GPU (or, without one, the card size it is compared with)."""
         cfg = self.binding.config
         dialog = FitDialog(self.binding, self._device, self, machine_ram=system_ram.machine_ram(),
-                           images=self._images(cfg))
+                           images=self._images(cfg), planned=self._target[0] if self._target else None)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.finished.connect(lambda _code: setattr(self, "fit_dialog", None))
         self.fit_dialog = dialog
