@@ -134,7 +134,7 @@ def _modules(run: _Run) -> list[torch.nn.Module]:
 
 
 def _materialise(config: TrainingConfig, run: _Run, device: str, real: bool) -> None:
-    from guitrainer.engine.memory.measure import _make_optimizer, lora_parameters
+    from guitrainer.engine.memory.step_parts import lora_parameters, make_optimizer
 
     for module in _modules(run):
         module.to_empty(device=device)
@@ -147,7 +147,7 @@ def _materialise(config: TrainingConfig, run: _Run, device: str, real: bool) -> 
                 for prm in module.parameters():
                     prm.normal_(0.0, 0.02)
     run.params = lora_parameters([run.model.denoiser, *run.trained])
-    run.optimizer = _make_optimizer(config.optimizer, run.params, real_8bit=real)
+    run.optimizer = make_optimizer(config.optimizer, run.params, real_8bit=real)
     if config.precision.training == "fp16":
         run.scaler = torch.amp.GradScaler("cuda") if device == "cuda" else ScalerStandIn()
 
@@ -199,7 +199,7 @@ def measure(config: TrainingConfig, *, fake: bool = True, block: int = CUDA_BLOC
     on tracked fake (or real, ``fake=False``) CPU tensors; ``blocks`` at reduced depth (see :func:`build`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from guitrainer.engine.memory.measure import MemoryMeasurement, _init_optimizer_state, _param_bytes
+    from guitrainer.engine.memory.step_parts import MemoryMeasurement, init_optimizer_state, param_bytes
 
     half = config.precision.training != "fp32"
     run = build(config, blocks, emulate_autocast=half)
@@ -210,12 +210,12 @@ def measure(config: TrainingConfig, *, fake: bool = True, block: int = CUDA_BLOC
         for module in _modules(run):
             for prm in module.parameters():
                 tracker.track(prm)
-        _init_optimizer_state(run)  # type: ignore[arg-type]  # it reads .params and .optimizer only
+        init_optimizer_state(run)  # type: ignore[arg-type]  # it reads .params and .optimizer only
         assert run.optimizer is not None
         state = sum(-(-t.untyped_storage().nbytes() // block) * block for s in run.optimizer.state.values()
                     for t in s.values() if isinstance(t, torch.Tensor))
-        frozen = _param_bytes(_modules(run), lora=False, block=block)  # type: ignore[arg-type]
-        lora = _param_bytes([run.model.denoiser, *run.trained], lora=True, block=block)
+        frozen = param_bytes(_modules(run), lora=False, block=block)  # type: ignore[arg-type]
+        lora = param_bytes([run.model.denoiser, *run.trained], lora=True, block=block)
         tracker.reset_peak()
         static = tracker.live
         wdtype = _DTYPES[config.precision.training]
@@ -233,7 +233,7 @@ def measure(config: TrainingConfig, *, fake: bool = True, block: int = CUDA_BLOC
 def measure_cuda(config: TrainingConfig, *, blocks: Sequence[int] | None = None, steps: int = 2) -> Any:
     """A real step on the current CUDA GPU (random weights): peak ``max_memory_allocated`` over the step after a
     warm-up step; ``step_seconds`` the mean of ``steps`` timed steps after the warm-up."""
-    from guitrainer.engine.memory.measure import MemoryMeasurement, _param_bytes
+    from guitrainer.engine.memory.step_parts import MemoryMeasurement, param_bytes
 
     half = config.precision.training != "fp32"
     torch.cuda.empty_cache()
@@ -260,8 +260,8 @@ def measure_cuda(config: TrainingConfig, *, blocks: Sequence[int] | None = None,
                 if isinstance(t, torch.Tensor))
     result = MemoryMeasurement(
         peak=torch.cuda.max_memory_allocated() - before, static=static,
-        frozen_weights=_param_bytes(_modules(run), lora=False),  # type: ignore[arg-type]
-        lora_weights=_param_bytes([run.model.denoiser, *run.trained], lora=True), optimizer_state=state,
+        frozen_weights=param_bytes(_modules(run), lora=False),  # type: ignore[arg-type]
+        lora_weights=param_bytes([run.model.denoiser, *run.trained], lora=True), optimizer_state=state,
         lora_parameter_count=sum(prm.numel() for prm in run.params), reserved=torch.cuda.max_memory_reserved(),
         method="cuda", notes=[f"{torch.cuda.get_device_name()}: {seconds:.3f} s/step after a warm-up step"],
     )

@@ -46,7 +46,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,34 +66,18 @@ from guitrainer.engine.memory.modes import (
     ScalerStandIn,
     StorageTracker,
 )
+from guitrainer.engine.memory.step_parts import (
+    MemoryMeasurement,
+    init_optimizer_state,
+    lora_parameters,
+    make_optimizer,
+    param_bytes,
+)
 from guitrainer.engine.models.vae import vae_needs_fp32
 from guitrainer.engine.network.layer_casting import FP8_SKIP_PATTERNS, cast_layerwise
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass
-class MemoryMeasurement:
-    """Peak memory of one training step (bytes). ``peak`` is comparable with ``torch.cuda.max_memory_allocated``."""
-
-    peak: int
-    static: int  # live at the start of the step: weights, LoRA, optimizer state
-    frozen_weights: int
-    lora_weights: int
-    optimizer_state: int
-    lora_parameter_count: int = 0  # trainable LoRA parameters (elements)
-    reserved: int | None = None  # CUDA only: max_memory_reserved
-    method: str = "fake"  # "fake" (tracked fake tensors) or "cuda"
-    analytic_optimizer_state: bool = False  # 8-bit state from the estimator's formula (bitsandbytes unavailable)
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    step_seconds: float | None = None  # CUDA, the transformer families: the mean of the timed steps
-
-    @property
-    def activations(self) -> int:
-        """Peak minus what was live before the step: activations, gradients and temporaries."""
-        return self.peak - self.static
 
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -129,25 +113,10 @@ def inject_engine_lora(unet: torch.nn.Module, text_encoders: list[torch.nn.Modul
 #: optimizers whose step reads tensor values on the host (``.item()``): they cannot step fake tensors, so the
 #: tracked step runs a stateless SGD and their state is measured by a real step (:func:`bnb_state_bytes`)
 STATE_MEASURED_APART = ("Prodigy", "DAdaptAdam")
-#: recipe optimizers that do step fake tensors: the tracked step runs them for real
-FAKE_SAFE_RECIPES = ("AdamWScheduleFree", "CAME")
 
 
 def _state_measured_apart(name: str) -> bool:
     return name.endswith("8bit") or name in STATE_MEASURED_APART
-
-
-def _make_optimizer(opt_cfg: Any, params: list[torch.nn.Parameter], real_8bit: bool) -> torch.optim.Optimizer:
-    name = opt_cfg.name
-    if name == "AdamW":
-        return torch.optim.AdamW(params, lr=opt_cfg.lr, foreach=True)  # foreach is the default on CUDA
-    if name == "Adafactor":
-        return torch.optim.Adafactor(params, lr=opt_cfg.lr, foreach=False)
-    if real_8bit or name in FAKE_SAFE_RECIPES:
-        from guitrainer.engine.optim import build_optimizer
-
-        return build_optimizer(opt_cfg, [{"params": params}])[0]
-    return torch.optim.SGD(params, lr=opt_cfg.lr, foreach=True)  # stateless stand-in; state from bnb_state_bytes
 
 
 def _state_storages(state: dict[str, Any]) -> dict[int, torch.UntypedStorage]:
@@ -308,14 +277,7 @@ def _materialise(config: Any, modules: list[Any], device: str, real_8bit: bool) 
     scaler: Any = None
     if config.precision.training == "fp16":
         scaler = torch.amp.GradScaler("cuda") if device == "cuda" else ScalerStandIn()
-    return _Run(unet, vae, tes, params, _make_optimizer(config.optimizer, params, real_8bit), scaler)
-
-
-def lora_parameters(modules: Iterable[torch.nn.Module | None]) -> list[torch.nn.Parameter]:
-    """The trainable LoRA parameters of ``modules``, as the trainer collects them."""
-    from guitrainer.engine.network import lora
-
-    return [prm for m in modules if m is not None for prm in lora.lora_parameters(m)]
+    return _Run(unet, vae, tes, params, make_optimizer(config.optimizer, params, real_8bit), scaler)
 
 
 def _step(config: Any, run: _Run, info: dict[str, Any], device: str, autocast: Any) -> None:
@@ -357,25 +319,6 @@ def _text_conditioning(
     if len(outs) == 2:
         return torch.cat([outs[0].hidden_states[-2], outs[1].hidden_states[-2]], dim=-1), outs[1].text_embeds
     return outs[0].last_hidden_state, None
-
-
-def _init_optimizer_state(run: _Run) -> None:
-    """What the warm-up step leaves behind: the optimizer state exists, gradients are None."""
-    for prm in run.params:
-        prm.grad = torch.zeros_like(prm)
-    run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
-
-
-def _param_bytes(modules: list[torch.nn.Module | None], lora: bool, block: int = CUDA_BLOCK) -> int:
-    total = 0
-    for m in modules:
-        if m is None:
-            continue
-        for n, prm in m.named_parameters():
-            if any(k in n for k in ("lora_", "hada_", "lokr_")) == lora:
-                total += -(-prm.numel() * prm.element_size() // block) * block
-    return total
 
 
 def _randomise(run: _Run) -> None:
@@ -424,7 +367,7 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
             if m is not None:
                 for prm in m.parameters():
                     tracker.track(prm)
-        _init_optimizer_state(run)
+        init_optimizer_state(run)
         state = sum(
             -(-t.untyped_storage().nbytes() // block) * block
             for s in run.optimizer.state.values()
@@ -432,8 +375,8 @@ def _measure_tracked(config: Any, fake: bool, block: int) -> MemoryMeasurement:
             if isinstance(t, torch.Tensor)  # moments and the 0-dim step counters
         )
         # the stored weights, before a forward casts any of them up (fp8 storage)
-        frozen = _param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False, block=block)
-        lora = _param_bytes([run.denoiser, *run.text_encoders], lora=True, block=block)
+        frozen = param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False, block=block)
+        lora = param_bytes([run.denoiser, *run.text_encoders], lora=True, block=block)
         tracker.reset_peak()
         static = tracker.live
         autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
@@ -471,7 +414,7 @@ def profile_cpu_step(config: Any) -> int:
     run = _materialise(config, modules, "cpu", real_8bit=False)
     del modules
     _randomise(run)
-    _init_optimizer_state(run)
+    init_optimizer_state(run)
     autocast = CudaAutocastEmulation(info["wdtype"]) if half else contextlib.nullcontext()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _step(config, run, info, "cpu", autocast)
@@ -523,8 +466,8 @@ def _measure_cuda_here(config: Any) -> MemoryMeasurement:
     result = MemoryMeasurement(
         peak=peak,
         static=static,
-        frozen_weights=_param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False),
-        lora_weights=_param_bytes([run.denoiser, *run.text_encoders], lora=True),
+        frozen_weights=param_bytes([run.denoiser, run.vae, *run.text_encoders], lora=False),
+        lora_weights=param_bytes([run.denoiser, *run.text_encoders], lora=True),
         optimizer_state=state,
         lora_parameter_count=sum(prm.numel() for prm in run.params),
         reserved=reserved,

@@ -39,10 +39,7 @@ class Flux1(Family):
     #: ai-toolkit's and musubi's embedder / final-layer lists; ~64 M parameters, 0.13 GB in bf16) — and the LoRA.
     #: The modulation Linears inside the blocks (``norm1.linear``, ``norm1_context.linear``, ``norm.linear``: 27 %
     #: of the weights) are stored like the rest, as OneTrainer, SimpleTuner and diffusers' bnb path do.
-    storage_skip_patterns: tuple[str, ...] = (
-        r"^x_embedder$", r"^context_embedder$", r"^time_text_embed", r"^norm_out", r"^proj_out$",
-        r"\.norm_(added_)?[qk]$", r"lora_",
-    )
+    storage_skip_patterns: tuple[str, ...] = lora_targets.STORAGE_SKIP_PATTERNS
     #: BFL's names, fused qkv and linear1: ComfyUI's flux_to_diffusers table (:mod:`.client_keys`)
     client_layout = client_keys.LAYOUT
 

@@ -73,3 +73,12 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
 def targets_in(model: nn.Module, targets: tuple[str, ...]) -> list[str]:
     """The full names of ``model``'s Linear layers that ``targets`` select, as peft matches them."""
     return [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and _matches(n, targets)]
+
+
+#: the layers fp8 / int8 / nf4 storage leaves in the compute dtype (``Flux1.storage_skip_patterns``; here so that the
+#: family and its estimator tables in :mod:`.spec` read one list without importing each other): the embedders, the
+#: final norm and projection, the q/k RMSNorms, and the LoRA
+STORAGE_SKIP_PATTERNS: tuple[str, ...] = (
+    r"^x_embedder$", r"^context_embedder$", r"^time_text_embed", r"^norm_out", r"^proj_out$",
+    r"\.norm_(added_)?[qk]$", r"lora_",
+)

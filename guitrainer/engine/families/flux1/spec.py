@@ -150,10 +150,9 @@ def _modulation(block: nn.Module) -> int:
 
 def _fp8_stored(*parts: nn.Module) -> tuple[int, int, int]:
     """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list, the LoRA aside)."""
-    from guitrainer.engine.families.flux1.family import Flux1
     from guitrainer.engine.network.layer_casting import stored_parameters
 
-    a, b, c = (stored_parameters(p, Flux1.storage_skip_patterns) for p in parts)
+    a, b, c = (stored_parameters(p, network.STORAGE_SKIP_PATTERNS) for p in parts)
     return a, b, c
 
 
@@ -161,7 +160,6 @@ def _fp8_stored(*parts: nn.Module) -> tuple[int, int, int]:
 def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
     """The :class:`FluxSpec` of full-size FLUX.1 dev (a few seconds on ``meta``; cached); ``blocks`` (double,
     single) for the same width at reduced depth (the memory measurement's smaller points)."""
-    from guitrainer.engine.families import registry
     from guitrainer.engine.network.quantised_storage import count_quantisable
 
     transformer, vae, clip, t5 = on_meta(blocks)
@@ -189,7 +187,7 @@ def flux_spec(blocks: tuple[int, int] | None = None) -> FluxSpec:
         lora={t: _table(transformer, s, seen) for t, s in network.TARGETS.items()},
         text_encoder_lora={t: (_table(clip, network.CLIP_TARGETS, None), ()) for t in network.TARGETS},
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
-        quantisable=count_quantisable(transformer, registry.family("flux1").storage_skip_patterns),
+        quantisable=count_quantisable(transformer, network.STORAGE_SKIP_PATTERNS),
     )
 
 

@@ -36,10 +36,7 @@ class SD35(Family):
     #: ``T5DenseGatedActDense.forward`` casts its input to ``wo.weight.dtype`` before the layer's own cast-up
     #: runs (fp8 input, compute-dtype weight: a dtype error) — sd-scripts patches that forward for ``--fp8_base``;
     #: transformers keeps ``wo`` in fp32 for fp16 (``_keep_in_fp32_modules``) for its overflow.
-    storage_skip_patterns: tuple[str, ...] = (
-        r"(^|\.)pos_embed\.", r"(^|\.)context_embedder$", r"(^|\.)time_text_embed\.", r"(^|\.)norm_out\.",
-        r"(^|\.)proj_out$", r"DenseReluDense\.wo$", "lora_",
-    )
+    storage_skip_patterns: tuple[str, ...] = targets.STORAGE_SKIP_PATTERNS
     #: the MMDiT's names, fused qkv: ComfyUI's mmdit_to_diffusers table (:mod:`.client_keys`)
     client_layout = client_keys.LAYOUT
 

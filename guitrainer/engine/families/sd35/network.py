@@ -70,3 +70,13 @@ def text_encoder_targets(index: int, network: NetworkConfig) -> tuple[str, ...]:
     if index not in TRAINABLE_TEXT_ENCODERS:
         return ()
     return TEXT_ENCODER_TARGETS[network.target_modules]
+
+
+#: the layers fp8 / int8 / nf4 storage leaves in the compute dtype (``SD35.storage_skip_patterns``; here so that the
+#: family and its estimator tables in :mod:`.spec` read one list without importing each other): the position and
+#: text embedders, the time embedder, the final norm and projection, T5's ``wo`` (its forward casts the input to
+#: ``wo``'s dtype before the layer's own cast: see ``SD35.storage_skip_patterns``), and the LoRA
+STORAGE_SKIP_PATTERNS: tuple[str, ...] = (
+    r"(^|\.)pos_embed\.", r"(^|\.)context_embedder$", r"(^|\.)time_text_embed\.", r"(^|\.)norm_out\.",
+    r"(^|\.)proj_out$", r"DenseReluDense\.wo$", "lora_",
+)

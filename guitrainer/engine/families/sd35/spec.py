@@ -30,7 +30,12 @@ from torch import nn
 from guitrainer.core.families.facts import LoraTable, ModelSpec
 from guitrainer.core.families.sd35 import CLIP_TOKENS, T5_TOKENS, VARIANTS
 from guitrainer.engine.families.base import Family
-from guitrainer.engine.families.sd35.network import DENOISER_TARGETS, MODULATION, TEXT_ENCODER_TARGETS
+from guitrainer.engine.families.sd35.network import (
+    DENOISER_TARGETS,
+    MODULATION,
+    STORAGE_SKIP_PATTERNS,
+    TEXT_ENCODER_TARGETS,
+)
 from guitrainer.engine.offload import block_table, named_block_lists
 
 CONFIG_DIR = Path(__file__).resolve().parents[4] / "resources" / "models" / "sd35"
@@ -131,17 +136,15 @@ def _count_modulation(block: nn.Module) -> int:
 def _fp8_stored(*parts: nn.Module) -> tuple[int, ...]:
     """Per part, the parameters the trainer's fp8 storage keeps in fp8 (the family's skip list: the embedders, the
     final layer, T5's ``wo``)."""
-    from guitrainer.engine.families.sd35.family import SD35
     from guitrainer.engine.network.layer_casting import stored_parameters
 
-    return tuple(stored_parameters(p, SD35.storage_skip_patterns) for p in parts)
+    return tuple(stored_parameters(p, STORAGE_SKIP_PATTERNS) for p in parts)
 
 
 @functools.cache
 def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
     """The table of "5-large" or "5-medium" (about a second: every part is built on ``meta``); ``blocks`` joint
     blocks instead of the released model's, at full width (the memory measurement's smaller points)."""
-    from guitrainer.engine.families import registry
     from guitrainer.engine.network.quantised_storage import count_quantisable
 
     variant = VARIANTS[version]
@@ -170,7 +173,7 @@ def parameter_table(version: str, blocks: int | None = None) -> ParameterTable:
             for target, suffixes in TEXT_ENCODER_TARGETS.items()
         },
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
-        quantisable=count_quantisable(transformer, registry.family("sd35").storage_skip_patterns),
+        quantisable=count_quantisable(transformer, STORAGE_SKIP_PATTERNS),
         blocks=((len(transformer.transformer_blocks), max(_count(b) for b in transformer.transformer_blocks),
                  max(_count_modulation(b) for b in transformer.transformer_blocks)),),
         denoiser_buffers=sum(b.numel() for b in transformer.buffers()),
