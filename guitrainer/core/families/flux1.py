@@ -388,7 +388,7 @@ SPEC = ModelSpec(
     offload_blocks=((339831296,) * 19, (141591808,) * 38),
     quantisable=QuantisableLinears(weights=11834228736, rows=3035136, layers=494, largest=56623104),
     blocks=((19, 339831296, 113283072), (38, 141591808, 28320768)),
-    fp8_stored=(11837263872, 85017600, 4630511616),
+    fp8_stored=(11837263872, 85017600, 3623878656),
 )
 # fmt: on
 

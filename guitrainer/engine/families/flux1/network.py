@@ -77,8 +77,10 @@ def targets_in(model: nn.Module, targets: tuple[str, ...]) -> list[str]:
 
 #: the layers fp8 / int8 / nf4 storage leaves in the compute dtype (``Flux1.storage_skip_patterns``; here so that the
 #: family and its estimator tables in :mod:`.spec` read one list without importing each other): the embedders, the
-#: final norm and projection, the q/k RMSNorms, and the LoRA
+#: final norm and projection, the q/k RMSNorms, T5's feed-forward output ``wo`` (``T5DenseGatedActDense.forward``
+#: casts its input to ``wo.weight.dtype`` before the layer's own cast-up runs: stored in fp8, T5's hidden states
+#: would be rounded to fp8 there, as SD 3.5's list already prevents), and the LoRA
 STORAGE_SKIP_PATTERNS: tuple[str, ...] = (
     r"^x_embedder$", r"^context_embedder$", r"^time_text_embed", r"^norm_out", r"^proj_out$",
-    r"\.norm_(added_)?[qk]$", r"lora_",
+    r"\.norm_(added_)?[qk]$", r"DenseReluDense\.wo$", r"lora_",
 )
