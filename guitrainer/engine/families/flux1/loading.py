@@ -30,6 +30,7 @@ from guitrainer.base.errors import first_line
 from guitrainer.core.families import flux1 as facts
 from guitrainer.engine.families.base import ModelParts
 from guitrainer.engine.families.flux1 import convert
+from guitrainer.engine.models.state_dicts import in_dtype
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, model_identity
 
 log = logging.getLogger(__name__)
@@ -84,18 +85,6 @@ def _cast(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     return nn.Module.to(module, dtype)
 
 
-def _as_dtype(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """``state`` with each floating-point tensor in ``dtype`` (one cast per distinct tensor, so a tied one stays one;
-    a tensor already in ``dtype`` is the file's own, not a copy)."""
-    done: dict[int, torch.Tensor] = {}
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if id(value) not in done:
-            done[id(value)] = value.to(dtype) if value.is_floating_point() else value
-        out[key] = done[id(value)]
-    return out
-
-
 def _assign(module: nn.Module, state: Mapping[str, torch.Tensor], part: str, dtype: torch.dtype) -> None:
     """``state`` into ``module`` (built on meta) by assignment, each tensor cast to ``dtype`` on the way (never a
     whole part in fp32 first); ModelLoadError naming the part on any mismatch."""
@@ -109,7 +98,7 @@ def _assign(module: nn.Module, state: Mapping[str, torch.Tensor], part: str, dty
             else f"{wrong[0]} is {tuple(state[wrong[0]].shape)}, the architecture has {tuple(expected[wrong[0]].shape)}"
         )
         raise ModelLoadError(f"{part} does not match its architecture ({detail})")
-    module.load_state_dict(_as_dtype(state, dtype), strict=True, assign=True)
+    module.load_state_dict(in_dtype(state, dtype), strict=True, assign=True)
 
 
 def _read_config(config_dir: Path, part: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from guitrainer.core.families import sd35 as facts
 from guitrainer.engine.families.base import ModelParts
 from guitrainer.engine.families.sd35 import convert
 from guitrainer.engine.families.sd35.loaded import NO_T5_NOTE, loaded_model
+from guitrainer.engine.models.state_dicts import in_dtype
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, model_identity
 
 log = logging.getLogger(__name__)
@@ -270,18 +271,6 @@ def check_config_dir(folder: Path, *, with_t5: bool) -> None:
 # --------------------------------------------------------------------------- the parts
 
 
-def _as_dtype(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Each floating-point tensor in ``dtype``, cast as the part is built, never the whole file first (one copy per
-    distinct tensor: T5's tied embedding is converted once; a tensor already in ``dtype`` is the file's own)."""
-    done: dict[int, torch.Tensor] = {}
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if id(value) not in done:
-            done[id(value)] = value.to(dtype) if value.is_floating_point() else value
-        out[key] = done[id(value)]
-    return out
-
-
 def _refuse_scaled_fp8(state: Mapping[str, torch.Tensor], what: str) -> None:
     if "scaled_fp8" in state or any(k.endswith(".scale_weight") for k in state):
         raise ModelLoadError(
@@ -297,7 +286,7 @@ def build_transformer(original: Mapping[str, torch.Tensor], dtype: torch.dtype =
 
     _refuse_scaled_fp8(original, "transformer")
     config = convert.config_from_original(original)
-    weights = _as_dtype(convert.to_diffusers(original), dtype)
+    weights = in_dtype(convert.to_diffusers(original), dtype)
     with init_empty_weights(include_buffers=True):
         model = SD3Transformer2DModel.from_config(config)
     model.load_state_dict(weights, strict=True, assign=True)
@@ -316,7 +305,7 @@ def build_vae(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.
         weights = convert_ldm_vae_checkpoint(weights, config)
     with init_empty_weights(include_buffers=True):
         model = AutoencoderKL.from_config(config)
-    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
+    model.load_state_dict(in_dtype(weights, dtype), strict=True, assign=True)
     return model
 
 
@@ -343,7 +332,7 @@ def build_clip(
         weights["text_projection.weight"] = torch.eye(config.projection_dim, config.hidden_size)
     with init_empty_weights(include_buffers=False):
         model = CLIPTextModelWithProjection(config)
-    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
+    model.load_state_dict(in_dtype(weights, dtype), strict=True, assign=True)
     return model
 
 
@@ -361,7 +350,7 @@ def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.d
     weights["shared.weight"] = weights["encoder.embed_tokens.weight"] = embedding
     with init_empty_weights(include_buffers=False):
         model = T5EncoderModel(config)
-    model.load_state_dict(_as_dtype(weights, dtype), strict=True, assign=True)
+    model.load_state_dict(in_dtype(weights, dtype), strict=True, assign=True)
     model.encoder.embed_tokens = model.shared  # one embedding, as T5EncoderModel ties them
     return model
 
