@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = "Demo — tiny built-in model (CPU, about a minute)"
 
 
 def _rows(steps: int, rnd: random.Random, batch: int = 2) -> list[tuple]:

@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = "Demo — tiny built-in model (CPU, about a minute)"
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -53,6 +53,7 @@ def run_self_test(app, window) -> int:  # noqa: ANN001 - Qt objects
             cfg.output.folder = tmp
             cfg.schedule.max_steps = 2
             cfg.sampling.every_n_steps = 0
+            cfg.sampling.at_start = False
             from guitrainer.engine.trainer import Trainer
 
             reporter = NullReporter()

@@ -25,7 +25,7 @@ from guitrainer.ui.workers import TrainingWorker, run_in_thread
 
 pytestmark = pytest.mark.slow  # every test here trains the demo model (in-process or through the CLI)
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = "Demo — tiny built-in model (CPU, about a minute)"
 REPO = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("guitrainer.engine.trainer")

@@ -9,7 +9,7 @@ from guitrainer.core.events import NullReporter
 from guitrainer.core.runs.store import RunStore
 from guitrainer.engine.recording import recording
 
-DEMO = "Demo — tiny built-in model (CPU, seconds)"
+DEMO = "Demo — tiny built-in model (CPU, about a minute)"
 
 
 def _events(folder):

@@ -162,7 +162,7 @@ def test_gpu_only_parts_only_on_a_cuda_gpu_and_a_preset_marks_its_card(qtbot) ->
     meter.set_target("SD 1.5 character — 6 GB")
     qtbot.waitUntil(lambda: meter.bar.target == 6 * units.GiB, timeout=1000)
     assert "6.0 GB card the preset is made for" in meter.legend.text()
-    meter.set_target("Demo — tiny built-in model (CPU, seconds)")
+    meter.set_target("Demo — tiny built-in model (CPU, about a minute)")
     qtbot.waitUntil(lambda: meter.bar.target is None, timeout=1000)
 
 

@@ -33,7 +33,7 @@ from guitrainer.config.training import TrainingConfig
 log = logging.getLogger(__name__)
 
 #: the built-in tiny model that trains on a CPU in seconds (tests, the self-test and a first run use it)
-DEMO_PRESET = "Demo — tiny built-in model (CPU, seconds)"
+DEMO_PRESET = "Demo — tiny built-in model (CPU, about a minute)"
 #: the preset a first start shows
 DEFAULT_PRESET = DEMO_PRESET
 
@@ -150,7 +150,7 @@ class PresetStore:
 
         In order: the exact name; the name ignoring case; the one name that starts with ``query``, then
         the one that contains it (both ignoring case and surrounding space): ``demo`` finds
-        "Demo — tiny built-in model (CPU, seconds)".
+        "Demo — tiny built-in model (CPU, about a minute)".
 
         Raises:
             KeyError: no preset matches (the message lists them all), or several do (it lists those).

@@ -446,6 +446,12 @@ class SamplingConfig:
         kind="multiline",
     )
     every_n_steps: int = setting(0, label="Sample every", help="Make samples every N steps; 0 turns samples off.", minimum=0, maximum=1_000_000, unit="steps")
+    at_start: bool = setting(
+        False,
+        label="Sample before training",
+        help="Also make the samples at step 0, before the first step: the base model's pictures, to compare "
+        "the LoRA's with (sd-scripts' --sample_at_first).",
+    )
     negative_prompt: str = setting("", label="Negative prompt", help="Used for every sample.", advanced=True)
     steps: int = setting(20, label="Sampling steps", help="Denoising steps per sample.", minimum=1, maximum=200, advanced=True)
     guidance_scale: float = setting(7.0, label="Guidance scale", help="Classifier-free guidance.", minimum=0.0, maximum=50.0, advanced=True)

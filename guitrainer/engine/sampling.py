@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.events import SampleImage
 from guitrainer.core.runs.names import RunFiles
+from guitrainer.core.runs.samples import Sample, first_and_last
 from guitrainer.engine.families import registry
 
 log = logging.getLogger(__name__)
@@ -120,3 +122,29 @@ def sample_during_run(session: Any, caches: Any, files: RunFiles, feedback: Any,
             caches.park(module)
     for sample in samples:
         feedback.reporter.on_sample(sample)
+    if samples and session.model.family == "demo":
+        report_demo_progress(cfg.prompts, files, feedback)
+
+
+def run_samples(prompts: Sequence[str], files: RunFiles) -> list[Sample]:
+    """This run's sample images on disk (``<label>_step<N>_<i>.png``), each with prompt ``i``'s text."""
+    lines = [p.strip() for p in prompts if p.strip()]
+    pattern = re.compile(rf"^{re.escape(files.label)}_step(\d+)_(\d+)\.png$")
+    out: list[Sample] = []
+    if not files.samples.is_dir():
+        return out
+    for path in sorted(files.samples.iterdir()):
+        m = pattern.match(path.name)
+        if m and int(m.group(2)) < len(lines):
+            out.append(Sample(lines[int(m.group(2))], int(m.group(1)), str(path)))
+    return out
+
+
+def report_demo_progress(prompts: Sequence[str], files: RunFiles, feedback: Any) -> None:
+    """The Demo's measure in the log, once a prompt has a first and a later sample: what the base drew and
+    what the LoRA draws now (:mod:`guitrainer.core.demo.progress`)."""
+    from guitrainer.core.demo.progress import demo_progress
+
+    pairs = [p for p in first_and_last(run_samples(prompts, files)) if p.last.step > p.first.step]
+    for progress in demo_progress(pairs):
+        feedback.status(f"Demo measure: {progress.describe()}")

@@ -202,7 +202,7 @@ class Trainer:
                 set_seed(cfg.schedule.seed + self.progress.global_step, device_specific=True)
         else:
             set_seed(cfg.schedule.seed, device_specific=True)  # the noise sequence starts here, whatever set-up used
-        if cfg.sampling.every_n_steps and not any(p.strip() for p in cfg.sampling.prompts):
+        if (cfg.sampling.every_n_steps or cfg.sampling.at_start) and not any(p.strip() for p in cfg.sampling.prompts):
             fb.warn("sampling is on but no sample prompts are set; no samples will be made")
         return s
 
@@ -220,6 +220,8 @@ class Trainer:
             share = [b for b, _cls in s.epoch_pairs(p.epoch)]
             shown = ", ".join(str(b) for b in share[:8]) + (", ..." if len(share) > 8 else "")
             s.processes.log(f"{len(share)} batches of each epoch; epoch {p.epoch + 1}: {shown}")
+        if cfg.sampling.at_start and p.global_step == 0:
+            self._sample()  # step 0: the base model's pictures, before anything is trained
         batches: list[Pair] = []
         batches_epoch = -1
         while p.global_step < s.total_steps:

@@ -149,7 +149,7 @@ def planned(config: Any, files: RunFiles | None = None) -> list[tuple[str, str]]
         out.append((f"Every {n} epoch{'s' if n != 1 else ''}{keep}", str(files.lora_item(f"{n:06d}"))))
     out.append(("State (to resume)", str(files.state)))
     s = config.sampling
-    if int(s.every_n_steps) and any(str(p).strip() for p in s.prompts):
+    if (int(s.every_n_steps) or bool(getattr(s, "at_start", False))) and any(str(p).strip() for p in s.prompts):
         out.append(("Sample images", str(files.samples / files.sample_pattern())))
     if o.tensorboard:
         out.append(("TensorBoard logs", str(files.folder / LOGS_FOLDER / f"{files.label}_<time>")))

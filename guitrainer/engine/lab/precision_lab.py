@@ -209,6 +209,7 @@ class _Lab:
         cfg.schedule.max_steps = self.warmup + self.steps
         cfg.schedule.resume_from = ""
         cfg.sampling.every_n_steps = 0
+        cfg.sampling.at_start = False
         cfg.output.save_every_n_epochs = 0
         cfg.output.folder = str(self.folder / f"candidate_{index}")
         cfg.output.overwrite = True

@@ -1,67 +1,71 @@
-"""The built-in demo: a tiny SD-1.x-shaped model made from configs, and a dataset of coloured shapes to train it on.
+"""The built-in demo: a tiny SD-1.x-shaped model of our own that draws flat shapes, and the dataset it learns from.
 
-The model has random weights from a fixed seed and its own tiny CLIP vocabulary (nothing is downloaded); it is
-saved as a normal diffusers folder under ``user_data_dir()/models/demo`` and loaded like any other folder
-(:func:`guitrainer.engine.models.loading.load_base_model` with ``model.base = "demo"``). The dataset is drawn
-on first use under ``user_data_dir()/demo_dataset``.
+The model ships with the app (``resources/models/demo_base``: a normal diffusers folder, about 8 MB). Its
+weights were trained from scratch by ``resources/make_demo_base.py`` on the shapes of
+:mod:`guitrainer.core.demo.shapes` ("a blue square", "a red circle", …) with a fixed seed, so its samples at
+64 px show the shape and colour a prompt names; nothing is downloaded. It is loaded like any other folder
+(:func:`guitrainer.engine.models.loading.load_base_model` with ``model.base = "demo"``). :func:`build_demo_model`
+writes the same architecture with untrained weights (the training script's start, and the memory spec's
+model on ``meta``). The Demo dataset is drawn on first use (:mod:`guitrainer.core.demo.dataset`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from guitrainer.base.paths import user_data_dir
+from guitrainer.base.paths import resources_dir
+from guitrainer.core.demo.dataset import demo_dataset_dir, ensure_demo_dataset
 from guitrainer.core.model.clip_bpe import bytes_to_unicode
+from guitrainer.engine.models.types import ModelLoadError
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "DEMO_MARKER", "DEMO_NAME", "DEMO_VERSION", "DEMO_WORDS", "build_demo_model", "demo_components",
+    "demo_dataset_dir", "demo_model_dir", "demo_vocab", "ensure_demo_dataset", "ensure_demo_model",
+    "write_demo_folder", "write_demo_tokenizer",
+]
+
 DEMO_NAME = "demo"
-#: bump when the demo model's architecture changes, so an old cached copy is rebuilt
-DEMO_VERSION = 3
+#: the shipped model's version: ``make_demo_base.py`` writes it into :data:`DEMO_MARKER`; a folder with
+#: another version (an older install's) is refused with a message rather than trained on
+DEMO_VERSION = 4
+#: the file in the model folder that says what made it (version, seed, steps, time, the check's figures)
+DEMO_MARKER = "guitrainer_demo.json"
 DEMO_WORDS = [
-    *("a", "photo", "of", "red", "green", "blue", "yellow", "purple", "orange", "white", "black"),
-    *("circle", "square", "small", "big", "on", "background", "shape", "drawing", "demo"),
+    *("a", "an", "photo", "of", "red", "green", "blue", "yellow", "purple", "white", "black"),
+    *("circle", "square", "triangle", "small", "big", "on", "background", "shape", "drawing", "demo"),
 ]
 
 
 def demo_model_dir() -> Path:
-    return user_data_dir() / "models" / DEMO_NAME
+    """The shipped demo base model's folder (inside the install: read only)."""
+    return resources_dir() / "models" / "demo_base"
 
 
 def ensure_demo_model() -> Path:
-    """Build the tiny demo model on first use (atomically: temp folder, then rename) and return its folder."""
-    target = demo_model_dir()
-    marker = target / "guitrainer_demo.json"
-    if marker.is_file() and json.loads(marker.read_text()).get("version") == DEMO_VERSION:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".demo.", dir=target.parent))
+    """The demo base model's folder, checked: its marker must say :data:`DEMO_VERSION`."""
+    folder = demo_model_dir()
+    marker = folder / DEMO_MARKER
     try:
-        build_demo_model(tmp)
-        (tmp / "guitrainer_demo.json").write_text(json.dumps({"version": DEMO_VERSION}))
-        if target.exists():
-            old = target.with_name(f".demo.old.{os.getpid()}")
-            os.replace(target, old)
-            shutil.rmtree(old, ignore_errors=True)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process won the race; use theirs
-            if not marker.is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log.info("built the demo model in %s", target)
-    return target
+        version = json.loads(marker.read_text(encoding="utf-8")).get("version")
+    except (OSError, ValueError, AttributeError):
+        version = None
+    if version != DEMO_VERSION:
+        found = "is missing" if version is None else f"is version {version}, this app needs {DEMO_VERSION}"
+        raise ModelLoadError(
+            f"the built-in demo model in {folder} {found}: reinstall guitrainer, or rebuild it with "
+            "'python resources/make_demo_base.py' (about 40 minutes on a 2-core CPU)"
+        )
+    return folder
 
 
-def _write_demo_tokenizer(tok_dir: Path) -> dict[str, int]:
+def write_demo_tokenizer(tok_dir: Path) -> dict[str, int]:
     """The demo model's CLIP tokenizer files (its own tiny vocabulary); returns the vocabulary."""
     vocab, merges = demo_vocab()
     tok_dir.mkdir(parents=True, exist_ok=True)
@@ -83,13 +87,11 @@ def _write_demo_tokenizer(tok_dir: Path) -> dict[str, int]:
     return vocab
 
 
-def build_demo_model(folder: Path, seed: int = 0) -> None:
-    """Write a tiny SD-1.x-shaped diffusers model (random weights from ``seed``) into ``folder``."""
+def demo_components(vocab: dict[str, int], seed: int = 0) -> tuple[Any, Any, Any, Any]:
+    """The demo architecture with untrained weights from ``seed``: ``(unet, vae, text_encoder, scheduler)``."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    folder = Path(folder)
-    vocab = _write_demo_tokenizer(folder / "tokenizer")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         unet = UNet2DConditionModel(
@@ -138,6 +140,19 @@ def build_demo_model(folder: Path, seed: int = 0) -> None:
         clip_sample=False,
         steps_offset=1,
     )
+    return unet, vae, text_encoder, scheduler
+
+
+def build_demo_model(folder: Path, seed: int = 0) -> None:
+    """Write the demo architecture with untrained weights from ``seed`` into ``folder`` (a diffusers folder)."""
+    folder = Path(folder)
+    vocab = write_demo_tokenizer(folder / "tokenizer")
+    write_demo_folder(folder, *demo_components(vocab, seed))
+
+
+def write_demo_folder(folder: Path, unet: Any, vae: Any, text_encoder: Any, scheduler: Any) -> None:
+    """Save the demo's modules as a diffusers ``StableDiffusionPipeline`` folder (the tokenizer is written apart)."""
+    folder = Path(folder)
     unet.save_pretrained(folder / "unet")
     vae.save_pretrained(folder / "vae")
     text_encoder.save_pretrained(folder / "text_encoder")
@@ -180,51 +195,3 @@ def demo_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:
                     tokens.append(left)
     tokens += ["<|startoftext|>", "<|endoftext|>"]
     return {t: i for i, t in enumerate(tokens)}, merges
-
-
-# --------------------------------------------------------------------------- demo dataset
-
-_DEMO_SHAPES = (
-    ("red", (220, 40, 40), "circle"),
-    ("green", (40, 180, 60), "square"),
-    ("blue", (40, 80, 220), "circle"),
-    ("yellow", (230, 210, 40), "square"),
-    ("purple", (150, 60, 190), "circle"),
-    ("orange", (240, 140, 30), "square"),
-    ("white", (245, 245, 245), "circle"),
-    ("black", (15, 15, 15), "square"),
-)
-
-
-def demo_dataset_dir() -> Path:
-    return user_data_dir() / "demo_dataset"
-
-
-def ensure_demo_dataset(size: int = 96) -> Path:
-    """Draw ~8 coloured circles / squares with .txt captions on first use; return the folder."""
-    from PIL import Image, ImageDraw
-
-    target = demo_dataset_dir()
-    if (target / "done.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".demo_dataset.", dir=target.parent))
-    try:
-        for i, (color_name, rgb, shape) in enumerate(_DEMO_SHAPES):
-            bg = (30, 30, 30) if color_name == "white" else (235, 235, 235)
-            img = Image.new("RGB", (size, size), bg)
-            draw = ImageDraw.Draw(img)
-            m = size // 5 + (i % 3) * 4
-            box = (m, m, size - m, size - m)
-            if shape == "circle":
-                draw.ellipse(box, fill=rgb)
-            else:
-                draw.rectangle(box, fill=rgb)
-            img.save(tmp / f"{i:02d}_{color_name}_{shape}.png")
-            (tmp / f"{i:02d}_{color_name}_{shape}.txt").write_text(f"a photo of a {color_name} {shape}", encoding="utf-8")
-        (tmp / "done.json").write_text("{}")
-        if not target.exists():
-            os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target

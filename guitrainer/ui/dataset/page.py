@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guitrainer.base.errors import first_line
 from guitrainer.config import DatasetFolder
 from guitrainer.core.dataset import scan as ds
 from guitrainer.core.dataset.folder_sync import (
@@ -63,6 +64,7 @@ from guitrainer.core.dataset.report import (
     without_included,
 )
 from guitrainer.core.dataset.scan import DatasetItem, Flag
+from guitrainer.core.demo.dataset import demo_dataset_dir, ensure_demo_dataset
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.dataset.caption_editor import CaptionEditor, CaptionJobRunner
@@ -187,6 +189,8 @@ class DatasetPage(Page):
         self.filter_combo, self.search, self.tag_chip = bar.filter_combo, bar.search, bar.tag_chip
         self.add_folder_button.clicked.connect(self.add_folder_dialog)
         self.add_images_button.clicked.connect(self.add_images_dialog)
+        self.demo_images_button = bar.demo_images_button
+        self.demo_images_button.clicked.connect(lambda: self.add_demo_images())
         self.remove_button.clicked.connect(self.remove_selected)
         self.delete_button.clicked.connect(lambda: self.delete_selected_files())
         self.filter_combo.currentIndexChanged.connect(lambda _i: self.proxy.set_mode(self.filter_combo.currentData()))
@@ -324,6 +328,16 @@ class DatasetPage(Page):
         """File > Add folder: choose a folder and import it."""
         folder = start_dirs.choose_folder(self, "Add a folder of training images", "images")
         return self.add_paths([folder]) if folder else None
+
+    def add_demo_images(self) -> ImportReport | None:
+        """Dataset > Use the demo images: draw the Demo dataset (the first time) and add its folder."""
+        try:
+            folder = ensure_demo_dataset()
+        except OSError as e:
+            self.show_status(f"Could not write the demo images: {first_line(e)}. Free some disk space, or check that "
+                             f"{demo_dataset_dir().parent} can be written, and try again.")
+            return None
+        return self.add_paths([folder])
 
     def add_images_dialog(self) -> ImportReport | None:
         files = start_dirs.choose_files(self, "Add training images", "images", IMAGE_FILTER)

@@ -22,7 +22,13 @@ class DatasetToolbar(QWidget):
         self.delete_button = QToolButton(self)
         self.delete_button.setText("Delete files…")
         self.delete_button.setToolTip("Move the selected images and their captions to the trash (asks first).")
-        for w in (self.add_folder_button, self.add_images_button, self.remove_button, self.delete_button):
+        self.demo_images_button = QPushButton("Use the demo images", self)
+        self.demo_images_button.setObjectName("use_demo_images")
+        self.demo_images_button.setToolTip(
+            "Add the Demo's 12 generated pictures: a red plus sign called “a zorb”, which the built-in demo model has "
+            "never seen, and four shapes it knows. Train them with the Demo preset."
+        )
+        for w in (self.add_folder_button, self.add_images_button, self.demo_images_button, self.remove_button, self.delete_button):
             bar.addWidget(w)
         bar.addStretch(1)
         bar.addWidget(QLabel("Show", self))

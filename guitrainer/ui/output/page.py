@@ -31,16 +31,19 @@ from PySide6.QtWidgets import (
 
 from guitrainer.base.paths import expand
 from guitrainer.core.dataset.report import plural
-from guitrainer.core.events import SavedFile
+from guitrainer.core.demo.progress import is_demo
+from guitrainer.core.events import SampleImage, SavedFile
 from guitrainer.core.model.variant_readers import save_precision_note
 from guitrainer.core.precision.advisor import save_overflow_advice
 from guitrainer.core.precision.numerics import SaveReport
 from guitrainer.core.runs import names as run_names
 from guitrainer.core.runs.names import RunFiles
+from guitrainer.core.runs.samples import Sample
 from guitrainer.engine import export as X
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
 from guitrainer.ui.output.save_report import SaveReportView
+from guitrainer.ui.widgets.before_after import BeforeAfterView
 from guitrainer.ui.widgets.pages import Page, scrolled, two_columns
 from guitrainer.ui.workers import BaseWorker, run_in_thread
 
@@ -90,6 +93,7 @@ class OutputPage(Page):
         self._run_files: RunFiles | None = None  # the names of the run going on (None: no run)
         self._run_config: Any = None  # that run's settings (its own copy)
         self._written: dict[str, list[str]] = {}  # what the run going on wrote so far, by kind
+        self._samples: list[Sample] = []  # the run going on's sample images, in the order made
         self._moved: dict[Path, RunFiles] = {}  # the running run's names per output folder it was given
         self._verifying_path = ""
         self._verified_path = ""  # the file the result shown is about
@@ -148,6 +152,11 @@ class OutputPage(Page):
         self.last_run_label.setWordWrap(True)
         self.last_run_label.setTextInteractionFlags(self.last_run_label.textInteractionFlags() | self.last_run_label.textInteractionFlags().TextSelectableByMouse)
         form.addRow(QLabel("Last run wrote", box), scrolled(self.last_run_label, lines=2))  # more lines scroll
+        self.before_after = BeforeAfterView(box)
+        self.before_after_title = QLabel("Before / after", box)
+        form.addRow(self.before_after_title, self.before_after)
+        self.before_after.setVisible(False)
+        self.before_after_title.setVisible(False)
         return box
 
     def _saving_box(self) -> QGroupBox:
@@ -275,6 +284,8 @@ class OutputPage(Page):
         """A file the run going on wrote (a SavedFile or a SampleImage), for "Last run wrote"."""
         kind = getattr(item, "kind", "sample")
         self._written.setdefault(kind, []).append(str(item.path))
+        if isinstance(item, SampleImage):
+            self._samples.append(Sample(item.prompt, item.step, str(item.path)))
 
     def _run_failed(self, *_args: object) -> None:
         """The run ended with an error (no summary): the preview goes back to the next run's names."""
@@ -283,8 +294,13 @@ class OutputPage(Page):
 
     def show_last_run(self, summary: Any) -> None:
         """A run ended: name the files it actually wrote (``name_3.safetensors``, ``name_3_state``, its samples)."""
+        demo = self._run_config is not None and is_demo(self._run_config)
         self._run_files = self._run_config = None
         written, self._written = self._written, {}
+        self.before_after.set_samples(self._samples, demo=demo)  # the run's first and last picture of each prompt
+        shown = bool(self.before_after.rows)
+        self.before_after.setVisible(shown)
+        self.before_after_title.setVisible(shown)
         path = getattr(summary, "lora_path", "") or ""
         state = getattr(summary, "state_path", "") or ""
         folder = Path(path or state).parent if path or state else None
@@ -352,6 +368,7 @@ class OutputPage(Page):
         self._advice = None
         self._advice_row.setVisible(False)
         self._written = {}
+        self._samples = []
         self._run_config = getattr(worker, "config", None)
         for name, slot in (("files_chosen", self.show_run_files), ("checkpoint_saved", self._note_written),
                            ("sample_ready", self._note_written), ("failed", self._run_failed)):  # fmt: skip

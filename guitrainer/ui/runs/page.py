@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTableView,
@@ -39,10 +40,12 @@ from PySide6.QtWidgets import (
 from guitrainer.config import ConfigError, TrainingConfig, field_info
 from guitrainer.config.files import config_from_dict
 from guitrainer.core.dataset.report import plural
+from guitrainer.core.demo.progress import demo_progress, is_demo
 from guitrainer.core.runs import recovery
 from guitrainer.core.runs import timings as run_timings
 from guitrainer.core.runs.checks import remove_paths, resumable
 from guitrainer.core.runs.compare import config_diff, format_value
+from guitrainer.core.runs.samples import first_and_last, from_artifacts
 from guitrainer.core.runs.store import (
     STATUSES,
     RunRow,
@@ -55,6 +58,7 @@ from guitrainer.core.runs.store import (
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.runs.model import ID_ROLE, RunsFilter, RunsTableModel
 from guitrainer.ui.widgets import messages
+from guitrainer.ui.widgets.before_after import BeforeAfterView
 from guitrainer.ui.widgets.desktop import open_with_desktop
 from guitrainer.ui.widgets.messages import Button, MessageBox
 from guitrainer.ui.widgets.pages import Page
@@ -183,6 +187,13 @@ class RunsPage(Page):
         dl.addWidget(self.diff_note)
         dl.addWidget(self.diff_table, 1)
         self.tabs.addTab(diff_box, "Settings diff")
+        self.before_after = BeforeAfterView()
+        self.before_after.empty.setText("Select one run to see each sample prompt's first and last picture side by side.")
+        samples_scroll = QScrollArea()
+        samples_scroll.setObjectName("runs_samples")
+        samples_scroll.setWidgetResizable(True)
+        samples_scroll.setWidget(self.before_after)
+        self.tabs.addTab(samples_scroll, "Samples")
         self.details = QPlainTextEdit()
         self.details.setObjectName("runs_details")
         self.details.setReadOnly(True)
@@ -384,6 +395,7 @@ class RunsPage(Page):
             self._update_chart(ids)
             self._update_diff(ids)
             self._update_details(ids)
+            self._update_samples(ids)
         except sqlite3.DatabaseError as e:  # a file damaged past its first page: say so, keep the page usable
             self._store_failed(e, "read")
 
@@ -476,7 +488,18 @@ class RunsPage(Page):
             extra = f" (step {a['step']})" if a.get("step") else ""
             prompt = f" — {a['prompt']}" if a.get("prompt") else ""
             lines.append(f"  {a['kind']}: {a['path']}{extra}{prompt}")
+        if is_demo(d.config):
+            pairs = [p for p in first_and_last(from_artifacts(d.artifacts)) if p.last.step > p.first.step]
+            lines += [f"Demo measure: {p.describe()}" for p in demo_progress(pairs)]
         self.details.setPlainText("\n".join(lines))
+
+    def _update_samples(self, ids: list[int]) -> None:
+        """The Samples tab: the one selected run's first and last picture of each prompt."""
+        store = self.store
+        if len(ids) != 1 or store is None:
+            self.before_after.clear()
+            return
+        self.before_after.set_samples(from_artifacts(store.artifacts(ids[0])), demo=is_demo(store.config(ids[0])))
 
     # ------------------------------------------------------------------ actions
     def _config_of(self, run_id: int) -> TrainingConfig | None:

@@ -100,3 +100,21 @@ def make_room_for(tabs: QTabWidget, tall: QWidget) -> None:
             split.setSizes(saved.pop())
 
     tabs.currentChanged.connect(on_tab)
+
+
+def samples_split(before_after: QWidget, gallery: QWidget) -> QSplitter:
+    """The Samples tab: each prompt's first and latest picture side by side (scrolling), over every sample."""
+    scroll = QScrollArea()
+    scroll.setObjectName("before_after_scroll")
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setWidget(before_after)
+    split = QSplitter(Qt.Orientation.Vertical)
+    split.setObjectName("samples_split")
+    split.setChildrenCollapsible(False)
+    split.addWidget(scroll)
+    split.addWidget(gallery)
+    split.setStretchFactor(0, 3)
+    split.setStretchFactor(1, 1)
+    return split
+

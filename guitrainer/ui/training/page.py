@@ -32,8 +32,10 @@ from guitrainer.base.paths import expand
 from guitrainer.config import TrainingConfig
 from guitrainer.config.sections import learning_rates_for_optimizer
 from guitrainer.core.checks.start import check_start
+from guitrainer.core.demo.progress import is_demo
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
+from guitrainer.core.runs.samples import Sample
 from guitrainer.core.runs.state import SavedRun, find_state, read_saved_run
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.device_service import DeviceService
@@ -47,9 +49,10 @@ from guitrainer.ui.training.dialogs import (
     start_confirm_box,
     start_problems_box,
 )
-from guitrainer.ui.training.layout import run_split, settings_column
+from guitrainer.ui.training.layout import run_split, samples_split, settings_column
 from guitrainer.ui.training.log_panel import LogPanel
 from guitrainer.ui.training.sample_gallery import SampleGallery, sampling_note
+from guitrainer.ui.widgets.before_after import BeforeAfterView
 from guitrainer.ui.widgets.messages import MessageBox
 from guitrainer.ui.widgets.pages import Page
 from guitrainer.ui.workers import TrainerFactory, TrainingWorker, run_in_thread
@@ -142,10 +145,12 @@ class TrainingPage(Page):
 
         self.log_panel = LogPanel()
         self.gallery = SampleGallery()
+        self.before_after = BeforeAfterView()
+        self.samples_tab = samples_split(self.before_after, self.gallery)
         self.tabs = QTabWidget()
         self.tabs.setObjectName("training_tabs")
         self.tabs.addTab(self.log_panel, "Log")
-        self.tabs.addTab(self.gallery, "Samples")
+        self.tabs.addTab(self.samples_tab, "Samples")
 
         self.body.addWidget(run_split(self.settings_scroll, self.charts_host, self.tabs), 1)
 
@@ -323,6 +328,8 @@ class TrainingPage(Page):
         else:
             charts.clear(cfg.schedule.max_steps)
         charts.set_scaler_visible(cfg.precision.training == "fp16")
+        if not resuming:  # a resumed run keeps its first pictures: they are still its "before"
+            self.before_after.clear(demo=is_demo(cfg))
         self.run_config = cfg
         self._metrics = None
         self._rate_origin = None
@@ -450,7 +457,8 @@ class TrainingPage(Page):
     @Slot(object)
     def _on_sample(self, sample: SampleImage) -> None:
         self.gallery.add_sample(sample)
-        self.tabs.setTabText(self.tabs.indexOf(self.gallery), f"Samples ({self.gallery.count()})")
+        self.before_after.add_sample(Sample(sample.prompt, sample.step, sample.path))
+        self.tabs.setTabText(self.tabs.indexOf(self.samples_tab), f"Samples ({self.gallery.count()})")
 
     @Slot(object)
     def _on_saved(self, saved: SavedFile) -> None:

@@ -63,9 +63,13 @@ class SampleDialog(QDialog):
 def sampling_note(sampling: object) -> str:
     """What the empty Samples tab says: that sampling is off, or how often samples come."""
     every, prompts = getattr(sampling, "every_n_steps", 0), getattr(sampling, "prompts", [])
-    if not prompts or not every:
+    at_start = bool(getattr(sampling, "at_start", False))
+    if not prompts or not (every or at_start):
         return "Sampling is off: add sample prompts and set “Sample every” (Samples, on the left) to see images while training."
-    return f"Samples appear here every {every} steps while training."
+    if not every:
+        return "Samples appear here once, before the first step (the base model's pictures)."
+    first = "before the first step and " if at_start else ""
+    return f"Samples appear here {first}every {every} steps while training."
 
 
 def _escape(text: str) -> str:
@@ -111,9 +115,9 @@ class SampleGallery(QListWidget):
             log.warning("sample image %s cannot be read", sample.path)
             icon = self.style().standardIcon(self.style().StandardPixmap.SP_FileIcon)
         else:
-            icon = QIcon(
-                pix.scaled(ICON_SIZE, ICON_SIZE, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
-            )
+            small = max(pix.width(), pix.height()) <= ICON_SIZE  # a 64 px Demo sample: whole pixels, not a blur
+            mode = Qt.TransformationMode.FastTransformation if small else Qt.TransformationMode.SmoothTransformation
+            icon = QIcon(pix.scaled(ICON_SIZE, ICON_SIZE, Qt.AspectRatioMode.KeepAspectRatio, mode))
         item = QListWidgetItem(icon, f"step {sample.step}")
         item.setToolTip(f"Step {sample.step}\n{sample.prompt}\n{Path(sample.path).name}")
         item.setData(SAMPLE_ROLE, sample)

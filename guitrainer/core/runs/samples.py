@@ -1,0 +1,51 @@
+"""A run's sample images by prompt: the first and the latest of each, the pair a before / after view shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample image of a run: its prompt, the step it was made at, its file."""
+
+    prompt: str
+    step: int
+    path: str
+
+
+@dataclass(frozen=True)
+class SamplePair:
+    """A prompt's first sample (the base model's, when the run sampled at step 0) and its latest."""
+
+    prompt: str
+    first: Sample
+    last: Sample
+
+    @property
+    def before_training(self) -> bool:
+        return self.first.step == 0
+
+
+def first_and_last(samples: Iterable[Sample]) -> list[SamplePair]:
+    """Per prompt, in the order the prompts first appear: the sample of the lowest step and of the highest
+    (at equal steps the later one, a resumed run's re-made sample)."""
+    first: dict[str, Sample] = {}
+    last: dict[str, Sample] = {}
+    for s in samples:
+        if s.prompt not in first or s.step < first[s.prompt].step:
+            first[s.prompt] = s
+        if s.prompt not in last or s.step >= last[s.prompt].step:
+            last[s.prompt] = s
+    return [SamplePair(p, first[p], last[p]) for p in first]
+
+
+def from_artifacts(artifacts: Iterable[dict[str, object]]) -> list[Sample]:
+    """The samples among a run's recorded artifacts (:meth:`RunStore.artifacts`), in the order written."""
+    out: list[Sample] = []
+    for a in artifacts:
+        if a.get("kind") == "sample" and a.get("path"):
+            step = a.get("step")
+            out.append(Sample(str(a.get("prompt") or ""), int(step) if isinstance(step, int) else 0, str(a["path"])))
+    return out
