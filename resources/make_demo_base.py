@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import random
 import shutil
 import sys
@@ -49,6 +48,7 @@ from guitrainer.core.demo.shapes import (  # noqa: E402
     draw,
     random_drawing,
 )
+from guitrainer.core.device.hardware import cpu_name  # noqa: E402
 from guitrainer.engine.models.demo import (  # noqa: E402
     DEMO_MARKER,
     DEMO_VERSION,
@@ -185,14 +185,6 @@ def check(folder: Path) -> dict[str, object]:
     return {"shown": shown, "samples": total, "steps": CONFIG["check_steps"], "guidance": CONFIG["check_guidance"]}
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> int:

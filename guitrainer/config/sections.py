@@ -66,7 +66,7 @@ class ModelConfig:
         "demo",
         label="Base model",
         help="A diffusers folder, a single .safetensors checkpoint, a hub id (online only), "
-        "or 'demo' for the tiny built-in model that trains on a CPU in seconds.",
+        "or 'demo' for the tiny built-in model that draws flat shapes and trains on a CPU.",
         kind="model",
     )
     vae: str = setting(

@@ -17,10 +17,13 @@ def config_with(**settings: object) -> TrainingConfig:
 
 
 def demo_cfg(out: Path, **settings: object) -> TrainingConfig:
-    """The Demo preset writing into ``out``, fp32 files, with ``section__field=value`` overrides."""
+    """The Demo preset writing into ``out``, fp32 files, no samples (a test that wants them sets them), with
+    ``section__field=value`` overrides."""
     cfg = PresetStore().get(DEMO_PRESET).config()
     cfg.output.folder = str(out)
     cfg.precision.save = "fp32"
+    cfg.sampling.every_n_steps = 0
+    cfg.sampling.at_start = False
     for key, value in settings.items():
         cfg.set(key.replace("__", "."), value)
     return cfg

@@ -131,6 +131,13 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def cpu_name() -> str:
+    """This computer's CPU as the system names it ("AMD EPYC 9R45", "Apple M3"); its architecture if unnamed."""
+    import platform
+
+    return _cpu_info([]).name or platform.processor() or platform.machine()
+
+
 def _cpu_info(unknown: list[tuple[str, str]]) -> CpuInfo:
     name = ""
     bf16: bool | None = None

@@ -1,4 +1,4 @@
-"""The built-in demo: a tiny SD-1.x-shaped model of our own that trains on a CPU in seconds (64 px)."""
+"""The built-in demo: a tiny SD-1.x-shaped model of our own that draws flat shapes at 64 px and trains on a CPU."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ class ModelPicker(QWidget):
         self.file_button.clicked.connect(self.browse_file)
         self.demo_button = QPushButton("Built-in demo", self)
         self.demo_button.setObjectName("use_demo")
-        self.demo_button.setToolTip("The tiny built-in model: trains on a CPU in seconds, for trying the app.")
+        self.demo_button.setToolTip("The tiny built-in model, which draws flat shapes (\"a blue square\"): trains on a CPU, for trying the app.")
         self.demo_button.clicked.connect(lambda: self.choose("demo"))
         self.recent_button = QToolButton(self)
         self.recent_button.setObjectName("recent_models")
