@@ -1,7 +1,7 @@
 """Train the Demo's base model from scratch: a tiny SD-1.x-shaped model that draws flat coloured shapes.
 
     python resources/make_demo_base.py                 # trains and writes resources/models/demo_base
-    python resources/make_demo_base.py --check-only    # re-measures the shipped model's samples
+    python resources/make_demo_base.py --check-only    # re-measures the shipped model's samples (its marker's "check")
 
 Everything comes from :mod:`guitrainer.core.demo.shapes` (the same drawings the Demo dataset and the sample
 measure use) and :func:`guitrainer.engine.models.demo.demo_components` (the architecture), with the fixed
@@ -192,8 +192,11 @@ def main() -> int:
     parser.add_argument("--check-only", action="store_true", help="re-measure the shipped model, train nothing")
     parser.add_argument("--out", type=Path, default=TARGET, help=f"where to write the model (default {TARGET})")
     args = parser.parse_args()
-    if args.check_only:
-        check(args.out)
+    if args.check_only:  # the weights stay; the check's figures in the marker are measured again
+        marker_path = args.out / DEMO_MARKER
+        marker = json.loads(marker_path.read_text(encoding="utf-8"))
+        marker["check"] = check(args.out)
+        marker_path.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         return 0
     torch.manual_seed(int(CONFIG["seed"]))
     rng = random.Random(int(CONFIG["seed"]))

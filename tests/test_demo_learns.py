@@ -29,8 +29,8 @@ def test_the_demo_preset_samples_the_trigger_and_a_control_from_step_zero():
     assert cfg.sampling.prompts == [CONCEPT.prompt, CONTROL_PROMPT]
     assert cfg.sampling.at_start and cfg.sampling.every_n_steps > 0
     assert cfg.sampling.size == 64 and cfg.sampling.seed == 1234
-    steps = 12 * cfg.schedule.epochs // cfg.schedule.batch_size  # 12 pictures, one repeat
-    assert steps % cfg.sampling.every_n_steps == 0  # the last step has a sample: the "after"
+    assert cfg.schedule.max_steps == 12 * cfg.schedule.epochs // cfg.schedule.batch_size  # 12 pictures, one repeat
+    assert cfg.schedule.max_steps % cfg.sampling.every_n_steps == 0  # the last step has a sample: the "after"
 
 
 @pytest.mark.slow
@@ -41,7 +41,7 @@ def test_the_demo_preset_run_learns_the_concept_and_keeps_the_control(tmp_path):
     summary = Trainer(cfg, rep).run()
     assert summary.status == "finished", summary.message
     last = summary.steps
-    assert last == 12 * cfg.schedule.epochs // cfg.schedule.batch_size
+    assert last == cfg.schedule.max_steps
     made = sorted({(s.prompt, s.step) for s in rep.samples})
     every = cfg.sampling.every_n_steps
     assert made == sorted((p, k) for p in cfg.sampling.prompts for k in range(0, last + 1, every))

@@ -179,3 +179,15 @@ def test_a_half_written_demo_folder_is_set_aside_not_deleted(tmp_path, monkeypat
     assert len(list(folder.glob("*.png"))) == 12
     aside = [p for p in folder.parent.iterdir() if p.name.startswith("demo_images.incomplete.")]
     assert len(aside) == 1 and (aside[0] / "mine.txt").read_text(encoding="utf-8") == "keep me"
+
+
+def test_a_background_that_shades_from_one_colour_to_another_stays_background():
+    """A sample's background is rarely flat: shading from yellow to red across the picture, with a blue triangle."""
+    px = np.zeros((SIZE, SIZE, 3), dtype=float)
+    t = np.linspace(0.0, 1.0, SIZE)[None, :, None]
+    px[:] = (1 - t) * np.asarray(PALETTE["yellow"], dtype=float) + t * np.asarray(PALETTE["red"], dtype=float)
+    mask = shape_mask("triangle", 34, 30, 17)
+    px[mask] = PALETTE["blue"]
+    r = read_image(Image.fromarray(px.astype(np.uint8)))
+    assert r.shows("triangle", "blue"), r
+    assert r.iou > 0.9  # the shaded background is not counted as drawn

@@ -1,8 +1,10 @@
 """What a Demo sample shows, read off its pixels: which shape, how well it matches, and in what colour.
 
-The measure is simple on purpose, so the Guide can say exactly what it is. The background is the median
-colour of the picture's border; every pixel far from it (:data:`FOREGROUND_DISTANCE`) is the drawn thing. Its
-colour is the palette colour nearest the foreground's mean. Its shape is the template
+The measure is simple on purpose, so the Guide can say exactly what it is. The pixels far
+(:data:`FOREGROUND_DISTANCE`) from the median colour of the picture's border start the drawn thing; the
+picture's pixels are then split into two colour groups (2-means from those two starts), so a background that
+shades from one colour into another stays background, and the group that is not the border's is the drawn
+thing. Its colour is the palette colour nearest the foreground's mean. Its shape is the template
 (:func:`~guitrainer.core.demo.shapes.shape_mask`, fitted to the foreground's extent) with the highest
 intersection over union (IoU) with the foreground; a sample *shows* a shape and colour when that template is
 the one asked for, its IoU is at least :data:`SHOWS_IOU`, and the colour is the one asked for — and most
@@ -74,6 +76,22 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.logical_and(a, b).sum() / union) if union else 0.0
 
 
+def two_groups(px: np.ndarray, fg: np.ndarray, bg: np.ndarray, rounds: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Split the pixels into two colour groups (2-means), started from the border's median and the pixels far
+    from it: a background that shades from one colour to another stays one group. Returns the drawn group's
+    mask and the background group's mean colour."""
+    flat = px.reshape(-1, 3)
+    centres = np.stack([bg, flat[fg.reshape(-1)].mean(axis=0)])
+    for _ in range(rounds):
+        near_fg = np.linalg.norm(flat - centres[1], axis=1) < np.linalg.norm(flat - centres[0], axis=1)
+        if near_fg.all() or not near_fg.any():
+            break
+        centres = np.stack([flat[~near_fg].mean(axis=0), flat[near_fg].mean(axis=0)])
+    if np.linalg.norm(centres[1] - centres[0]) <= FOREGROUND_DISTANCE:  # one colour after all: nothing drawn
+        return np.zeros(px.shape[:2], dtype=bool), centres[0]
+    return near_fg.reshape(px.shape[:2]), centres[0]
+
+
 def read_image(image: Image.Image | str | os.PathLike[str]) -> Reading:
     """Read ``image`` (a picture or a PNG's path; any size, read at its own size)."""
     if not isinstance(image, Image.Image):
@@ -84,6 +102,8 @@ def read_image(image: Image.Image | str | os.PathLike[str]) -> Reading:
     border = np.concatenate([px[:2].reshape(-1, 3), px[-2:].reshape(-1, 3), px[:, :2].reshape(-1, 3), px[:, -2:].reshape(-1, 3)])
     bg = np.median(border, axis=0)
     fg = np.linalg.norm(px - bg, axis=2) > FOREGROUND_DISTANCE
+    if fg.sum() >= MIN_FOREGROUND:
+        fg, bg = two_groups(px, fg, bg)
     background = nearest_color(bg)
     if fg.sum() < MIN_FOREGROUND:
         return Reading(None, {}, None, background)
