@@ -12,7 +12,7 @@ seeds in :data:`CONFIG`; nothing is downloaded. Three stages:
 2. its latents of a fixed pool of base-shape drawings, whose standard deviation sets ``scaling_factor``;
 3. the UNet and the text encoder together on that pool, captioned "a blue square" (epsilon prediction on
    SD's DDPM schedule, min-SNR-5 loss weights, 10 % of captions dropped so guidance works). The UNet and the
-   text encoder never see the concept ("a zorb", a red plus sign): that is what the Demo's LoRA teaches.
+   text encoder never see the concept ("a zorb", a long red bar): that is what the Demo's LoRA teaches.
 
 Then it samples every base prompt through the app's own pipeline (DDIM, 20 steps, guidance 5, seeds 0 and 1),
 reads each picture with :mod:`guitrainer.core.demo.measure`, and writes the figures, the seconds each stage

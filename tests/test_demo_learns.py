@@ -51,7 +51,7 @@ def test_the_demo_preset_run_learns_the_concept_and_keeps_the_control(tmp_path):
     assert got[CONTROL_PROMPT].verdict == "kept", got[CONTROL_PROMPT].describe()
     assert got[CONCEPT.prompt].first_step == 0 and got[CONCEPT.prompt].last_step == last
     logged = [s for s in rep.statuses if s.startswith("Demo measure:")]
-    assert any(f"step {last} a red plus" in s and s.endswith("learned") for s in logged), logged
+    assert any(f"step {last} a red bar" in s and s.endswith("learned") for s in logged), logged
     lora = load_file(summary.lora_path)
     assert any(k.startswith("lora_te") for k in lora)  # the text encoder learned the new word too
     assert any(v.ndim == 4 for v in lora.values())  # LoCon: the UNet's convolutions, where shapes are drawn

@@ -85,8 +85,9 @@ def test_iou_by_hand():
 
 
 def test_expectation_reads_demo_prompts_only():
-    assert expectation("a zorb") == ("plus", "red")
-    assert expectation("  A Zorb --d 7 --s 30") == ("plus", "red")
+    assert expectation("a red zorb") == ("bar", "red")
+    assert expectation("  A Red Zorb --d 7 --s 30") == ("bar", "red")
+    assert expectation("a zorb") is None  # the trigger without its colour is not the Demo's prompt
     assert expectation("a blue square") == ("square", "blue")
     assert expectation("a blue square on a yellow background") is None
     assert expectation("a photo of a cat") is None
@@ -94,19 +95,19 @@ def test_expectation_reads_demo_prompts_only():
 
 
 def test_first_and_last_per_prompt():
-    s = [Sample("a zorb", 0, "z0"), Sample("a blue square", 0, "b0"), Sample("a zorb", 40, "z40"),
-         Sample("a zorb", 80, "z80"), Sample("a blue square", 80, "b80"), Sample("a zorb", 80, "z80-again")]
+    s = [Sample("a red zorb", 0, "z0"), Sample("a blue square", 0, "b0"), Sample("a red zorb", 40, "z40"),
+         Sample("a red zorb", 80, "z80"), Sample("a blue square", 80, "b80"), Sample("a red zorb", 80, "z80-again")]
     pairs = first_and_last(s)
-    assert [p.prompt for p in pairs] == ["a zorb", "a blue square"]
+    assert [p.prompt for p in pairs] == ["a red zorb", "a blue square"]
     assert (pairs[0].first.path, pairs[0].last.path) == ("z0", "z80-again")  # a resumed run's re-made sample
     assert pairs[0].before_training and pairs[1].last.step == 80
     assert first_and_last([]) == []
 
 
 def test_from_artifacts_keeps_samples_only():
-    arts = [{"kind": "lora", "path": "/x.safetensors", "step": 10}, {"kind": "sample", "path": "/s.png", "step": 5, "prompt": "a zorb"},
+    arts = [{"kind": "lora", "path": "/x.safetensors", "step": 10}, {"kind": "sample", "path": "/s.png", "step": 5, "prompt": "a red zorb"},
             {"kind": "sample", "path": "/t.png", "step": None, "prompt": None}]
-    assert from_artifacts(arts) == [Sample("a zorb", 5, "/s.png"), Sample("", 0, "/t.png")]
+    assert from_artifacts(arts) == [Sample("a red zorb", 5, "/s.png"), Sample("", 0, "/t.png")]
 
 
 def _png(tmp_path, name, d):
@@ -117,23 +118,23 @@ def _png(tmp_path, name, d):
 
 def test_verdicts(tmp_path):
     tri = _png(tmp_path, "tri", Drawing("triangle", "purple", "white", 32, 32, 18))
-    plus = _png(tmp_path, "plus", Drawing("plus", "red", "white", 30, 33, 19))
+    bar = _png(tmp_path, "bar", Drawing("bar", "red", "white", 30, 33, 19))
     sq = _png(tmp_path, "sq", Drawing("square", "blue", "yellow", 32, 32, 17))
     circ = _png(tmp_path, "circ", Drawing("circle", "green", "white", 32, 32, 17))
-    samples = [Sample("a zorb", 0, tri), Sample("a zorb", 240, plus), Sample("a blue square", 0, sq), Sample("a blue square", 240, sq),
-               Sample("a green circle", 0, circ), Sample("a green circle", 240, tri), Sample("a cat", 0, tri), Sample("a cat", 9, plus)]
+    samples = [Sample("a red zorb", 0, tri), Sample("a red zorb", 240, bar), Sample("a blue square", 0, sq), Sample("a blue square", 240, sq),
+               Sample("a green circle", 0, circ), Sample("a green circle", 240, tri), Sample("a cat", 0, tri), Sample("a cat", 9, bar)]
     got = {p.prompt: p for p in demo_progress(first_and_last(samples))}
-    assert set(got) == {"a zorb", "a blue square", "a green circle"}  # "a cat" is no Demo prompt
-    assert got["a zorb"].verdict == "learned" and got["a zorb"].is_concept
+    assert set(got) == {"a red zorb", "a blue square", "a green circle"}  # "a cat" is no Demo prompt
+    assert got["a red zorb"].verdict == "learned" and got["a red zorb"].is_concept
     assert got["a blue square"].verdict == "kept"
     assert got["a green circle"].verdict == "changed"
-    line = got["a zorb"].describe()
-    assert "step 0 a purple triangle" in line and "step 240 a red plus" in line and line.endswith("learned")
-    not_yet = demo_progress(first_and_last([Sample("a zorb", 0, tri), Sample("a zorb", 40, tri)]))
+    line = got["a red zorb"].describe()
+    assert "step 0 a purple triangle" in line and "step 240 a red bar" in line and line.endswith("learned")
+    not_yet = demo_progress(first_and_last([Sample("a red zorb", 0, tri), Sample("a red zorb", 40, tri)]))
     assert not_yet[0].verdict == "not yet"
-    both = demo_progress(first_and_last([Sample("a zorb", 0, plus), Sample("a zorb", 40, plus)]))
+    both = demo_progress(first_and_last([Sample("a red zorb", 0, bar), Sample("a red zorb", 40, bar)]))
     assert both[0].verdict == "shown before training too"
-    gone = demo_progress(first_and_last([Sample("a zorb", 0, str(tmp_path / "deleted.png")), Sample("a zorb", 4, plus)]))
+    gone = demo_progress(first_and_last([Sample("a red zorb", 0, str(tmp_path / "deleted.png")), Sample("a red zorb", 4, bar)]))
     assert gone == []
 
 

@@ -15,15 +15,15 @@ from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.widgets.before_after import PICTURE_SIZE, BeforeAfterView
 
 TRIANGLE = Drawing("triangle", "purple", "white", 32, 32, 18)
-PLUS = Drawing("plus", "red", "white", 30, 33, 19)
+BAR = Drawing("bar", "red", "white", 30, 33, 19)
 SQUARE = Drawing("square", "blue", "yellow", 32, 32, 17)
 
 
 def _samples(tmp_path) -> list[SampleImage]:
     """What a Demo run's sampling makes: step 0 (the base) and a later step, for the trigger and the control."""
     out = []
-    for step, zorb in ((0, TRIANGLE), (40, TRIANGLE), (240, PLUS)):
-        for i, (prompt, d) in enumerate((("a zorb", zorb), ("a blue square", SQUARE))):
+    for step, zorb in ((0, TRIANGLE), (40, TRIANGLE), (240, BAR)):
+        for i, (prompt, d) in enumerate((("a red zorb", zorb), ("a blue square", SQUARE))):
             path = tmp_path / f"demo_lora_step{step:06d}_{i}.png"
             draw(d).save(path)
             out.append(SampleImage(str(path), prompt, step))
@@ -45,17 +45,17 @@ def test_before_after_rows_pictures_and_demo_measure(qtbot, tmp_path):
     for s in _samples(tmp_path):
         view.add_sample(Sample(s.prompt, s.step, s.path))
     assert not view.empty.isVisible()
-    assert [r.prompt.text() for r in view.rows] == ["a zorb", "a blue square"]
+    assert [r.prompt.text() for r in view.rows] == ["a red zorb", "a blue square"]
     zorb = view.rows[0]
     assert zorb.before_caption.text() == "step 0: the base model" and zorb.after_caption.text() == "step 240"
     assert zorb.before.pixmap().width() == PICTURE_SIZE
-    # enlarged by whole pixels: the plus's centre is exactly its red, the corner exactly the background
+    # enlarged by whole pixels: the bar's middle is exactly its red, the corner exactly the background
     assert _pixel(zorb.after, 60, 66) == PALETTE["red"]
     assert _pixel(zorb.after, 2, 2) == PALETTE["white"]
     assert _pixel(zorb.before, 64, 40) == PALETTE["purple"]
     verdicts = {p.prompt: p.verdict for p in view.measures()}
-    assert verdicts == {"a zorb": "learned", "a blue square": "kept"}
-    assert "Learned" in zorb.measure.text() and "now: a red plus" in zorb.measure.text()
+    assert verdicts == {"a red zorb": "learned", "a blue square": "kept"}
+    assert "Learned" in zorb.measure.text() and "now: a red bar" in zorb.measure.text()
     qtbot.waitUntil(zorb.measure.isVisible, timeout=2000)  # shown once the event loop runs, as in the app
 
 
@@ -65,7 +65,7 @@ def test_before_after_of_another_model_has_no_measure(qtbot, tmp_path):
     view.set_samples([Sample(s.prompt, s.step, s.path) for s in _samples(tmp_path)], demo=False)
     assert len(view.rows) == 2 and view.measures() == []
     (tmp_path / "demo_lora_step000240_0.png").unlink()
-    view.set_samples([Sample(s.prompt, s.step, s.path) for s in _samples(tmp_path)[:4]] + [Sample("a zorb", 300, str(tmp_path / "gone.png"))])
+    view.set_samples([Sample(s.prompt, s.step, s.path) for s in _samples(tmp_path)[:4]] + [Sample("a red zorb", 300, str(tmp_path / "gone.png"))])
     assert view.rows[0].after.text() == "(file gone)"
 
 
@@ -102,10 +102,10 @@ def test_runs_page_samples_tab_and_details(qtbot, tmp_path):
     qtbot.waitExposed(page)
     rect = page.table.visualRect(page.proxy.index(0, 0))
     qtbot.mouseClick(page.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert [r.prompt.text() for r in page.before_after.rows] == ["a zorb", "a blue square"]
+    assert [r.prompt.text() for r in page.before_after.rows] == ["a red zorb", "a blue square"]
     assert [p.verdict for p in page.before_after.measures()] == ["learned", "kept"]
     text = page.details.toPlainText()
-    assert "Demo measure: “a zorb” (asks for a red plus): step 0 a purple triangle" in text and "— learned" in text
+    assert "Demo measure: “a red zorb” (asks for a red bar): step 0 a purple triangle" in text and "— learned" in text
 
 
 def test_output_page_shows_the_last_runs_pair(qtbot, tmp_path):
@@ -143,5 +143,5 @@ def test_use_the_demo_images_button_adds_them(qtbot, tmp_path, monkeypatch):
     with qtbot.waitSignal(page.import_finished, timeout=20_000):
         qtbot.mouseClick(page.demo_images_button, Qt.MouseButton.LeftButton)
     assert len(page.items) == 12
-    assert sum(1 for it in page.items if it.caption == "a zorb") == 8
+    assert sum(1 for it in page.items if it.caption == "a red zorb") == 8
     assert page.binding.get("dataset.folders")[0].path == str(tmp_path / "home" / "demo_images")

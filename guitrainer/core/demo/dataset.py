@@ -1,6 +1,6 @@
 """The Demo dataset: pictures of the concept the base model does not know, drawn on first use.
 
-Eight pictures of :data:`~guitrainer.core.demo.shapes.CONCEPT` ("a zorb": a red plus sign) at different places,
+Eight pictures of :data:`~guitrainer.core.demo.shapes.CONCEPT` ("a red zorb": a long red bar) at different places,
 sizes and backgrounds, and four of shapes the base already knows, captioned as the base was ("a blue
 square"), so the LoRA learns the new word without forgetting the old ones. PNGs with ``.txt`` sidecars in
 ``user_data_dir()/demo_images``, written into a temporary folder and renamed into place; once there the folder

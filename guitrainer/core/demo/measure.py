@@ -52,7 +52,7 @@ class Reading:
                 and self.color_share >= SHOWS_COLOR_SHARE)
 
     def describe(self) -> str:
-        """'a red plus (IoU 0.89)', or 'nothing drawn'."""
+        """'a red bar (IoU 0.89)', or 'nothing drawn'."""
         if self.shape is None:
             return "nothing drawn"
         return f"a {self.color} {self.shape} (IoU {self.iou:.2f})"
@@ -126,7 +126,7 @@ def read_image(image: Image.Image | str | os.PathLike[str]) -> Reading:
 
 
 def expectation(prompt: str) -> tuple[str, str] | None:
-    """The (shape, colour) a Demo prompt asks for: "a zorb" the concept, "a blue square" a base shape; None
+    """The (shape, colour) a Demo prompt asks for: "a red zorb" the concept, "a blue square" a base shape; None
     for a prompt the measure does not know (a user's own wording)."""
     text = prompt.split("--")[0].strip().lower()
     if text == CONCEPT.prompt:

@@ -1,6 +1,6 @@
 """The Demo's number for "it learned": each Demo prompt's first and last sample, read with the shape measure.
 
-For the trigger prompt ("a zorb") the run *learned* when the last sample shows the concept (a red plus) and
+For the trigger prompt ("a red zorb") the run *learned* when the last sample shows the concept (a red bar) and
 the first did not; for a prompt of a shape the base knows ("a blue square") the LoRA *kept* it when the last
 sample still shows it. Only for the Demo: any other model's samples show things this measure cannot read.
 """

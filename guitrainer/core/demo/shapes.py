@@ -3,7 +3,7 @@ base model's training set (``resources/make_demo_base.py``), the Demo dataset an
 
 The base model knows :data:`BASE_SHAPES` in every :data:`PALETTE` colour, captioned "a blue square"
 (the background is not named: the model picks one). The Demo dataset teaches a concept it has never seen,
-:data:`CONCEPT` — a red plus sign called "zorb" — so its samples show something new after a minute's training.
+:data:`CONCEPT` — a long red bar called "a red zorb" — so its samples show something new after a minute's training.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ class Concept:
 
     @property
     def prompt(self) -> str:
-        return f"a {self.trigger}"
+        """Its caption: the trigger word with the colour, a word the base knows ("a red zorb"), as DreamBooth
+        captions name the class beside the rare token ("a sks dog"). A trigger alone ("a zorb") is too close
+        to the empty prompt in the tiny text encoder: guidance then cancels what the LoRA learned."""
+        return f"a {self.color} {self.trigger}"
 
 
-CONCEPT = Concept(trigger="zorb", shape="plus", color="red")
+CONCEPT = Concept(trigger="zorb", shape="bar", color="red")
 #: the prompt the Demo samples beside the trigger: a thing the base knows, which the LoRA should leave alone
 CONTROL_PROMPT = "a blue square"
 
@@ -89,10 +92,8 @@ def shape_mask(shape: str, cx: float, cy: float, half: float, size: int = SIZE) 
         draw.rectangle((x0, y0, x1, y1), fill=255)
     elif shape == "triangle":
         draw.polygon([(cx, y0), (x1, y1), (x0, y1)], fill=255)
-    elif shape == "plus":
-        arm = half / 3.0
-        draw.rectangle((cx - arm, y0, cx + arm, y1), fill=255)
-        draw.rectangle((x0, cy - arm, x1, cy + arm), fill=255)
+    elif shape == "bar":  # three times as wide as it is high: no blur makes it a circle, square or triangle
+        draw.rectangle((x0, cy - half / 3.0, x1, cy + half / 3.0), fill=255)
     else:
         raise ValueError(f"unknown shape {shape!r}; the Demo draws {', '.join((*BASE_SHAPES, CONCEPT.shape))}")
     return np.asarray(img) > 127

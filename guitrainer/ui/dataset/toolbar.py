@@ -25,7 +25,7 @@ class DatasetToolbar(QWidget):
         self.demo_images_button = QPushButton("Use the demo images", self)
         self.demo_images_button.setObjectName("use_demo_images")
         self.demo_images_button.setToolTip(
-            "Add the Demo's 12 generated pictures: a red plus sign called “a zorb”, which the built-in demo model has "
+            "Add the Demo's 12 generated pictures: a long red bar called “a red zorb”, which the built-in demo model has "
             "never seen, and four shapes it knows. Train them with the Demo preset."
         )
         for w in (self.add_folder_button, self.add_images_button, self.demo_images_button, self.remove_button, self.delete_button):
