@@ -44,12 +44,12 @@ def test_a_cli_run_prints_each_message_once_and_no_bitsandbytes_warning(tmp_path
     env = dict(os.environ, GUITRAINER_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-m", "guitrainer.cli", "--preset", "demo", "--set", "schedule.max_steps=2",
-         "--set", f"output.folder={tmp_path / 'out'}"],
+         "--set", "sampling.at_start=false", "--set", f"output.folder={tmp_path / 'out'}"],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stderr
-    for message in ("loading the base model", "training finished", "8 images, 8 per epoch with repeats"):
+    for message in ("loading the base model", "training finished", "12 images, 12 per epoch with repeats"):
         assert text.count(message) == 1, (message, text)
     assert "saved lora:" in text and text.count("saved lora:") == 1
     assert "kernels" not in text and "bitsandbytes" not in text

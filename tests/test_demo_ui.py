@@ -127,7 +127,7 @@ def test_output_page_shows_the_last_runs_pair(qtbot, tmp_path):
     for s in _samples(tmp_path):
         page._note_written(s)  # the worker's sample_ready
     page.show_last_run(RunSummary(status="finished", steps=240, epochs=80, final_loss=0.1, lora_path=str(tmp_path / "demo_lora.safetensors")))
-    assert page.before_after.isVisible() and page.before_after_title.text() == "Before / after"
+    assert page.before_after.isVisible() and page.before_after_title.title() == "Before / after"
     assert [p.verdict for p in page.before_after.measures()] == ["learned", "kept"]
     assert "6 sample images" in page.last_run_label.text()
 

@@ -167,7 +167,8 @@ def test_nan_loss_in_fp32_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch)
 
     monkeypatch.setattr(AmpStep, "forward_loss", nan_at_6)
     rep = HashingReporter()
-    cfg = demo_cfg(tmp_path, schedule__max_steps=8, output__save_every_n_epochs=1, precision__cache_latents=True)
+    cfg = demo_cfg(tmp_path, schedule__max_steps=8, output__save_every_n_epochs=1, precision__cache_latents=True,
+                   schedule__batch_size=3)  # 12 pictures: 4 steps an epoch
     tr = Trainer(cfg, rep)
     summary = tr.run()
     assert summary.status == "failed"
@@ -333,14 +334,17 @@ def test_cli_demo_preset_writes_a_lora(tmp_path, prec, capsys):
     from guitrainer.cli import main
 
     torch.set_num_threads(1)
-    rc = main(["--preset", DEMO, "--set", f"output.folder={tmp_path}", "--set", f"precision.training={prec}", "--quiet"])
+    short = ["--set", "schedule.max_steps=4", "--set", "sampling.every_n_steps=0", "--set", "sampling.at_start=false"]
+    rc = main(["--preset", DEMO, "--set", f"output.folder={tmp_path}", "--set", f"precision.training={prec}", *short, "--quiet"])
     torch.set_num_threads(1)
     assert rc == 0, capsys.readouterr().err
     out = tmp_path / "demo_lora.safetensors"
     assert out.is_file()
     tensors, meta = read_lora(out)
     assert meta["ss_mixed_precision"] == prec and meta["ss_network_module"] == "networks.lora"
-    assert meta["ss_network_alpha"] == "4" and meta["ss_network_dim"] == "4"
+    assert meta["ss_network_alpha"] == "16.0" and meta["ss_network_dim"] == "16"  # the preset's LoCon, rank 16
+    assert meta["ss_network_args"] and '"conv_dim": "8"' in meta["ss_network_args"]
+    assert any(k.startswith("lora_te") for k in tensors)  # the preset trains the text encoder too
     assert all(t.dtype == torch.float16 for t in tensors.values())  # the preset saves fp16
     assert f"saved {out}" in capsys.readouterr().out
 
@@ -375,7 +379,8 @@ def test_continue_from_an_existing_lora(tmp_path):
 def test_intermediate_saves_keep_only_the_newest(tmp_path):
     torch.set_num_threads(1)
     cfg = demo_cfg(
-        tmp_path, schedule__max_steps=12, output__save_every_n_epochs=1, output__keep_last=1, precision__cache_latents=True
+        tmp_path, schedule__max_steps=12, output__save_every_n_epochs=1, output__keep_last=1, precision__cache_latents=True,
+        schedule__batch_size=3,  # 12 pictures: 4 steps an epoch
     )
     rep = NullReporter()
     summary = Trainer(cfg, rep).run()

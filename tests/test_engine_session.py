@@ -50,12 +50,12 @@ def test_fp16_session_follows_the_precision_table(fp16_session):
 
 
 def test_schedule_counts_from_the_demo_dataset(fp16_session):
-    # the demo draws 8 images at 64 px without bucketing: batch 2 -> 4 batches per epoch; accumulation 2
-    # -> 2 optimizer steps per epoch; 2 epochs -> 4 steps
+    # the demo draws 12 images at 64 px without bucketing: batch 2 -> 6 batches per epoch; accumulation 2
+    # -> 3 optimizer steps per epoch; 2 epochs -> 6 steps
     s = fp16_session
-    assert len(s.dataset) == 8
-    assert s.batches_per_epoch == 4 and s.steps_per_epoch == 2 and s.total_steps == 4
-    assert sorted(i for b in s.epoch_batches(0) for i in b) == list(range(8))
+    assert len(s.dataset) == 12
+    assert s.batches_per_epoch == 6 and s.steps_per_epoch == 3 and s.total_steps == 6
+    assert sorted(i for b in s.epoch_batches(0) for i in b) == list(range(12))
     assert [cls for _b, cls in s.epoch_pairs(0)] == [[]] * 4  # no class images
 
 

@@ -43,8 +43,12 @@ def test_overlay_semantics_every_field_filled(store):
     """Loading B after A leaves nothing of A: presets apply to the defaults, not to the current config."""
     a = store.get("SDXL quality — 24 GB").config()
     b = store.get(DEMO_PRESET).config()
-    assert a.network.train_text_encoder is True
-    assert b.network.train_text_encoder is False  # not in the demo file: the default, not A's value
+    assert a.optimizer.text_encoder_lr == 1e-5 and a.precision.gradient_checkpointing is True
+    defaults = TrainingConfig()
+    # not in the demo file: the defaults, not A's values
+    assert b.optimizer.text_encoder_lr == defaults.optimizer.text_encoder_lr
+    assert b.precision.gradient_checkpointing is defaults.precision.gradient_checkpointing is False
+    assert b.output.save_every_n_epochs == 0 and b.schedule.warmup_steps == 0
     assert b.model.base == "demo" and b.precision.training == "fp32"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import fake_device
+from helpers.configs import demo_cfg
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QPushButton
 
@@ -26,6 +27,12 @@ from guitrainer.ui.workers import TrainingWorker, run_in_thread
 pytestmark = pytest.mark.slow  # every test here trains the demo model (in-process or through the CLI)
 
 DEMO = "Demo — tiny built-in model (CPU, about a minute)"
+#: the Demo preset trimmed as ``helpers.configs.demo_cfg`` trims it: 2 epochs of batches of 2 over its 12 pictures
+#: (12 steps), a plain LoRA at a constant 1e-3, no samples
+SHORT = [x for kv in ("schedule.max_steps=0", "schedule.epochs=2", "schedule.batch_size=2", "schedule.lr_scheduler=constant",
+                      "optimizer.lr=1e-3", "network.type=lora", "network.train_text_encoder=false", "loss.min_snr_gamma=0",
+                      "precision.cache_latents=false", "sampling.every_n_steps=0", "sampling.at_start=false")
+         for x in ("--set", kv)]  # fmt: skip
 REPO = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("guitrainer.engine.trainer")
@@ -40,15 +47,15 @@ def runs_db(tmp_path, monkeypatch) -> Path:
 
 def test_cli_demo_run_is_recorded_with_its_full_series(tmp_path, runs_db):
     out = tmp_path / "out"
-    assert main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
+    assert main(["--preset", DEMO, "--quiet", *SHORT, "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
     with RunStore(runs_db) as store:
         (row,) = store.list_runs()
-        assert (row.status, row.source, row.steps, row.total_steps) == ("finished", "cli", 8, 8)  # 8 images, batch 2, 2 epochs
+        assert (row.status, row.source, row.steps, row.total_steps) == ("finished", "cli", 12, 12)  # 12 images, batch 2, 2 epochs
         s = store.series(row.id)
-        assert s["step"] == list(range(1, 9)) and s["epoch"] == [1] * 4 + [2] * 4
+        assert s["step"] == list(range(1, 13)) and s["epoch"] == [1] * 6 + [2] * 6
         assert all(math.isfinite(v) for v in s["loss"]) and row.final_loss == s["loss"][-1]
-        assert s["lr"] == [1e-3] * 8 and all(v > 0 for v in s["seconds_per_step"])
-        assert s["images"] == [2.0 * i for i in range(1, 9)]
+        assert s["lr"] == [1e-3] * 12 and all(v > 0 for v in s["seconds_per_step"])
+        assert s["images"] == [2.0 * i for i in range(1, 13)]
         detail = store.run(row.id)
         assert detail.device == "cpu" and detail.save_precision == "fp16"
         cfg = config_from_dict(detail.config)
@@ -56,14 +63,13 @@ def test_cli_demo_run_is_recorded_with_its_full_series(tmp_path, runs_db):
         kinds = {a["kind"] for a in detail.artifacts}
         assert {"lora", "state"} <= kinds and Path(row.lora_path).is_file()
         assert detail.timings["mean_seconds_per_step"] > 0
-    assert main(["--preset", DEMO, "--quiet", "--no-record", "--set", f"output.folder={out}"]) == 0
+    assert main(["--preset", DEMO, "--quiet", *SHORT, "--no-record", "--set", f"output.folder={out}"]) == 0
     with RunStore(runs_db) as store:
         assert len(store.list_runs()) == 1  # --no-record left no row
 
 
 def test_gui_worker_demo_run_is_recorded(qtbot, tmp_path, runs_db):
-    cfg = PresetStore().get(DEMO).config()
-    cfg.output.folder = str(tmp_path / "out")
+    cfg = demo_cfg(tmp_path / "out", precision__save="fp16")
     worker = TrainingWorker(cfg)
     seen: list[tuple[int, float]] = []
     worker.step_finished.connect(lambda m: seen.append((m.step, m.loss)))
@@ -71,7 +77,7 @@ def test_gui_worker_demo_run_is_recorded(qtbot, tmp_path, runs_db):
         run_in_thread(worker)
     summary = blocker.args[0]
     assert summary.status == "finished"
-    qtbot.waitUntil(lambda: len(seen) == 8, timeout=5000)
+    qtbot.waitUntil(lambda: len(seen) == 12, timeout=5000)
     with RunStore(runs_db) as store:
         (row,) = store.list_runs()
         assert row.id == worker.run_id and row.source == "app" and row.status == "finished"
@@ -186,14 +192,14 @@ def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path
     (its dataset numbers and end time gone). Now the input check refuses it before anything starts (exit code 2,
     the CLI's code for input it refuses), naming the rank; the finished run stays as it was and no row is added."""
     out = tmp_path / "out"
-    assert main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
+    assert main(["--preset", DEMO, "--quiet", *SHORT, "--set", f"output.folder={out}", "--set", "network.rank=2"]) == 0
     with RunStore(runs_db) as store:
         (first,) = store.list_runs()
         before = store.run(first.id)
         series = store.series(first.id)
     state = str(Path(first.state_path))
     capsys.readouterr()
-    code = main(["--preset", DEMO, "--quiet", "--set", f"output.folder={out}", "--set", "network.rank=4",
+    code = main(["--preset", DEMO, "--quiet", *SHORT, "--set", f"output.folder={out}", "--set", "network.rank=4",
                  "--set", f"schedule.resume_from={state}", "--set", "schedule.epochs=3"])  # fmt: skip
     assert code == 2  # refused: the state was trained at rank 2
     assert "Rank (dim) = 2; it is 4 now" in capsys.readouterr().err
@@ -201,6 +207,6 @@ def test_a_resume_that_trains_nothing_leaves_the_finished_run_as_it_was(tmp_path
         assert [r.id for r in store.list_runs()] == [first.id]
         kept = store.run(first.id)
         assert (kept.row.status, kept.row.ended_at, kept.row.message) == (before.row.status, before.row.ended_at, before.row.message)
-        assert kept.row.status == "finished" and kept.row.steps == 8
+        assert kept.row.status == "finished" and kept.row.steps == 12
         assert kept.dataset == before.dataset and kept.config == before.config and kept.timings == before.timings
         assert store.series(first.id) == series

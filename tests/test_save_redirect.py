@@ -41,7 +41,7 @@ def test_a_new_folder_chosen_mid_run_takes_the_next_saves(tmp_path):
     blocker.write_text("a file where the output folder should be")
     control = Control()
     rep = _RedirectOnFailure(control, tmp_path / "good")
-    cfg = demo_cfg(blocker, schedule__max_steps=4, schedule__batch_size=4, output__save_every_n_epochs=1)
+    cfg = demo_cfg(blocker, schedule__max_steps=4, schedule__batch_size=6, output__save_every_n_epochs=1)  # 2 steps an epoch
     summary = Trainer(cfg, rep, control).run()
     assert summary.status == "finished", summary.message
     assert rep.redirected == 1

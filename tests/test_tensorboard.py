@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from helpers.configs import demo_cfg
 
-from guitrainer.config.presets import PresetStore
 from guitrainer.core.events import NullReporter
 from guitrainer.core.runs.store import RunStore
 from guitrainer.engine.recording import recording
@@ -22,8 +22,8 @@ def _events(folder):
 def _demo_run(tmp_path, tensorboard: bool):
     from guitrainer.engine.trainer import Trainer
 
-    cfg = PresetStore().get(DEMO).config()
-    cfg.output.folder = str(tmp_path / "out")
+    cfg = demo_cfg(tmp_path / "out", schedule__max_steps=8)
+    cfg.precision.save = "fp16"
     cfg.output.tensorboard = tensorboard
     inner = NullReporter()
     with recording(inner, cfg, source="test", store_path=tmp_path / "runs.sqlite3") as rec:

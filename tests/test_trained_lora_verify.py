@@ -70,7 +70,7 @@ def test_nan_loss_in_bf16_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch)
     rep = HashingReporter()
     cfg = demo_cfg(
         tmp_path, precision__training="bf16", schedule__max_steps=8, output__save_every_n_epochs=1,
-        precision__cache_latents=True,
+        precision__cache_latents=True, schedule__batch_size=3,  # 12 pictures: 4 steps an epoch
     )
     tr = Trainer(cfg, rep)
     summary = tr.run()

@@ -599,11 +599,16 @@ def test_empty_charts_say_no_data_and_the_scale_chart_says_flat_is_healthy(qtbot
 def test_samples_tab_says_when_sampling_is_off(qtbot, make_page):
     page = make_page()
     page.binding.set("sampling.every_n_steps", 0)
+    page.binding.set("sampling.at_start", False)
     assert page.gallery.count() == 0 and page.gallery.empty_text.startswith("Sampling is off")
     page.binding.set("sampling.prompts", ["a red apple"])
     page.binding.set("sampling.every_n_steps", 50)
     assert page.gallery.empty_text == "Samples appear here every 50 steps while training."
-    page.tabs.setCurrentWidget(page.gallery)
+    page.binding.set("sampling.at_start", True)
+    assert page.gallery.empty_text == "Samples appear here before the first step and every 50 steps while training."
+    page.binding.set("sampling.every_n_steps", 0)
+    assert page.gallery.empty_text == "Samples appear here once, before the first step (the base model's pictures)."
+    page.tabs.setCurrentWidget(page.samples_tab)
     assert page.gallery.grab().toImage() is not None  # paints the text without error
 
 

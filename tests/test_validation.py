@@ -59,7 +59,7 @@ def test_validation_loss_in_a_run_is_reported_and_repeatable(tmp_path):
     trainer = Trainer(cfg, rep)
     assert trainer.run().status == "finished"
     s = trainer.session
-    assert len(s.dataset.items) == 6 and len(s.validation_dataset.items) == 2  # 8 demo images
+    assert len(s.dataset.items) == 9 and len(s.validation_dataset.items) == 3  # 12 demo images, a quarter held out
     held = {i.image.name for i in s.validation_dataset.items}
     assert not held & {i.image.name for i in s.dataset.items}
     reported = [(m.step, m.validation_loss) for m in rep.steps if m.validation_loss is not None]
@@ -70,7 +70,7 @@ def test_validation_loss_in_a_run_is_reported_and_repeatable(tmp_path):
     from guitrainer.engine.network.lora import read_lora
 
     _, meta = read_lora(trainer.lora_path)
-    assert (meta["ss_num_validation_images"], meta["ss_validation_split"], meta["ss_validate_every_n_steps"]) == ("2", "0.25", "3")
+    assert (meta["ss_num_validation_images"], meta["ss_validation_split"], meta["ss_validate_every_n_steps"]) == ("3", "0.25", "3")
 
 
 @pytest.mark.slow

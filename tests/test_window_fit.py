@@ -308,6 +308,7 @@ def test_a_run_moves_nothing_on_the_training_page_and_the_charts_keep_their_axes
     qtbot.wait(30)
     before = [c.mapTo(page, c.rect().topLeft()) for c in cells], [c.size() for c in cells]
     meter = w.vram_meter.height()
+    w.binding.set("schedule.max_steps", 9)  # the run planned is the fake's 9 steps (the Demo preset plans 240)
     page.trainer_factory = fake_factory(steps=9)
     page.start()
     qtbot.waitUntil(lambda: not page.is_active, timeout=20000)
@@ -363,6 +364,7 @@ def test_a_new_run_clears_the_last_runs_axes_and_the_empty_scale_axis_is_readabl
 def test_the_vram_savers_row_keeps_its_height(qtbot, tmp_path, monkeypatch):
     w = _window(qtbot, tmp_path, monkeypatch, (1366, 745))
     meter = w.vram_meter
+    w.binding.set("precision.cache_latents", False)  # a saver left to offer (the Demo preset caches latents)
     heights = {}
     for precision in ("fp16", "fp32", "bf16", "fp32"):
         w.binding.set("precision.training", precision)

@@ -159,7 +159,11 @@ class Saver:
         files, fmt = self.files, self.config.output.format
         path = files.lora(tag)
         item = saved_item(path, fmt)
-        if self.config.output.overwrite or not item.exists() or path_key(item) in self.own_files:
+        try:
+            taken = item.exists()
+        except OSError:  # a name too long for the file system: the save says so and rescues the LoRA
+            taken = False
+        if self.config.output.overwrite or not taken or path_key(item) in self.own_files:
             return path
         if not tag:  # the final LoRA's name is taken by a file this run did not write: name it by its step
             return self.lora_target(f"step{self.progress.global_step:06d}")

@@ -99,7 +99,8 @@ class OutputPage(Page):
         self._verified_path = ""  # the file the result shown is about
         self.save_report_view = SaveReportView(self)  # the fp16 check of the last LoRA saved, with numbers
         # the report's table takes the right column's rest (below it, the page scrolled at 1366 x 768)
-        columns = [self._where_box(), self._saving_box(), self._verify_box()], [self._metadata_box(), self.save_report_view]
+        columns = [self._where_box(), self._saving_box(), self._verify_box()], [
+            self._metadata_box(), self._before_after_box(), self.save_report_view]
         self.body.addLayout(two_columns(*columns, grow=self.save_report_view, equal=True), 1)
         binding.changed.connect(self._on_changed)
         binding.replaced.connect(self._refresh_preview)
@@ -152,11 +153,17 @@ class OutputPage(Page):
         self.last_run_label.setWordWrap(True)
         self.last_run_label.setTextInteractionFlags(self.last_run_label.textInteractionFlags() | self.last_run_label.textInteractionFlags().TextSelectableByMouse)
         form.addRow(QLabel("Last run wrote", box), scrolled(self.last_run_label, lines=2))  # more lines scroll
-        self.before_after = BeforeAfterView(box)
-        self.before_after_title = QLabel("Before / after", box)
-        form.addRow(self.before_after_title, self.before_after)
-        self.before_after.setVisible(False)
-        self.before_after_title.setVisible(False)
+        return box
+
+    def _before_after_box(self) -> QGroupBox:
+        """The last run's first and last sample of each prompt (hidden until a run with samples ends); in the
+        right column, where the save report's table gives it room."""
+        box = QGroupBox("Before / after", self)
+        box.setObjectName("before_after_box")
+        self.before_after_title = box
+        self.before_after = BeforeAfterView(box, picture_size=64)
+        QVBoxLayout(box).addWidget(self.before_after)
+        box.setVisible(False)
         return box
 
     def _saving_box(self) -> QGroupBox:
@@ -298,9 +305,7 @@ class OutputPage(Page):
         self._run_files = self._run_config = None
         written, self._written = self._written, {}
         self.before_after.set_samples(self._samples, demo=demo)  # the run's first and last picture of each prompt
-        shown = bool(self.before_after.rows)
-        self.before_after.setVisible(shown)
-        self.before_after_title.setVisible(shown)
+        self.before_after_title.setVisible(bool(self.before_after.rows))
         path = getattr(summary, "lora_path", "") or ""
         state = getattr(summary, "state_path", "") or ""
         folder = Path(path or state).parent if path or state else None

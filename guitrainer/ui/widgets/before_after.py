@@ -35,8 +35,9 @@ def picture(path: str, size: int = PICTURE_SIZE) -> QPixmap:
 class PairRow:
     """The widgets of one prompt's row."""
 
-    def __init__(self, pair: SamplePair, progress: PromptProgress | None):
+    def __init__(self, pair: SamplePair, progress: PromptProgress | None, size: int = PICTURE_SIZE):
         self.pair = pair
+        self.size = size
         self.progress = progress
         self.prompt = QLabel(pair.prompt or "(empty prompt)")
         self.prompt.setWordWrap(True)
@@ -53,10 +54,10 @@ class PairRow:
     def _picture(self, sample: Sample, side: str) -> QLabel:
         label = QLabel()
         label.setObjectName(f"{side}_picture")
-        label.setFixedSize(PICTURE_SIZE, PICTURE_SIZE)
+        label.setFixedSize(self.size, self.size)
         label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         label.setFrameShape(QFrame.Shape.StyledPanel)
-        pix = picture(sample.path)
+        pix = picture(sample.path, self.size)
         if pix.isNull():
             label.setText("(file gone)")
         else:
@@ -81,9 +82,10 @@ def _measure_text(p: PromptProgress) -> str:
 class BeforeAfterView(QWidget):
     """Rows of prompt | first picture | latest picture | (Demo) what the measure reads."""
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, *, picture_size: int = PICTURE_SIZE):
         super().__init__(parent)
         self.setObjectName("before_after")
+        self.picture_size = picture_size
         self.demo = False
         self._samples: list[Sample] = []
         self.rows: list[PairRow] = []
@@ -127,7 +129,7 @@ class BeforeAfterView(QWidget):
         measured: dict[str, PromptProgress] = {}
         if self.demo:
             measured = {p.prompt: p for p in demo_progress([q for q in pairs if q.last.step > q.first.step])}
-        self.rows = [PairRow(pair, measured.get(pair.prompt)) for pair in pairs]
+        self.rows = [PairRow(pair, measured.get(pair.prompt), self.picture_size) for pair in pairs]
         self.empty.setVisible(not self.rows)
         if not self.rows:
             return
