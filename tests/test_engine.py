@@ -342,7 +342,7 @@ def test_cli_demo_preset_writes_a_lora(tmp_path, prec, capsys):
     assert out.is_file()
     tensors, meta = read_lora(out)
     assert meta["ss_mixed_precision"] == prec and meta["ss_network_module"] == "networks.lora"
-    assert meta["ss_network_alpha"] == "16.0" and meta["ss_network_dim"] == "16"  # the preset's LoCon, rank 16
+    assert meta["ss_network_alpha"] == "16" and meta["ss_network_dim"] == "16"  # the preset's LoCon, rank 16
     assert meta["ss_network_args"] and '"conv_dim": "8"' in meta["ss_network_args"]
     assert any(k.startswith("lora_te") for k in tensors)  # the preset trains the text encoder too
     assert all(t.dtype == torch.float16 for t in tensors.values())  # the preset saves fp16

@@ -101,7 +101,8 @@ def test_the_tracker_measures_half_the_weights_and_a_lower_peak_with_checkpointi
 def test_an_fp8_run_makes_sample_images(tmp_path):
     # the pipeline runs the fp8-stored UNet (cast up to bf16) with the fp32 LoRA, as the training step does
     rep = NullReporter()
-    cfg = demo_cfg(tmp_path, "fp8", schedule__max_steps=1, sampling__every_n_steps=1)
+    cfg = demo_cfg(tmp_path, "fp8", schedule__max_steps=1, sampling__every_n_steps=1, sampling__at_start=False,
+                   sampling__prompts=["a red zorb"])
     summary = Trainer(cfg, rep).run()
     assert summary.status == "finished" and not summary.warnings, summary.warnings
     assert len(rep.samples) == 1 and Path(rep.samples[0].path).is_file()

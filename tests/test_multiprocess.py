@@ -87,7 +87,8 @@ def _run(cmd: list[str]) -> tuple[int, str, str]:
 
 
 def _cli(out: Path, *settings: str) -> list[str]:
-    sets = [a for s in (f"output.folder={out}", *settings) for a in ("--set", s)]
+    short = ("schedule.batch_size=2", "sampling.every_n_steps=0", "sampling.at_start=false")  # the Demo preset, small
+    sets = [a for s in (f"output.folder={out}", *short, *settings) for a in ("--set", s)]
     return _launch("-m", "guitrainer.cli", "--preset", DEMO, *sets, "--quiet")
 
 
@@ -108,12 +109,12 @@ def test_two_processes_shard_the_data_stay_in_sync_and_only_the_main_one_writes(
     log = stdout + stderr
     assert code == 0, log[-4000:]
 
-    # the demo's 8 images in batches of 2: 4 batches an epoch, 2 for each process, none seen twice
+    # the demo's 12 images in batches of 2: 6 batches an epoch, 3 for each process, none seen twice
     shares = {int(r): ast.literal_eval(f"[{text}]") for r, _pid, _n, text in SHARE.findall(log)}
     assert sorted(shares) == [0, 1], log[-4000:]
-    assert all(len(batches) == 2 for batches in shares.values())
+    assert all(len(batches) == 3 for batches in shares.values())
     seen = [pos for batches in shares.values() for batch in batches for pos in batch]
-    assert sorted(seen) == list(range(8))
+    assert sorted(seen) == list(range(12))
     assert "training 4 steps" in log
 
     # both trained every step, and DDP kept their weights identical
@@ -126,7 +127,7 @@ def test_two_processes_shard_the_data_stay_in_sync_and_only_the_main_one_writes(
     assert sorted(p.name for p in out.iterdir()) == ["demo_lora.safetensors", "demo_lora_state"]
     assert stdout.count("saved ") == 1
     tensors, meta = read_lora(out / "demo_lora.safetensors")
-    assert meta["ss_steps"] == "4" and meta["ss_network_dim"] == "4"
+    assert meta["ss_steps"] == "4" and meta["ss_network_dim"] == "16"  # the Demo preset's rank
     assert tensors and all(t.isfinite().all() for t in tensors.values())
 
 

@@ -52,7 +52,7 @@ def _pick_by_keys(qtbot, combo: QComboBox, value: str) -> None:
 def test_picking_an_lr_free_optimizer_sets_lr_one_and_says_why(qtbot, page):
     combo = bound_editors(page)["optimizer.name"]
     assert isinstance(combo, QComboBox)
-    assert page.binding.get("optimizer.lr") == pytest.approx(5e-3)  # the Demo preset's
+    assert page.binding.get("optimizer.lr") == pytest.approx(1e-3)  # helpers.configs.demo_cfg's
     _pick_by_keys(qtbot, combo, "Prodigy")
     assert "LR 1.0" in combo.currentText()
     assert page.binding.get("optimizer.name") == "Prodigy"

@@ -227,7 +227,9 @@ def build_session(config: TrainingConfig, feedback: Feedback, placement: Placeme
         class_counts=class_counts,
         train_te=train_te,
         denoiser=acc.prepare_model(model.denoiser) if ddp else model.denoiser,
-        text_encoders=[acc.prepare_model(te) if ddp and train_te else te for te in model.text_encoders],
+        # DDP wraps only a text encoder with something to train (DDP refuses a module without trainable parameters)
+        text_encoders=[acc.prepare_model(te) if ddp and train_te and any(p.requires_grad for p in te.parameters()) else te
+                       for te in model.text_encoders],
         denoiser_params=denoiser_params,
         te_params=te_params,
         optimizer=optimizer,
