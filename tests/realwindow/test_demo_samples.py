@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QComboBox, QPushButton, QTabWidget
 from xinput import choose_in_combo, open_page, pump, train_and_wait, wait_for
 
 from guitrainer.config.presets import DEMO_PRESET
+from guitrainer.core.demo.shapes import CONCEPT, CONTROL_PROMPT
 
 SHOT = Path(__file__).resolve().parent.parent.parent / "artifacts" / "screenshots" / "demo_samples.png"
 
@@ -36,7 +37,7 @@ def test_demo_run_shows_base_and_lora_side_by_side(main_window, xin, tmp_path, m
     view = training.before_after
     wait_for(lambda: len(view.measures()) == 2, 10, "both prompts measured")
     verdicts = {p.prompt: p.verdict for p in view.measures()}
-    assert verdicts == {"a zorb": "learned", "a blue square": "kept"}, [p.describe() for p in view.measures()]
+    assert verdicts == {CONCEPT.prompt: "learned", CONTROL_PROMPT: "kept"}, [p.describe() for p in view.measures()]
     assert [r.before_caption.text() for r in view.rows] == ["step 0: the base model"] * 2
     wait_for(lambda: all(r.measure.isVisible() and r.after.isVisible() for r in view.rows), 5, "the rows shown")
     SHOT.parent.mkdir(parents=True, exist_ok=True)
