@@ -74,7 +74,7 @@ def run_split(settings: QWidget, charts_host: QWidget, tabs: QTabWidget) -> QSpl
 
 
 def make_room_for(tabs: QTabWidget, tall: QWidget) -> None:
-    """While ``tall`` (the Numerics tab) is the current tab of ``tabs``, give it the height the charts above can
+    """While ``tall`` (the Numerics tab, the Samples tab) is the current tab of ``tabs``, give it the height the charts above can
     spare: everything down to the charts' minimum when that leaves it :data:`TALL_TAB_MIN_HEIGHT` (1920×1080), else
     the charts' height too (1366×768 has room for only one of them: the charts are hidden, their place taken, and
     come back with the Log or Samples tab). The heights the user had come back when another tab is chosen.

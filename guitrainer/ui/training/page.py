@@ -49,7 +49,7 @@ from guitrainer.ui.training.dialogs import (
     start_confirm_box,
     start_problems_box,
 )
-from guitrainer.ui.training.layout import run_split, samples_split, settings_column
+from guitrainer.ui.training.layout import make_room_for, run_split, samples_split, settings_column
 from guitrainer.ui.training.log_panel import LogPanel
 from guitrainer.ui.training.sample_gallery import SampleGallery, sampling_note
 from guitrainer.ui.widgets.before_after import BeforeAfterView
@@ -151,6 +151,7 @@ class TrainingPage(Page):
         self.tabs.setObjectName("training_tabs")
         self.tabs.addTab(self.log_panel, "Log")
         self.tabs.addTab(self.samples_tab, "Samples")
+        make_room_for(self.tabs, self.samples_tab)  # chosen, the pictures side by side get the height they need
 
         self.body.addWidget(run_split(self.settings_scroll, self.charts_host, self.tabs), 1)
 
