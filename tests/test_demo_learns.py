@@ -15,7 +15,7 @@ from guitrainer.config.presets import DEMO_PRESET, PresetStore
 from guitrainer.core.demo.progress import demo_progress
 from guitrainer.core.demo.shapes import CONCEPT, CONTROL_PROMPT
 from guitrainer.core.events import NullReporter
-from guitrainer.core.runs.samples import Sample, first_and_last
+from guitrainer.core.runs.samples import first_and_last
 from guitrainer.engine.trainer import Trainer
 
 
@@ -45,7 +45,7 @@ def test_the_demo_preset_run_learns_the_concept_and_keeps_the_control(tmp_path):
     made = sorted({(s.prompt, s.step) for s in rep.samples})
     every = cfg.sampling.every_n_steps
     assert made == sorted((p, k) for p in cfg.sampling.prompts for k in range(0, last + 1, every))
-    pairs = first_and_last([Sample(s.prompt, s.step, s.path) for s in rep.samples])
+    pairs = first_and_last(rep.samples)
     got = {p.prompt: p for p in demo_progress(pairs)}
     assert got[CONCEPT.prompt].verdict == "learned", got[CONCEPT.prompt].describe()
     assert got[CONTROL_PROMPT].verdict == "kept", got[CONTROL_PROMPT].describe()

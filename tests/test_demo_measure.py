@@ -24,7 +24,8 @@ from guitrainer.core.demo.shapes import (
     random_drawing,
     shape_mask,
 )
-from guitrainer.core.runs.samples import Sample, first_and_last, from_artifacts
+from guitrainer.core.events import SampleImage
+from guitrainer.core.runs.samples import first_and_last, from_artifacts
 
 
 @pytest.mark.parametrize("shape", [*BASE_SHAPES, CONCEPT.shape])
@@ -37,6 +38,10 @@ def test_every_drawing_is_read_as_what_was_drawn(shape):
         assert r.background == d.background
         # the other shapes' templates fit clearly worse: the measure tells shapes apart, it does not guess
         assert max(v for k, v in r.ious.items() if k != shape) < r.iou - 0.05, (d, r.ious)
+
+
+def Sample(prompt: str, step: int, path: str) -> SampleImage:  # noqa: N802 - reads like the record it builds
+    return SampleImage(path=path, prompt=prompt, step=step)
 
 
 def test_a_drawing_is_never_cut_off_and_always_contrasts():

@@ -9,7 +9,6 @@ from PySide6.QtGui import QImage
 from guitrainer.config import TrainingConfig
 from guitrainer.core.demo.shapes import PALETTE, Drawing, draw
 from guitrainer.core.events import SampleImage
-from guitrainer.core.runs.samples import Sample
 from guitrainer.core.runs.store import RunStore
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.widgets.before_after import PICTURE_SIZE, BeforeAfterView
@@ -17,6 +16,10 @@ from guitrainer.ui.widgets.before_after import PICTURE_SIZE, BeforeAfterView
 TRIANGLE = Drawing("triangle", "purple", "white", 32, 32, 18)
 BAR = Drawing("bar", "red", "white", 30, 33, 19)
 SQUARE = Drawing("square", "blue", "yellow", 32, 32, 17)
+
+
+def Sample(prompt: str, step: int, path: str) -> SampleImage:  # noqa: N802 - reads like the record it builds
+    return SampleImage(path=path, prompt=prompt, step=step)
 
 
 def _samples(tmp_path) -> list[SampleImage]:
@@ -43,7 +46,7 @@ def test_before_after_rows_pictures_and_demo_measure(qtbot, tmp_path):
     assert view.empty.isVisible()
     view.clear(demo=True)
     for s in _samples(tmp_path):
-        view.add_sample(Sample(s.prompt, s.step, s.path))
+        view.add_sample(s)
     assert not view.empty.isVisible()
     assert [r.prompt.text() for r in view.rows] == ["a red zorb", "a blue square"]
     zorb = view.rows[0]
@@ -62,10 +65,10 @@ def test_before_after_rows_pictures_and_demo_measure(qtbot, tmp_path):
 def test_before_after_of_another_model_has_no_measure(qtbot, tmp_path):
     view = BeforeAfterView()
     qtbot.addWidget(view)
-    view.set_samples([Sample(s.prompt, s.step, s.path) for s in _samples(tmp_path)], demo=False)
+    view.set_samples(_samples(tmp_path), demo=False)
     assert len(view.rows) == 2 and view.measures() == []
     (tmp_path / "demo_lora_step000240_0.png").unlink()
-    view.set_samples([Sample(s.prompt, s.step, s.path) for s in _samples(tmp_path)[:4]] + [Sample("a red zorb", 300, str(tmp_path / "gone.png"))])
+    view.set_samples(_samples(tmp_path)[:4] + [Sample("a red zorb", 300, str(tmp_path / "gone.png"))])
     assert view.rows[0].after.text() == "(file gone)"
 
 

@@ -25,7 +25,7 @@ from guitrainer.base.errors import first_line
 from guitrainer.base.fileio import atomic_write_with
 from guitrainer.core.events import SampleImage
 from guitrainer.core.runs.names import RunFiles
-from guitrainer.core.runs.samples import Sample, first_and_last
+from guitrainer.core.runs.samples import first_and_last
 from guitrainer.engine.families import registry
 
 log = logging.getLogger(__name__)
@@ -126,17 +126,17 @@ def sample_during_run(session: Any, caches: Any, files: RunFiles, feedback: Any,
         report_demo_progress(cfg.prompts, files, feedback)
 
 
-def run_samples(prompts: Sequence[str], files: RunFiles) -> list[Sample]:
+def run_samples(prompts: Sequence[str], files: RunFiles) -> list[SampleImage]:
     """This run's sample images on disk (``<label>_step<N>_<i>.png``), each with prompt ``i``'s text."""
     lines = [p.strip() for p in prompts if p.strip()]
     pattern = re.compile(rf"^{re.escape(files.label)}_step(\d+)_(\d+)\.png$")
-    out: list[Sample] = []
+    out: list[SampleImage] = []
     if not files.samples.is_dir():
         return out
     for path in sorted(files.samples.iterdir()):
         m = pattern.match(path.name)
         if m and int(m.group(2)) < len(lines):
-            out.append(Sample(lines[int(m.group(2))], int(m.group(1)), str(path)))
+            out.append(SampleImage(path=str(path), prompt=lines[int(m.group(2))], step=int(m.group(1))))
     return out
 
 

@@ -5,14 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Sample:
-    """One sample image of a run: its prompt, the step it was made at, its file."""
-
-    prompt: str
-    step: int
-    path: str
+from guitrainer.core.events import SampleImage
 
 
 @dataclass(frozen=True)
@@ -20,19 +13,19 @@ class SamplePair:
     """A prompt's first sample (the base model's, when the run sampled at step 0) and its latest."""
 
     prompt: str
-    first: Sample
-    last: Sample
+    first: SampleImage
+    last: SampleImage
 
     @property
     def before_training(self) -> bool:
         return self.first.step == 0
 
 
-def first_and_last(samples: Iterable[Sample]) -> list[SamplePair]:
+def first_and_last(samples: Iterable[SampleImage]) -> list[SamplePair]:
     """Per prompt, in the order the prompts first appear: the sample of the lowest step and of the highest
     (at equal steps the later one, a resumed run's re-made sample)."""
-    first: dict[str, Sample] = {}
-    last: dict[str, Sample] = {}
+    first: dict[str, SampleImage] = {}
+    last: dict[str, SampleImage] = {}
     for s in samples:
         if s.prompt not in first or s.step < first[s.prompt].step:
             first[s.prompt] = s
@@ -41,11 +34,11 @@ def first_and_last(samples: Iterable[Sample]) -> list[SamplePair]:
     return [SamplePair(p, first[p], last[p]) for p in first]
 
 
-def from_artifacts(artifacts: Iterable[dict[str, object]]) -> list[Sample]:
+def from_artifacts(artifacts: Iterable[dict[str, object]]) -> list[SampleImage]:
     """The samples among a run's recorded artifacts (:meth:`RunStore.artifacts`), in the order written."""
-    out: list[Sample] = []
+    out: list[SampleImage] = []
     for a in artifacts:
         if a.get("kind") == "sample" and a.get("path"):
             step = a.get("step")
-            out.append(Sample(str(a.get("prompt") or ""), int(step) if isinstance(step, int) else 0, str(a["path"])))
+            out.append(SampleImage(path=str(a["path"]), prompt=str(a.get("prompt") or ""), step=step if isinstance(step, int) else 0))
     return out

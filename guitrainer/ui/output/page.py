@@ -38,7 +38,6 @@ from guitrainer.core.precision.advisor import save_overflow_advice
 from guitrainer.core.precision.numerics import SaveReport
 from guitrainer.core.runs import names as run_names
 from guitrainer.core.runs.names import RunFiles
-from guitrainer.core.runs.samples import Sample
 from guitrainer.engine import export as X
 from guitrainer.ui import start_dirs
 from guitrainer.ui.binding import ConfigBinding, label_for, make_editor
@@ -93,7 +92,7 @@ class OutputPage(Page):
         self._run_files: RunFiles | None = None  # the names of the run going on (None: no run)
         self._run_config: Any = None  # that run's settings (its own copy)
         self._written: dict[str, list[str]] = {}  # what the run going on wrote so far, by kind
-        self._samples: list[Sample] = []  # the run going on's sample images, in the order made
+        self._samples: list[SampleImage] = []  # the run going on's sample images, in the order made
         self._moved: dict[Path, RunFiles] = {}  # the running run's names per output folder it was given
         self._verifying_path = ""
         self._verified_path = ""  # the file the result shown is about
@@ -292,7 +291,7 @@ class OutputPage(Page):
         kind = getattr(item, "kind", "sample")
         self._written.setdefault(kind, []).append(str(item.path))
         if isinstance(item, SampleImage):
-            self._samples.append(Sample(item.prompt, item.step, str(item.path)))
+            self._samples.append(item)
 
     def _run_failed(self, *_args: object) -> None:
         """The run ended with an error (no summary): the preview goes back to the next run's names."""

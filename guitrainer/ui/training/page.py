@@ -35,7 +35,6 @@ from guitrainer.core.checks.start import check_start
 from guitrainer.core.demo.progress import is_demo
 from guitrainer.core.device.hardware import DeviceInfo
 from guitrainer.core.events import RunSummary, SampleImage, SavedFile, StepMetrics
-from guitrainer.core.runs.samples import Sample
 from guitrainer.core.runs.state import SavedRun, find_state, read_saved_run
 from guitrainer.ui.binding import ConfigBinding
 from guitrainer.ui.device_service import DeviceService
@@ -458,7 +457,7 @@ class TrainingPage(Page):
     @Slot(object)
     def _on_sample(self, sample: SampleImage) -> None:
         self.gallery.add_sample(sample)
-        self.before_after.add_sample(Sample(sample.prompt, sample.step, sample.path))
+        self.before_after.add_sample(sample)
         self.tabs.setTabText(self.tabs.indexOf(self.samples_tab), f"Samples ({self.gallery.count()})")
 
     @Slot(object)

@@ -15,7 +15,8 @@ from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from guitrainer.core.demo.progress import PromptProgress, demo_progress
-from guitrainer.core.runs.samples import Sample, SamplePair, first_and_last
+from guitrainer.core.events import SampleImage
+from guitrainer.core.runs.samples import SamplePair, first_and_last
 
 #: the side the pictures are shown at (a 64 px Demo sample is enlarged 2× without smoothing: pixels stay crisp)
 PICTURE_SIZE = 128
@@ -51,7 +52,7 @@ class PairRow:
         self.measure.setWordWrap(True)
         self.measure.setTextFormat(Qt.TextFormat.RichText)
 
-    def _picture(self, sample: Sample, side: str) -> QLabel:
+    def _picture(self, sample: SampleImage, side: str) -> QLabel:
         label = QLabel()
         label.setObjectName(f"{side}_picture")
         label.setFixedSize(self.size, self.size)
@@ -87,7 +88,7 @@ class BeforeAfterView(QWidget):
         self.setObjectName("before_after")
         self.picture_size = picture_size
         self.demo = False
-        self._samples: list[Sample] = []
+        self._samples: list[SampleImage] = []
         self.rows: list[PairRow] = []
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 4, 4, 4)
@@ -103,13 +104,13 @@ class BeforeAfterView(QWidget):
         outer.addStretch(1)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
 
-    def set_samples(self, samples: Iterable[Sample], *, demo: bool = False) -> None:
+    def set_samples(self, samples: Iterable[SampleImage], *, demo: bool = False) -> None:
         """Show these samples (a run's, in the order made); ``demo`` reads them with the Demo's measure."""
         self._samples = list(samples)
         self.demo = demo
         self._rebuild()
 
-    def add_sample(self, sample: Sample) -> None:
+    def add_sample(self, sample: SampleImage) -> None:
         self._samples.append(sample)
         self._rebuild()
 
