@@ -68,7 +68,8 @@ def test_a_run_names_its_files_once_and_the_runs_page_brings_a_moved_history_bac
     open_page(window, xin, "Output")
     last = window.output_page.findChild(QLabel, "last_run_file")
     wait_for(lambda: "demo_lora_2_state" in last.text(), 10, lambda: f"the files the run wrote, got {last.text()!r}")
-    assert str(out / "demo_lora_2.safetensors") in last.text() and "1 sample image" in last.text()
+    # the Demo preset's two prompts, before the first step and at step 3
+    assert str(out / "demo_lora_2.safetensors") in last.text() and "4 sample images" in last.text()
     assert (out / "samples" / "demo_lora_2_step000003_0.png").is_file()
     assert (out / "demo_lora.safetensors").read_bytes() == b"an earlier run's LoRA"
     assert window.output_page.preview_paths()[0] == str(out / "demo_lora_3.safetensors")  # the next run's names
