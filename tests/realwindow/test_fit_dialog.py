@@ -38,6 +38,7 @@ def test_fit_to_card_for_sdxl_and_a_ram_limited_flux_with_the_real_pointer(main_
     finally:
         answerer.stop()
     assert [d.title for d in answerer.seen] == ["Load another preset?"]
+    xin.activate(main_window)  # the question box closed: the window is the active one again, as a person's next click finds it
     xin.click(meter.fit_button)
     wait_for(lambda: meter.fit_dialog is not None and meter.fit_dialog.isVisible(), 10, "the Fit dialog")
     dialog = meter.fit_dialog
