@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QPushButton
 from guitrainer.cli import main
 from guitrainer.config import config_from_dict
 from guitrainer.config.presets import PresetStore
+from guitrainer.core.demo.dataset import demo_drawings
 from guitrainer.core.device import hardware
 from guitrainer.core.runs.store import RunStore
 from guitrainer.ui.workers import TrainingWorker, run_in_thread
@@ -97,14 +98,21 @@ def _read(db: Path, sql: str) -> list[tuple]:
         return []
 
 
+#: the Demo dataset's pictures in batches of 3 (the kill test sets the batch size, so an epoch's length does not
+#: follow the preset's)
+KILL_BATCH = 3
+PER_EPOCH = math.ceil(len(demo_drawings()) / KILL_BATCH)
+
+
 def _kill_mid_run(tmp_path: Path, db: Path, home: Path) -> int:
-    """A CLI run of 60 steps (state saved every epoch of 4 steps), killed with SIGKILL once the store
+    """A CLI run of 60 steps (state saved every epoch of PER_EPOCH steps), killed with SIGKILL once the store
     holds at least 12 steps and a state; returns the pid."""
     out = tmp_path / "out"
     env = dict(os.environ, GUITRAINER_RUNS_DB=str(db), GUITRAINER_HOME=str(home), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "guitrainer.cli", "--preset", DEMO, "--quiet", "--set", f"output.folder={out}",
            "--set", "schedule.max_steps=60", "--set", "schedule.epochs=100", "--set", "output.save_every_n_epochs=1",
-           "--set", "output.keep_last=1"]  # fmt: skip
+           "--set", "output.keep_last=1", "--set", f"schedule.batch_size={KILL_BATCH}", "--set", "sampling.every_n_steps=0",
+           "--set", "sampling.at_start=false"]  # fmt: skip
     with open(tmp_path / "cli.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log)
         try:
@@ -138,13 +146,13 @@ def test_kill_9_leaves_a_readable_store_and_the_app_resumes_the_run(qtbot, tmp_p
         before = store.series(row.id, ["step", "loss"])
         assert before["step"] == list(range(1, row.steps + 1))  # every committed batch, no gap
         state_step = row.state_step
-        assert state_step % 4 == 0 and 4 <= state_step < row.steps
+        assert state_step % PER_EPOCH == 0 and PER_EPOCH <= state_step < row.steps
     # the state folder may be one save newer than the store says (killed between the save and the commit of its
     # step's metrics); the app resumes from the folder
     from guitrainer.core.runs.state import read_saved_run
 
     resumed_from = read_saved_run(row.state_path).global_step
-    assert resumed_from >= state_step and resumed_from % 4 == 0
+    assert resumed_from >= state_step and resumed_from % PER_EPOCH == 0
 
     # the next start of the app: the run is marked interrupted and offered for resuming
     from guitrainer.ui.window.main_window import MainWindow
