@@ -273,5 +273,5 @@ def test_a_lora_file_of_another_kind_is_refused_naming_the_setting(tiny, tmp_pat
         FAMILY.load_lora_file(tmp_path / "x.safetensors", config_with(network__type="loha").network, narrow, [], [])
     peft_file = tmp_path / "pytorch_lora_weights.safetensors"
     save_file({"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(RANK, 64)}, str(peft_file))
-    with pytest.raises(LoraFormatError, match="diffusers-format Flux LoRA"):
+    with pytest.raises(LoraFormatError, match="diffusers-format Flux.1 LoRA"):
         FAMILY.load_lora_file(peft_file, config_with().network, narrow, [narrow_clip], [])

@@ -179,12 +179,20 @@ def classify_keys(
             f"{name} is a LoRA, not a base model ({n} LoRA tensors). Choose the checkpoint the LoRA was made for; "
             "to keep training this LoRA, set it as 'Continue from LoRA' instead."
         ), None
-    for known in all_facts():  # the transformer families recognise their own files (core/families/<name>.py)
+    # The transformer families recognise their own files (core/families/<name>.py). A family that takes the file
+    # wins over another's refusal of it (families that share block names, as Flux.1 and Chroma do, each refuse the
+    # other's variants by name), whatever the order of the list.
+    refusal: tuple[None, bool, Level, str, str | None] | None = None
+    for known in all_facts():
         if known.detect_file is not None:
             verdict = known.detect_file(tensors, metadata, name)
             if verdict is not None:
                 ok, level, message, prediction = verdict
-                return (known.name if ok else None), ok, level, message, prediction  # type: ignore[return-value]
+                if ok:
+                    return known.name, ok, level, message, prediction
+                refusal = refusal or (None, ok, level, message, prediction)
+    if refusal is not None:
+        return refusal
     has = lambda prefix: any(k.startswith(prefix) for k in keys)  # noqa: E731
     pred = None
     if "v_pred" in tensors or metadata.get("modelspec.prediction_type", "").lower() in ("v", "v_prediction"):

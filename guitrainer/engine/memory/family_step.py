@@ -50,13 +50,15 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class IdsTokenizer:
-    """A tokenizer stand-in: token ids (zeros) of the length asked for (``max_length``, else 77)."""
+    """A tokenizer stand-in: token ids (zeros) of the length asked for (``max_length``, else 77), every one attended
+    (the attention mask a family that masks its padding reads, as Chroma does)."""
 
     model_max_length = 77
 
     def __call__(self, captions: Sequence[str], *, max_length: int | None = None, **_: Any) -> SimpleNamespace:
         length = int(max_length or self.model_max_length)
-        return SimpleNamespace(input_ids=torch.zeros(len(captions), length, dtype=torch.long))
+        ids = torch.zeros(len(captions), length, dtype=torch.long)
+        return SimpleNamespace(input_ids=ids, attention_mask=torch.ones_like(ids))
 
 
 @dataclass

@@ -26,7 +26,7 @@ converters also run on ``meta`` tensors.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -160,10 +160,63 @@ def _swap_halves(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([second, first], dim=0)
 
 
-def _unexpected(sd: Mapping[str, torch.Tensor], used: set[str], what: str) -> None:
+def _unexpected(sd: Mapping[str, torch.Tensor], used: set[str], what: str, model: str) -> None:
     left = sorted(set(sd) - used)
     if left:
-        raise KeyError(f"{len(left)} {what} keys are not part of a Flux.1 transformer, e.g. {', '.join(left[:3])}")
+        raise KeyError(f"{len(left)} {what} keys are not part of {model}, e.g. {', '.join(left[:3])}")
+
+
+def split_by_layout(
+    src: Mapping[str, torch.Tensor], pieces: Sequence[Piece], norms: Mapping[str, str], *, model: str = "a Flux.1 transformer"
+) -> dict[str, torch.Tensor]:
+    """Original-layout weights (no prefix) in diffusers' names by a :func:`layout`-shaped table: each fused weight
+    split along dim 0 into its pieces (views, no copy). ``KeyError`` names missing or unknown keys (``model`` says
+    what was expected). Flux-derived families (Chroma) convert through it with their own table."""
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for piece in pieces:
+        for kind in ("weight", "bias"):
+            key = f"{piece.bfl}.{kind}"
+            if key not in src:
+                raise KeyError(f"{model} has no {key}")
+            used.add(key)
+            tensor = _swap_halves(src[key]) if piece.swap_halves else src[key]
+            parts = tensor.split(list(piece.rows), dim=0) if piece.fused else (tensor,)
+            for name, part in zip(piece.diffusers, parts):
+                out[f"{name}.{kind}"] = part
+    for bfl, diff in norms.items():
+        if bfl not in src:
+            raise KeyError(f"{model} has no {bfl}")
+        used.add(bfl)
+        out[diff] = src[bfl]
+    _unexpected(src, used, "original-layout", model)
+    return out
+
+
+def fuse_by_layout(
+    sd: Mapping[str, torch.Tensor], pieces: Sequence[Piece], norms: Mapping[str, str], *, prefix: str = "",
+    model: str = "a Flux.1 transformer",
+) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`split_by_layout`: diffusers-named weights in the original layout, ``prefix`` before
+    each key."""
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for piece in pieces:
+        for kind in ("weight", "bias"):
+            keys = [f"{name}.{kind}" for name in piece.diffusers]
+            missing = [k for k in keys if k not in sd]
+            if missing:
+                raise KeyError(f"{model} has no {missing[0]}")
+            used.update(keys)
+            tensor = torch.cat([sd[k] for k in keys], dim=0) if piece.fused else sd[keys[0]]
+            out[f"{prefix}{piece.bfl}.{kind}"] = _swap_halves(tensor) if piece.swap_halves else tensor
+    for bfl, diff in norms.items():
+        if diff not in sd:
+            raise KeyError(f"{model} has no {diff}")
+        used.add(diff)
+        out[f"{prefix}{bfl}"] = sd[diff]
+    _unexpected(sd, used, "diffusers", model)
+    return out
 
 
 def bfl_to_diffusers(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -173,54 +226,13 @@ def bfl_to_diffusers(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """
     src = strip_prefix(sd)
     pieces, norms = layout(bfl_shape(src))
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for piece in pieces:
-        for kind in ("weight", "bias"):
-            key = f"{piece.bfl}.{kind}"
-            if key not in src:
-                raise KeyError(f"the Flux transformer has no {key}")
-            used.add(key)
-            tensor = _swap_halves(src[key]) if piece.swap_halves else src[key]
-            parts = tensor.split(list(piece.rows), dim=0) if piece.fused else (tensor,)
-            for name, part in zip(piece.diffusers, parts):
-                out[f"{name}.{kind}"] = part
-    for bfl, diff in norms.items():
-        if bfl not in src:
-            raise KeyError(f"the Flux transformer has no {bfl}")
-        used.add(bfl)
-        out[diff] = src[bfl]
-    _unexpected(src, used, "BFL")
-    return out
+    return split_by_layout(src, pieces, norms)
 
 
 def diffusers_to_bfl(sd: Mapping[str, torch.Tensor], *, prefix: str = "") -> dict[str, torch.Tensor]:
     """diffusers-named transformer weights in BFL's layout (``prefix`` before each key, e.g. the checkpoint's)."""
     pieces, norms = layout(diffusers_shape(sd))
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for piece in pieces:
-        for kind in ("weight", "bias"):
-            keys = [f"{name}.{kind}" for name in piece.diffusers]
-            missing = [k for k in keys if k not in sd]
-            if missing:
-                raise KeyError(f"the Flux transformer has no {missing[0]}")
-            used.update(keys)
-            tensor = torch.cat([sd[k] for k in keys], dim=0) if piece.fused else sd[keys[0]]
-            out[f"{prefix}{piece.bfl}.{kind}"] = _swap_halves(tensor) if piece.swap_halves else tensor
-    for bfl, diff in norms.items():
-        if diff not in sd:
-            raise KeyError(f"the Flux transformer has no {diff}")
-        used.add(diff)
-        out[f"{prefix}{bfl}"] = sd[diff]
-    _unexpected(sd, used, "diffusers")
-    return out
-
-
-def diffusers_pieces(shape: FluxShape) -> dict[str, tuple[Piece, int]]:
-    """diffusers module -> (the BFL :class:`Piece` it is part of, its index among the piece's modules)."""
-    pieces, _ = layout(shape)
-    return {name: (piece, i) for piece in pieces for i, name in enumerate(piece.diffusers)}
+    return fuse_by_layout(sd, pieces, norms, prefix=prefix)
 
 
 def shape_of_model(denoiser: torch.nn.Module) -> FluxShape:

@@ -110,17 +110,21 @@ def _fused(piece: convert.Piece, trained: dict[int, tuple[torch.Tensor, torch.Te
 
 
 def kohya_state_dict(
-    denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (), alpha: float | None = None, *, to_cpu: bool = True
+    denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (), alpha: float | None = None, *, to_cpu: bool = True,
+    pieces: Sequence[convert.Piece] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The trained LoRA in kohya's Flux layout (detached; on the CPU unless ``to_cpu`` is False, e.g. for a
     model on ``meta``), in the LoRA parameters' dtype.
 
     ``alpha`` is every module's trained alpha (None: each peft layer's own); fused modules get theirs scaled
     as the module docstring says. CLIP-L is written under ``lora_te1_``, a T5 LoRA (never trained here by
-    default) under ``lora_te3_``.
+    default) under ``lora_te3_``. ``pieces``: the model's layout table (None: Flux.1's, from the denoiser); a
+    Flux-derived family with other layers (Chroma) passes its own.
     """
     denoiser = _unwrapped(denoiser)
-    index = convert.diffusers_pieces(convert.shape_of_model(denoiser))
+    if pieces is None:
+        pieces = convert.layout(convert.shape_of_model(denoiser))[0]
+    index = {name: (piece, i) for piece in pieces for i, name in enumerate(piece.diffusers)}
     grouped: dict[str, tuple[convert.Piece, dict[int, tuple[torch.Tensor, torch.Tensor, float]]]] = {}
     for name, layer in lora_layers(denoiser).items():
         own = _own_name(name)
@@ -207,13 +211,14 @@ def _fused_into(
 
 def load_kohya_lora(
     sd: Mapping[str, torch.Tensor], denoiser: nn.Module, text_encoders: Sequence[nn.Module] = (),
-    *, strict: bool = True, skipped: list[str] | None = None,
+    *, strict: bool = True, skipped: list[str] | None = None, pieces: Sequence[convert.Piece] | None = None,
 ) -> int:
     """Copy a kohya Flux LoRA (ours, or sd-scripts') into the already injected split peft LoRA; returns how many
     of the file's modules were set. Modules that match no trained layer raise :class:`LoraFormatError`
-    (``strict``) or are appended to ``skipped``."""
+    (``strict``) or are appended to ``skipped``. ``pieces`` as for :func:`kohya_state_dict`."""
     denoiser = _unwrapped(denoiser)
-    pieces = {kohya_name(p.bfl): p for p in convert.layout(convert.shape_of_model(denoiser))[0]}
+    table = pieces if pieces is not None else convert.layout(convert.shape_of_model(denoiser))[0]
+    by_name = {kohya_name(p.bfl): p for p in table}
     unet_layers = {_own_name(n): m for n, m in lora_layers(denoiser).items()}
     clip_layers: dict[str, nn.Module] = {}
     if text_encoders:
@@ -229,7 +234,7 @@ def load_kohya_lora(
         for module, tensors in sorted(modules.items()):
             if set(tensors) - {"lora_down.weight", "lora_up.weight", "alpha"} or "lora_up.weight" not in tensors:
                 raise LoraFormatError(f"{module} is not a plain LoRA module ({', '.join(sorted(tensors))})")
-            piece = pieces.get(module)
+            piece = by_name.get(module)
             slots = {j: unet_layers[n] for j, n in enumerate(piece.diffusers) if n in unet_layers} if piece else {}
             if piece is not None and slots:
                 if piece.fused:
@@ -255,12 +260,14 @@ def load_kohya_lora(
 
 
 def load_lora_file(
-    path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module], skipped: list[str]
+    path: Path, network: NetworkConfig, denoiser: nn.Module, text_encoders: Sequence[nn.Module], skipped: list[str],
+    *, pieces: Sequence[convert.Piece] | None = None, label: str = "Flux.1",
 ) -> int:
     """Continue from LoRA: a kohya Flux file (our layout, sd-scripts') into the injected split LoRA; modules that
-    match no trained layer go to ``skipped``. Only plain LoRA (``network.type`` lora) and kohya's names."""
+    match no trained layer go to ``skipped``. Only plain LoRA (``network.type`` lora) and kohya's names.
+    ``pieces`` as for :func:`kohya_state_dict`; ``label`` the family the messages name."""
     if network.type != "lora":
-        raise LoraFormatError(f"Flux.1 LoRAs are plain LoRA here: set network.type to lora (not {network.type}) to "
+        raise LoraFormatError(f"{label} LoRAs are plain LoRA here: set network.type to lora (not {network.type}) to "
                               "continue from a file")
     try:
         sd, _meta = read_lora(lora_weights_file(path))
@@ -269,9 +276,9 @@ def load_lora_file(
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
     if sd and all(k.startswith(("transformer.", "text_encoder.")) for k in sd):
-        raise LoraFormatError(f"{Path(path).name} is a diffusers-format Flux LoRA; continue from a kohya-format file "
+        raise LoraFormatError(f"{Path(path).name} is a diffusers-format {label} LoRA; continue from a kohya-format file "
                               "(lora_unet_double_blocks_… names, as this app, sd-scripts and ComfyUI write)")
-    return load_kohya_lora(sd, denoiser, text_encoders, strict=False, skipped=skipped)
+    return load_kohya_lora(sd, denoiser, text_encoders, strict=False, skipped=skipped, pieces=pieces)
 
 
 # --------------------------------------------------------------------------- metadata

@@ -188,8 +188,11 @@ def build_clip(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch
     return _cast(clip, dtype)
 
 
-def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.dtype) -> nn.Module:
-    """The T5-XXL encoder (transformers' T5EncoderModel) from a ``t5xxl_*.safetensors``-style state dict.
+def build_t5(
+    state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.dtype, *, part: str = "text_encoder_2"
+) -> nn.Module:
+    """The T5-XXL encoder (transformers' T5EncoderModel) from a ``t5xxl_*.safetensors``-style state dict, its
+    architecture from ``config_dir/<part>/config.json`` (Flux's second text encoder; Chroma's only one).
 
     The token embedding is tied (``shared`` = ``encoder.embed_tokens``): files carry either name or both. The
     "scaled" fp8 files (extra ``scale_weight`` tensors) need their scales applied and are refused, as sd-scripts
@@ -203,7 +206,7 @@ def build_t5(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torch.d
             "this T5-XXL file is a 'scaled fp8' one (scale_weight tensors beside the weights); choose "
             "t5xxl_fp16.safetensors or the plain t5xxl_fp8_e4m3fn.safetensors instead"
         )
-    cfg = T5Config(**{k: v for k, v in _read_config(config_dir, "text_encoder_2").items() if not k.startswith("_")})
+    cfg = T5Config(**{k: v for k, v in _read_config(config_dir, part).items() if not k.startswith("_")})
     own = dict(state)
     embedding = own.get("shared.weight", own.get("encoder.embed_tokens.weight"))
     if embedding is not None:
@@ -260,12 +263,12 @@ def _tokenizer_in(folder: Path) -> Any | None:
     return tokenizer
 
 
-def _tokenizer_in_cache() -> Any | None:
-    """A T5 tokenizer of :data:`T5_TOKENIZER_REPOS` that is really in the Hugging Face cache (its files, not a
-    cache entry: see :func:`has_vocabulary`)."""
+def _tokenizer_in_cache(repos: Sequence[tuple[str, str]]) -> Any | None:
+    """A T5 tokenizer of ``repos`` that is really in the Hugging Face cache (its files, not a cache entry: see
+    :func:`has_vocabulary`)."""
     from huggingface_hub import try_to_load_from_cache
 
-    for repo, subfolder in T5_TOKENIZER_REPOS:
+    for repo, subfolder in repos:
         for name in ("tokenizer.json", "spiece.model"):
             cached = try_to_load_from_cache(repo, f"{subfolder}/{name}" if subfolder else name)
             if isinstance(cached, str):
@@ -275,23 +278,26 @@ def _tokenizer_in_cache() -> Any | None:
     return None
 
 
-def t5_tokenizer(near: Iterable[Path], config_dir: Path) -> Any:
-    """The T5-XXL tokenizer: in a ``tokenizer_2/`` or ``t5_tokenizer/`` folder beside any of ``near`` (the
-    model's files) or in the config folder, else from the Hugging Face cache; else ModelLoadError with the
-    command that downloads it."""
+def t5_tokenizer(
+    near: Iterable[Path], config_dir: Path, *, folders: Sequence[str] = T5_TOKENIZER_FOLDERS,
+    repos: Sequence[tuple[str, str]] = T5_TOKENIZER_REPOS, command: str = T5_TOKENIZER_COMMAND, label: str = "Flux",
+) -> Any:
+    """The T5-XXL tokenizer: in a folder named one of ``folders`` (Flux: ``tokenizer_2/``, ``t5_tokenizer/``)
+    beside any of ``near`` (the model's files) or in the config folder, else from the Hugging Face cache
+    (``repos``); else ModelLoadError with the ``command`` that downloads it (``label``: the family's files)."""
     places = [*(p.parent if p.is_file() else p for p in near), config_dir]
     for place in dict.fromkeys(places):
-        for name in T5_TOKENIZER_FOLDERS:
+        for name in folders:
             found = _tokenizer_in(place / name)
             if found is not None:
                 return found
-    found = _tokenizer_in_cache()
+    found = _tokenizer_in_cache(repos)
     if found is not None:
         return found
     raise ModelLoadError(
-        "the T5-XXL tokenizer is missing: Flux's files do not include it and it is not in a tokenizer_2/ folder "
-        f"beside them, nor in the Hugging Face cache. Download it once (a few MB) with:  {T5_TOKENIZER_COMMAND}",
-        (f"run: {T5_TOKENIZER_COMMAND}", "or put a T5 tokenizer folder named tokenizer_2 beside the model files"),
+        f"the T5-XXL tokenizer is missing: {label}'s files do not include it and it is not in a {folders[0]}/ folder "
+        f"beside them, nor in the Hugging Face cache. Download it once (a few MB) with:  {command}",
+        (f"run: {command}", f"or put a T5 tokenizer folder named {folders[0]} beside the model files"),
     )
 
 
