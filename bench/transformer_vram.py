@@ -38,10 +38,11 @@ from guitrainer.core.families.registry import facts  # noqa: E402
 from guitrainer.core.memory import estimate  # noqa: E402
 
 GiB = 2**30
-LABELS = {"flux1": "Flux.1 dev", "sd35": "SD 3.5 Large"}
+LABELS = {"flux1": "Flux.1 dev", "sd35": "SD 3.5 Large", "chroma": "Chroma1-HD"}
 #: the fit's reduced depths: Flux (double, single) blocks, SD 3.5 joint blocks
 FIT_DEPTHS: dict[str, list[tuple[int, ...]]] = {
     "flux1": [(1, 1), (3, 1), (1, 4), (3, 4), (6, 8)], "sd35": [(1,), (3,), (6,), (10,)],
+    "chroma": [(1, 1), (3, 1), (1, 4), (3, 4), (6, 8)],
 }
 FIT_RESOLUTIONS = (256, 384, 512)
 Fit = tuple[tuple[float, ...], float, tuple[float, ...]]
@@ -86,6 +87,10 @@ def spec_at(family: str, blocks: tuple[int, ...] | None) -> ModelSpec:
         from guitrainer.engine.families.flux1.spec import as_model_spec, flux_spec
 
         return as_model_spec(flux_spec((blocks[0], blocks[1])))
+    if family == "chroma":
+        from guitrainer.engine.families.chroma.spec import as_model_spec as chroma_spec
+
+        return chroma_spec((blocks[0], blocks[1]))
     from guitrainer.engine.families.sd35.spec import parameter_table
 
     return parameter_table("5-large", blocks[0]).spec
@@ -102,11 +107,11 @@ def estimated(pt: Point) -> estimate.VramBreakdown:
 
 
 def full_size_points() -> list[Point]:
-    """Both models at 512 and 1024 px, fp8 frozen weights off / on, text outputs cached / not, checkpointing on / off:
-    32 points."""
+    """Each model at 512 and 1024 px, fp8 frozen weights off / on, text outputs cached / not, checkpointing on / off:
+    16 points each."""
     return [
         Point(fam, res, fp8, cached, ckpt)
-        for fam, res, fp8, cached, ckpt in itertools.product(("flux1", "sd35"), (512, 1024), (False, True),
+        for fam, res, fp8, cached, ckpt in itertools.product(tuple(LABELS), (512, 1024), (False, True),
                                                              (True, False), (True, False))
     ]
 
@@ -150,7 +155,9 @@ def fit(family: str, checkpointing: bool) -> tuple[Fit, list[tuple[Point, float,
     return (per_block, rest, fixed), fitted
 
 
-def write_fit(values: dict[tuple[str, bool], Fit]) -> None:
+def write_fit(fitted: dict[tuple[str, bool], Fit]) -> None:
+    """The fitted constants into estimate.py, beside the other families' (a ``--family`` fit replaces only its own)."""
+    values = {**estimate.TRANSFORMER_ACTIVATION_FIT, **fitted}
     path = ROOT / "guitrainer" / "core" / "memory" / "estimate.py"
     text = path.read_text(encoding="utf-8")
     body = "\n".join(f"    {key!r}: {val!r}," for key, val in sorted(values.items()))

@@ -280,6 +280,10 @@ def _prepare_model(
         te.to(device, dtype=dtype)
     n = config.network
     trained = [m.text_encoders[i] for i in fam.trainable_text_encoders(m)] if n.train_text_encoder else []
+    if n.train_text_encoder and not trained:
+        names = " and ".join(fam.facts.text_encoders) or "its text encoder"
+        feedback.warn(f"{fam.facts.label} trains no text-encoder LoRA ({names} stays frozen, as the peers train it): "
+                      "'Train text encoder' has no effect here")
     train_te = bool(trained)
     denoiser_targets = fam.denoiser_targets(n)
     te_targets = [fam.text_encoder_targets(m, m.text_encoders.index(te), n) for te in trained]

@@ -63,8 +63,10 @@ _FLUX_DIFFUSERS_KEYS = ("single_transformer_blocks.0.proj_mlp.weight", "transfor
 _OTHER_FLUX_FAMILIES: tuple[tuple[str, str], ...] = (
     ("single_stream_modulation.lin.weight", "a FLUX.2 model"),
     ("early_stream_modulations.image.lin.weight", "a FLUX.3 model"),
-    ("distilled_guidance_layer.in_proj.bias", "a Chroma model (a Flux.1-schnell derivative with its own modulation)"),
 )
+#: a family of its own that keeps Flux.1's block names (``core/families/chroma.py`` takes its files): Flux.1's
+#: detector steps aside for it (None), so the family that trains it answers
+_CHROMA_KEY = "distilled_guidance_layer.in_proj.bias"
 #: ``img_in``'s input channels other than 64 (16 latent channels x 2x2) name the image-conditioned variants
 _CONDITIONED_VARIANTS = {384: "FLUX.1 Fill (inpainting)", 128: "FLUX.1 Depth or Canny (structure-conditioned)"}
 _GUIDANCE_KEY = "guidance_in.in_layer.bias"
@@ -286,9 +288,11 @@ def detect_file(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: s
 
     Flux.1 dev and schnell are accepted, with or without ComfyUI's ``model.diffusion_model.`` prefix, in BFL's
     layout or diffusers' names; a file without its text encoders and VAE (BFL's own release) is accepted with
-    a warning naming the files to choose with it. FLUX.1 Fill, Depth/Canny and Kontext, Chroma and FLUX.2/3 are
-    refused, each by name.
+    a warning naming the files to choose with it. A Chroma file is left to Chroma's detector (None). FLUX.1 Fill,
+    Depth/Canny and Kontext and FLUX.2/3 are refused, each by name.
     """
+    if _CHROMA_KEY in tensors or TRANSFORMER_PREFIX + _CHROMA_KEY in tensors:
+        return None
     other = _other_family(tensors)
     if other:
         return False, "error", f"{name} is {other}, not Flux.1. {_SUPPORTED}", None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QScrollArea, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from guitrainer.config.families import FAMILY_LABELS, FLOW_FAMILIES
 from guitrainer.ui.binding import ConfigBinding, build_form
 from guitrainer.ui.dataset.regularization_panel import prior_loss_box
 
@@ -21,7 +22,8 @@ TABS_MIN_HEIGHT = 96
 TALL_TAB_MIN_HEIGHT = 300
 SETTINGS_SECTIONS = (
     ("network", "LoRA network"), ("optimizer", "Optimizer"), ("schedule", "Schedule"),
-    ("loss", "Loss weighting and timesteps"), ("noise", "Noise"), ("flow", "Flow matching (Flux, SD 3.5)"),
+    ("loss", "Loss weighting and timesteps"), ("noise", "Noise"),
+    ("flow", f"Flow matching ({', '.join(FAMILY_LABELS[f] for f in FLOW_FAMILIES)})"),
     ("validation", "Validation loss"),
 )  # fmt: skip
 
