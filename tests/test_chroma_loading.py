@@ -127,3 +127,12 @@ def test_without_a_t5_tokenizer_the_error_gives_the_download_command(tiny, tmp_p
     with pytest.raises(ModelLoadError) as err:
         FAMILY.load_parts(ModelParts(files["transformer"], (files["t5"],), files["vae"]), config_dir=bare)
     assert T5_TOKENIZER_COMMAND in str(err.value)
+
+
+def test_the_transformer_file_alone_as_the_base_model_is_refused_naming_the_files_to_add(tiny, tmp_path, config_dir):
+    from helpers import tiny_chroma
+
+    state = tiny_chroma.bfl_transformer(tiny)
+    with pytest.raises(ModelLoadError) as err:
+        FAMILY.load_single_file(tmp_path / "chroma-tiny.safetensors", state, config_dir=config_dir)
+    assert "t5xxl_fp16.safetensors" in str(err.value) and "ae.safetensors" in str(err.value)

@@ -97,3 +97,22 @@ def test_files_without_a_transformer_change_nothing_and_say_why(page, parts):
 
 def qtbot_click(button) -> None:
     QTest.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+@pytest.mark.parametrize(("family", "text_part", "file_word"), [("chroma", "t5", "t5xxl"), ("zimage", "qwen3", "qwen_3")])
+def test_a_new_familys_files_dropped_together_make_one_model(page, tmp_path, family, text_part, file_word):
+    """Chroma's and Z-Image's split installs (three files each) go where their tensors say, the family is
+    detected, and a set without its text encoder blocks the start naming the file to add."""
+    from helpers import tiny_chroma, tiny_zimage
+
+    helper = {"chroma": tiny_chroma, "zimage": tiny_zimage}[family]
+    files = helper.save_split(helper.build(), tmp_path / family)
+    binding = page.binding
+    enter, ev = drop(page.model_picker.edit, [files["vae"], files[text_part], files["transformer"]])
+    assert enter.isAccepted() and ev.isAccepted()
+    assert binding.get("model.base") == str(files["transformer"]) and binding.get("model.family") == family
+    assert binding.get("model.text_encoders") == [str(files[text_part])] and binding.get("model.vae") == str(files["vae"])
+    assert page.text_encoders.isVisibleTo(page) and file_word in page.text_encoders.files_label.text()
+    assert not page.has_errors(), page.error_text()
+    drop(page.model_picker.edit, [files["vae"], files["transformer"]])
+    assert page.has_errors() and "is missing" in page.error_text()

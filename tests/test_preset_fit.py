@@ -38,7 +38,7 @@ def test_a_preset_fits_the_card_its_name_promises(name, gigabytes):
 def test_the_transformer_presets_are_shipped():
     names = {n for n, _ in _sized()}
     assert {"Flux.1 dev — 24 GB", "Flux.1 dev — 16 GB", "Flux.1 dev — 12 GB", "Flux.1 dev — 8 GB", "SDXL — 6 GB",
-            "SD 3.5 Medium — 12 GB", "SD 3.5 Large — 24 GB", "Chroma1-HD — 16 GB"} <= names
+            "SD 3.5 Medium — 12 GB", "SD 3.5 Large — 24 GB", "Chroma1-HD — 16 GB", "Z-Image — 12 GB"} <= names
 
 
 #: the settings "Fit to this card" may change (README "Fit to this card"), each with its value when off

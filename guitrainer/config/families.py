@@ -15,10 +15,11 @@ FAMILY_LABELS: dict[str, str] = {
     "flux1": "Flux.1",
     "sd35": "SD 3.5",
     "chroma": "Chroma",
+    "zimage": "Z-Image",
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 #: the families trained with flow matching (the ``[flow]`` settings apply to them)
-FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35", "chroma")
+FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35", "chroma", "zimage")
 #: the families trained on a DDPM schedule (epsilon / v-prediction: min-SNR-γ, noise offset and the like apply)
 DIFFUSION_FAMILIES: tuple[str, ...] = ("demo", "sd15", "sdxl")
 #: the layouts each family's LoRA can be written in (``output.format``), the first the default. kohya's layout is
@@ -32,4 +33,5 @@ LORA_FORMATS: dict[str, tuple[str, ...]] = {
     "flux1": ("kohya",),
     "sd35": ("kohya", "diffusers"),
     "chroma": ("kohya",),
+    "zimage": ("kohya", "diffusers"),
 }

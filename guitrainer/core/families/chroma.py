@@ -30,7 +30,7 @@ from guitrainer.core.families.facts import (
     PrecisionFacts,
     QuantisableLinears,
 )
-from guitrainer.core.families.parts import FLOW_VAE_CHANNELS, clip_width, components, describe, shape_of
+from guitrainer.core.families.parts import FLOW_VAE_CHANNELS, SplitParts, components, shape_of
 
 PartKind = Literal["transformer", "t5", "vae"]
 
@@ -117,17 +117,12 @@ def file_parts(tensors: Mapping[str, Any]) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- detection (the seam's detectors)
 
 
-def _listed(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+SPLIT = SplitParts("Chroma", CHROMA_PARTS, PART_LABELS, PART_FILES)
 
 
 def missing_parts_sentence(have: Sequence[str]) -> str:
     """Which files to choose with a Chroma file that lacks parts ("" when it holds every part)."""
-    missing = [p for p in CHROMA_PARTS if p not in have]
-    if not missing:
-        return ""
-    named = _listed([f"{PART_LABELS[p].removeprefix('the ')} ({PART_FILES[p]})" for p in missing])
-    return f"Choose its {named} {'file' if len(missing) == 1 else 'files'} with it."
+    return SPLIT.missing_sentence(have)
 
 
 def detect_file(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: str) -> FileVerdict | None:
@@ -153,10 +148,8 @@ def detect_file(tensors: Mapping[str, Any], metadata: Mapping[str, str], name: s
         ), None
     parts = file_parts(tensors)
     layout = "diffusers' names" if prefix is None else "BFL's layout"
-    with_parts = [PART_LABELS[p] for p in CHROMA_PARTS[1:] if p in parts]
-    holds = "the transformer with " + _listed(with_parts) if with_parts else "the transformer only"
     missing = missing_parts_sentence(parts)
-    message = f"Chroma ({layout}, {len(tensors)} tensors): {holds}. {missing}".strip()
+    message = f"Chroma ({layout}, {len(tensors)} tensors): {SPLIT.holds(parts)}. {missing}".strip()
     return True, "warning" if missing else "info", message, None
 
 
@@ -169,43 +162,19 @@ def detect_folder(model_index: Mapping[str, Any]) -> bool:
 # --------------------------------------------------------------------------- a split install, checked
 
 
+def _prefix_of(part: str, table: Mapping[str, Any]) -> str:
+    return (transformer_prefix(table) or "") if part == "transformer" else components(table).get(part, "")  # type: ignore[call-overload]
+
+
 def check_parts(
     denoiser: NamedTensors, text_encoders: Sequence[NamedTensors] = (), vae: NamedTensors | None = None
 ) -> PartsReport:
     """The seam's split-install check: the transformer's file, T5-XXL's and Flux's 16-channel VAE, each named in
     the message that finds it missing, twice or of the wrong kind. A CLIP-L or CLIP-G file (kept for Flux or
     SD 3.5 beside Chroma's) is not used, and the notes say so."""
-    problems: list[str] = []
-    notes: list[str] = []
-    sources: dict[str, tuple[str, str]] = {}
-    name, tensors = denoiser
-    verdict = detect_file(tensors, {}, name)
-    if verdict is None:
-        problems.append(f"{name} is not the Chroma transformer ({describe(tensors)}): choose the transformer file "
-                        f"first (e.g. {PART_FILES['transformer']}).")
-    elif not verdict[0]:
-        problems.append(verdict[2])
-    files = [denoiser, *text_encoders, *([vae] if vae is not None else [])]
-    for index, (file_name, table) in enumerate(files):
-        parts = file_parts(table)
-        if index and not parts and clip_width(table) is not None:
-            parts = ("clip_l",)  # a CLIP of another width: not used either
-        if index and not parts:
-            problems.append(f"{file_name} is no part of a Chroma model: it is {describe(table)}.")
-        for part in parts:
-            if part in ("clip_l", "clip_g"):
-                notes.append(f"{file_name} is a CLIP text encoder; Chroma reads prompts with T5-XXL alone, so it is "
-                             "not used.")
-            elif part in sources:
-                problems.append(f"{file_name} is {PART_LABELS[part]} again ({sources[part][0]} is one): choose each "
-                                "part once.")
-            else:
-                prefix = transformer_prefix(table) or "" if part == "transformer" else components(table).get(part, "")
-                sources[part] = (file_name, prefix)
-    for part in CHROMA_PARTS:
-        if part not in sources:
-            problems.append(f"{PART_LABELS[part][0].upper()}{PART_LABELS[part][1:]} is missing: add "
-                            f"{PART_FILES[part]}.")
+    others = [*text_encoders, *([vae] if vae is not None else [])]
+    sources, problems, notes = SPLIT.check(denoiser, others, verdict=detect_file(denoiser[1], {}, denoiser[0]),
+                                           file_parts=file_parts, prefix_of=_prefix_of)
     return PartsReport(sources=sources, problems=tuple(problems), notes=tuple(notes))
 
 

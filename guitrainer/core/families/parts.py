@@ -22,7 +22,8 @@ as a pickle's key list gives, are allowed and only the names are then checked).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Component = Literal["clip_l", "clip_g", "t5", "vae"]
@@ -176,3 +177,75 @@ def describe(tensors: Mapping[str, Any]) -> str:
         return "a diffusion model (transformer or UNet), not a text encoder or VAE"
     sample = ", ".join(repr(k) for k in list(tensors)[:2])
     return f"not a text encoder or VAE ({n} tensors, e.g. {sample})"
+
+
+# --------------------------------------------------------------------------- a family's split install, in words
+
+
+def listed(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+@dataclass(frozen=True)
+class SplitParts:
+    """The parts of one family's split install and how the messages name them: ``parts`` in the order they are named
+    (the transformer first), ``labels`` what the user reads ("the T5-XXL text encoder"), ``files`` the file each is
+    usually called (ComfyUI's names). The families that share this way of checking a set of files (Chroma, Z-Image)
+    give their own detector, their :func:`file_parts` and where each part's keys start."""
+
+    family: str
+    parts: tuple[str, ...]
+    labels: Mapping[str, str]
+    files: Mapping[str, str]
+
+    def missing_sentence(self, have: Sequence[str]) -> str:
+        """Which files to choose with a file that lacks parts ("" when it holds every part)."""
+        missing = [p for p in self.parts if p not in have]
+        if not missing:
+            return ""
+        named = listed([f"{self.labels[p].removeprefix('the ')} ({self.files[p]})" for p in missing])
+        return f"Choose its {named} {'file' if len(missing) == 1 else 'files'} with it."
+
+    def holds(self, have: Sequence[str]) -> str:
+        """"the transformer only", "the transformer with the VAE", … for the detector's message."""
+        others = [self.labels[p] for p in self.parts[1:] if p in have]
+        return "the transformer with " + listed(others) if others else "the transformer only"
+
+    def check(
+        self, denoiser: tuple[str, Mapping[str, Any]], others: Sequence[tuple[str, Mapping[str, Any]]], *,
+        verdict: tuple[bool, str, str, str | None] | None, file_parts: Any, prefix_of: Any,
+    ) -> tuple[dict[str, tuple[str, str]], list[str], list[str]]:
+        """(sources, problems, notes) of a set of files: ``verdict`` is the family's detector's of the transformer's
+        file, ``file_parts(table)`` the parts a file holds (this family's and other families' text encoders),
+        ``prefix_of(part, table)`` where a part's keys start. A part twice, a part missing, a file that is no part,
+        are problems; another family's text encoder is a note (it is left out)."""
+        sources: dict[str, tuple[str, str]] = {}
+        problems: list[str] = []
+        notes: list[str] = []
+        name, tensors = denoiser
+        if verdict is None:
+            problems.append(f"{name} is not {self.labels[self.parts[0]]} ({describe(tensors)}): choose the "
+                            f"transformer file first (e.g. {self.files[self.parts[0]]}).")
+        elif not verdict[0]:
+            problems.append(verdict[2])
+        for index, (file_name, table) in enumerate([denoiser, *others]):
+            parts = tuple(file_parts(table))
+            if index and not parts and clip_width(table) is not None:
+                parts = ("clip_l",)  # a CLIP of another width: not used either
+            if index and not parts:
+                problems.append(f"{file_name} is no part of a {self.family} model: it is {describe(table)}.")
+            for part in parts:
+                if part not in self.parts:
+                    notes.append(f"{file_name} is {describe(table)}, a text encoder {self.family} does not read: it is "
+                                 "not used.")
+                elif part in sources:
+                    problems.append(f"{file_name} is {self.labels[part]} again ({sources[part][0]} is one): choose "
+                                    "each part once.")
+                else:
+                    sources[part] = (file_name, prefix_of(part, table))
+        for part in self.parts:
+            if part not in sources:
+                label = self.labels[part]
+                problems.append(f"{label[0].upper()}{label[1:]} is missing: add {self.files[part]}.")
+        return sources, problems, notes

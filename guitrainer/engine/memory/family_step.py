@@ -75,7 +75,7 @@ class _Run:
 
 def _text_shapes(fam: Family, m: LoadedModel, batch: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """The shapes ``encode_text`` gives a batch, from an encoding on ``meta`` (no memory)."""
-    with torch.no_grad():
+    with torch.no_grad(), FakeScalars():
         out = fam.encode_text(m, m.text_encoders, ["a"] * batch, torch.device("meta"))
     return {k: (tuple(v.shape), v.dtype) for k, v in out.items()}
 

@@ -146,14 +146,15 @@ class ScalerStandIn:
 
 
 class FakeScalars(TorchDispatchMode):
-    """``.item()`` of a fake tensor answers 1 instead of failing: optimizers that read a scalar to decide a
-    step size (Adafactor reads its step count and norms) run on fake tensors. Only allocations are measured,
+    """``.item()`` of a fake (or ``meta``) tensor answers 1 instead of failing: optimizers that read a scalar to
+    decide a step size (Adafactor reads its step count and norms) run on fake tensors, and text encoders whose mask
+    code reads a value (transformers' Qwen3 checks for packed sequences) encode on ``meta`` for their shapes. Only allocations are measured,
     so the value does not matter; it is never 0, which such formulas divide by."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         from torch._subclasses.fake_tensor import FakeTensor
 
-        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
+        if func is torch.ops.aten._local_scalar_dense.default and (isinstance(args[0], FakeTensor) or args[0].is_meta):
             dtype = args[0].dtype
             return True if dtype == torch.bool else (1.0 if dtype.is_floating_point else 1)
         return func(*args, **(kwargs or {}))

@@ -373,6 +373,12 @@ def _modules_with_lora(pipe: Any) -> set[str]:
     return found
 
 
+def _as_component(module: str) -> str:
+    """A file's module name as the pipeline's component path: ``diffusion_model.`` (ComfyUI's and ai-toolkit's
+    spelling of the denoiser, which diffusers' converters read as the transformer) is ``transformer.``."""
+    return "transformer." + module[len("diffusion_model."):] if module.startswith("diffusion_model.") else module
+
+
 def diffusers_check(family: Family, m: LoadedModel, weights: Path, sd: Mapping[str, torch.Tensor],
                     x: Inputs) -> tuple[Outputs | None, list[str], str]:
     """diffusers' ``load_lora_weights`` on the family's pipeline of ``m``: (its outputs, the file's modules it left
@@ -385,7 +391,7 @@ def diffusers_check(family: Family, m: LoadedModel, weights: Path, sd: Mapping[s
     try:
         loaded = _modules_with_lora(pipe)
         modules = sorted({k.rsplit(".lora_", 1)[0] for k in sd if ".lora_" in k})
-        return outputs(family, m, x), [n for n in modules if n not in loaded], ""
+        return outputs(family, m, x), [n for n in modules if _as_component(n) not in loaded], ""
     finally:
         pipe.unload_lora_weights()
 

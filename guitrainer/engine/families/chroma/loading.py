@@ -27,10 +27,9 @@ from torch import nn
 
 from guitrainer.base.errors import first_line
 from guitrainer.core.families import chroma as facts
-from guitrainer.engine.families.base import ModelParts
 from guitrainer.engine.families.chroma import convert
 from guitrainer.engine.families.flux1 import loading as flux_loading
-from guitrainer.engine.models.state_dicts import in_dtype
+from guitrainer.engine.models import split_install
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, model_identity
 
 #: where the Hugging Face cache may hold the T5-XXL tokenizer Chroma uses: (repo id, subfolder)
@@ -64,20 +63,11 @@ def _assemble(
     )
 
 
-def _read_config(config_dir: Path, part: str) -> dict[str, Any]:
-    path = config_dir / part / ("scheduler_config.json" if part == "scheduler" else "config.json")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"the model config folder {config_dir} is incomplete: {path.name} of {part}/ cannot be "
-                             f"read ({first_line(e)}); reinstall the app") from e
-
-
 def transformer_config(state: Mapping[str, torch.Tensor], config_dir: Path) -> dict[str, Any]:
     """The shipped transformer config with everything the weights say put in: widths, block and approximator
     counts, the text width. Only the RoPE axes (no weights) come from the config alone."""
     shape = convert.diffusers_shape(state)
-    cfg = _read_config(config_dir, "transformer")
+    cfg = split_install.read_config(config_dir, "transformer")
     first = "transformer_blocks.0" if shape.double_blocks else "single_transformer_blocks.0"
     head_dim = int(state[f"{first}.attn.norm_q.weight"].shape[0])
     if shape.mlp != 4 * shape.hidden:
@@ -113,22 +103,14 @@ def build_transformer(state: Mapping[str, torch.Tensor], config_dir: Path, dtype
         raise ModelLoadError(f"the Chroma transformer is incomplete or not Chroma: {e.args[0]}") from e
     with init_empty_weights():
         model = ChromaTransformer2DModel.from_config(transformer_config(named, config_dir))
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(named))
-    unexpected = sorted(set(named) - set(expected))
-    wrong = [k for k in expected if k in named and tuple(named[k].shape) != tuple(expected[k].shape)]
-    if missing or unexpected or wrong:
-        detail = (f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}" if unexpected
-                  else f"{wrong[0]} is {tuple(named[wrong[0]].shape)}, the architecture has {tuple(expected[wrong[0]].shape)}")
-        raise ModelLoadError(f"the Chroma transformer does not match its architecture ({detail})")
-    model.load_state_dict(in_dtype(named, dtype), strict=True, assign=True)
+    split_install.assign(model, named, "the Chroma transformer", dtype)
     return nn.Module.to(model, dtype)  # torch's own .to: diffusers' ModelMixin.to warns on every dtype cast
 
 
 def _scheduler(config_dir: Path) -> Any:
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    return FlowMatchEulerDiscreteScheduler.from_config(_read_config(config_dir, "scheduler"))
+    return FlowMatchEulerDiscreteScheduler.from_config(split_install.read_config(config_dir, "scheduler"))
 
 
 def t5_tokenizer(near: Sequence[Path], config_dir: Path) -> Any:
@@ -180,86 +162,19 @@ def load_folder(
     return _assemble(transformer, vae, t5, tokenizer, scheduler, path=src, identity=ident, source="folder")
 
 
-def _headers(state: Mapping[str, torch.Tensor]) -> dict[str, dict[str, list[int]]]:
-    """A state dict as the torch-free detectors read a safetensors header: name -> {"shape": …}."""
-    return {k: {"shape": list(v.shape)} for k, v in state.items()}
-
-
-def _part_state(part: str, state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+def part_state(part: str, state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """One part's tensors from the file that holds it, its prefix removed (the transformer's: only its own keys)."""
     if part == "transformer":
         return convert.strip_prefix(state)
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def _build_all(
-    states: Mapping[str, Mapping[str, torch.Tensor]], config_dir: Path, dtype: torch.dtype, near: Sequence[Path],
-    *, path: str, identity: str, source: str, vae_dtype: torch.dtype | None = None,
+def build_all(
+    states: Mapping[str, Mapping[str, torch.Tensor]], near: Sequence[Path], *, config_dir: Path, dtype: torch.dtype,
+    path: str, identity: str, source: str, vae_dtype: torch.dtype | None = None,
 ) -> LoadedModel:
     transformer = build_transformer(states["transformer"], config_dir, dtype)
     vae = flux_loading.build_vae(states["vae"], config_dir, vae_dtype or dtype)
     t5 = flux_loading.build_t5(states["t5"], config_dir, dtype, part=T5_PART)
     return _assemble(transformer, vae, t5, t5_tokenizer(near, config_dir), _scheduler(config_dir),
                      path=path, identity=identity, source=source)
-
-
-def load_single_file(
-    path: Path, state: dict[str, torch.Tensor], *, config_dir: Path, dtype: torch.dtype = torch.float32,
-    vae_dtype: torch.dtype | None = None,
-) -> LoadedModel:
-    """One file holding the whole model (ComfyUI's checkpoint layout). A transformer-only file (the usual
-    release) is refused with the files to choose with it."""
-    name = Path(path).name
-    headers = _headers(state)
-    verdict = facts.detect_file(headers, {}, name)
-    if verdict is None or not verdict[0]:
-        raise ModelLoadError(verdict[2] if verdict else f"{name} holds no Chroma transformer")
-    report = facts.check_parts((name, headers))
-    if report.problems:
-        raise ModelLoadError(
-            f"{name} holds the Chroma transformer without every other part: {facts.missing_parts_sentence(facts.file_parts(headers))} "
-            "(the files of a split model are chosen together), or choose a diffusers folder"
-        )
-    states = {part: _part_state(part, state, prefix) for part, (_file, prefix) in report.sources.items()}
-    return _build_all(states, config_dir, dtype, [Path(path)], path=str(path), identity=model_identity(path),
-                      source="single_file", vae_dtype=vae_dtype)
-
-
-def _read(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(header, tensors) of one part's .safetensors file."""
-    from safetensors.torch import load_file
-
-    from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
-
-    if path.suffix.lower() != ".safetensors":
-        raise ModelLoadError(f"{path.name}: the files of a split Chroma model are read as .safetensors only")
-    try:
-        header, _meta = read_safetensors_header(path)
-        return header, load_file(str(path))
-    except CheckpointError as e:
-        raise ModelLoadError(str(e)) from e
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise ModelLoadError(f"{path.name} cannot be read as .safetensors: {first_line(e)}") from e
-
-
-def load_parts(
-    parts: ModelParts, *, config_dir: Path, dtype: torch.dtype = torch.float32, vae_dtype: torch.dtype | None = None,
-) -> LoadedModel:
-    """A split install: the transformer's file, T5-XXL's and the VAE's (a CLIP file among them is left out, as
-    :func:`~guitrainer.core.families.chroma.check_parts` notes); ModelLoadError naming each part that is missing,
-    chosen twice or of the wrong kind."""
-    files = [Path(parts.denoiser), *map(Path, parts.text_encoders), *([Path(parts.vae)] if parts.vae else [])]
-    for f in files:
-        if not f.is_file():
-            raise ModelLoadError(f"{f}: the file does not exist. Check the path, or choose the file again.")
-    read = {f.name: (f, *_read(f)) for f in files}
-    if len(read) != len(files):
-        raise ModelLoadError("two of the chosen files have the same name: choose each part once")
-    tables = [(f.name, read[f.name][1]) for f in files]
-    report = facts.check_parts(tables[0], tables[1:])
-    if report.problems:
-        raise ModelLoadError(" ".join(report.problems))
-    states = {part: _part_state(part, read[file][2], prefix) for part, (file, prefix) in report.sources.items()}
-    identity = hashlib.sha256("\n".join(model_identity(f) for f in files).encode()).hexdigest()[:24]
-    return _build_all(states, config_dir, dtype, files, path=str(parts.denoiser), identity=identity,
-                      source="split_files", vae_dtype=vae_dtype)

@@ -13,32 +13,9 @@ from typing import Any
 import torch
 
 from guitrainer.config.sample_prompts import SamplePrompt
-from guitrainer.engine.families.chroma.loading import denoiser_of
 from guitrainer.engine.families.chroma.text import T5_MAX_LENGTH
 from guitrainer.engine.families.flux1.latents import unpack
 from guitrainer.engine.models.types import LoadedModel
-
-
-def build_pipeline(model: LoadedModel, device: Any = None, dtype: torch.dtype | None = None) -> Any:
-    """The sampling pipeline sharing ``model``'s modules; moved to ``device`` / cast to ``dtype`` when given."""
-    from diffusers import ChromaPipeline, FlowMatchEulerDiscreteScheduler
-
-    pipe = ChromaPipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler.from_config(model.noise_scheduler.config),
-        vae=model.vae,
-        text_encoder=model.text_encoders[0],
-        tokenizer=model.tokenizers[0],
-        transformer=denoiser_of(model),
-    )
-    if device is not None or dtype is not None:
-        pipe.to(*(x for x in (device, dtype) if x is not None))
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-def size_multiple(model: LoadedModel) -> int:
-    """The VAE's downscaling times the 2x2 packing (16 for Flux's VAE)."""
-    return 2 ** (len(model.vae.config.block_out_channels) - 1) * 2
 
 
 def sample(pipe: Any, model: LoadedModel, prompt: SamplePrompt, width: int, height: int, generator: torch.Generator) -> Any:

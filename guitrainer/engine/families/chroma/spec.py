@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from guitrainer.base.paths import resources_dir
-from guitrainer.core.families.facts import LoraTable, ModelSpec
+from guitrainer.core.families.facts import ModelSpec
 from guitrainer.engine.families.base import Family
 from guitrainer.engine.families.chroma import network
+from guitrainer.engine.memory.transformer_spec import lora_table, parameters
 from guitrainer.engine.offload import block_table, named_block_lists
 
 #: a double block's text-stream layers (the rest of a double block is the image stream)
@@ -50,25 +51,11 @@ def on_meta(blocks: tuple[int, int] | None = None) -> tuple[nn.Module, nn.Module
     return transformer, vae, t5
 
 
-def _count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 def tokens_per_pixel(name: str) -> float:
     """What a block Linear sees, in the table's units: 0.25 image tokens per latent pixel, or 0.0 = the text."""
     if name.startswith("transformer_blocks.") and any(f".{t}" in name for t in _TEXT_STREAM):
         return 0.0
     return 0.25
-
-
-def lora_table(transformer: nn.Module, targets: tuple[str, ...]) -> LoraTable:
-    groups: dict[tuple[int, int, float], int] = {}
-    modules = dict(transformer.named_modules())
-    for name in network.targets_in(transformer, targets):
-        m = modules[name]
-        key = (m.in_features, m.out_features, tokens_per_pixel(name))
-        groups[key] = groups.get(key, 0) + 1
-    return tuple(sorted((i, o, c, f) for (i, o, f), c in groups.items()))
 
 
 @functools.cache
@@ -82,18 +69,19 @@ def as_model_spec(blocks: tuple[int, int] | None = None) -> ModelSpec:
     lists = (transformer.transformer_blocks, transformer.single_transformer_blocks)
     return ModelSpec(
         family="chroma",
-        denoiser=_count(transformer),
-        text_encoders=(_count(t5),),
-        vae_encoder=_count(vae.encoder),
-        vae_decoder=_count(vae) - _count(vae.encoder),
+        denoiser=parameters(transformer),
+        text_encoders=(parameters(t5),),
+        vae_encoder=parameters(vae.encoder),
+        vae_decoder=parameters(vae) - parameters(vae.encoder),
         vae_channels=int(vae.config.block_out_channels[0]),
         text_encoder_shapes=((t5.config.d_model, t5.config.d_ff, t5.config.num_layers),),
         cross_attention_dim=int(transformer.config.joint_attention_dim),
-        denoiser_lora={t: lora_table(transformer, s) for t, s in network.TARGETS.items()},
+        denoiser_lora={t: lora_table(transformer, network.targets_in(transformer, s), tokens_per_pixel)
+                       for t, s in network.TARGETS.items()},
         text_encoder_lora={t: ((),) for t in network.TARGETS},
         offload_blocks=block_table(named_block_lists(transformer, Family.block_lists)),
         quantisable=count_quantisable(transformer, network.STORAGE_SKIP_PATTERNS),
         # Chroma's blocks have no modulation Linears: their shift / scale / gate come from the approximator
-        blocks=tuple((len(lst), max(_count(b) for b in lst), 0) for lst in lists if len(lst)),
+        blocks=tuple((len(lst), max(parameters(b) for b in lst), 0) for lst in lists if len(lst)),
         fp8_stored=tuple(stored_parameters(p, network.STORAGE_SKIP_PATTERNS) for p in (transformer, t5)),
     )

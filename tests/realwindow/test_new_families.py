@@ -1,0 +1,54 @@
+"""Issue 32's presets in a real window: "Z-Image — 12 GB" and "Chroma1-HD — 16 GB" chosen in the tool bar with the real
+pointer; the Model & Precision page shows each family, the VRAM meter's estimate fits the preset's card and says so;
+for Z-Image, Fit to card on an 8 GB card changes settings (each with its reason) and Apply makes it fit. Screenshots
+in artifacts/screenshots/new_families_<family>.png."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QTableWidget
+from xinput import ModalAnswerer, choose_in_combo, click_discard, open_page, wait_for
+
+from guitrainer.base.units import GiB
+from guitrainer.ui.model.vram_meter import VramMeter
+
+
+def _choose_preset(main_window, xin, name: str, family: str) -> None:
+    answerer = ModalAnswerer(xin, click_discard)  # "Load another preset?" after the first one
+    try:
+        choose_in_combo(xin, main_window.findChild(QComboBox, "preset_combo"), name)
+        wait_for(lambda: main_window.binding.config.model.family == family, 10, f"the {name} preset")
+    finally:
+        answerer.stop()
+    xin.activate(main_window)
+
+
+def test_the_new_families_presets_fit_their_cards_with_the_real_pointer(main_window, xin, artifacts_dir):
+    shots = artifacts_dir / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    for name, family, card in (("Z-Image — 12 GB", "zimage", 12), ("Chroma1-HD — 16 GB", "chroma", 16)):
+        _choose_preset(main_window, xin, name, family)
+        open_page(main_window, xin, "Model & Precision")
+        meter = main_window.findChild(VramMeter)
+        wait_for(lambda: meter.breakdown is not None and meter.breakdown.family == family, 20, f"the {family} estimate")
+        assert meter.breakdown.total <= card * GiB, [(p.key, p.bytes) for p in meter.breakdown.parts]
+        assert meter.level != "over", meter.total_label.text()
+        main_window.grab().save(str(shots / f"new_families_{family}.png"))
+
+    # Z-Image on an 8 GB card: Fit to card finds settings that fit and says why each changes
+    _choose_preset(main_window, xin, "Z-Image — 12 GB", "zimage")
+    open_page(main_window, xin, "Model & Precision")
+    meter = main_window.findChild(VramMeter)
+    wait_for(lambda: meter.breakdown is not None and meter.breakdown.family == "zimage", 20, "the Z-Image estimate")
+    xin.click(meter.fit_button)
+    wait_for(lambda: meter.fit_dialog is not None and meter.fit_dialog.isVisible(), 10, "the Fit dialog")
+    dialog = meter.fit_dialog
+    choose_in_combo(xin, dialog.findChild(QComboBox, "fit_card"), "A card of 8 GB")
+    summary = dialog.findChild(QLabel, "fit_summary")
+    wait_for(lambda: summary.text().startswith("Fits 8.0 GB"), 20, lambda: f"the 8 GB answer ({summary.text()!r})")
+    table = dialog.findChild(QTableWidget, "fit_changes")
+    assert table.rowCount() > 0 and all(table.item(r, 3).text() for r in range(table.rowCount()))
+    dialog.grab().save(str(shots / "new_families_fit_zimage_8gb.png"))
+    xin.click(dialog.findChild(QPushButton, "fit_apply"))
+    wait_for(lambda: meter.fit_dialog is None, 10, "the dialog to close")
+    wait_for(lambda: meter.breakdown is not None and meter.breakdown.total <= 8 * GiB, 20,
+             lambda: f"the estimate after Fit ({meter.breakdown.total / GiB if meter.breakdown else None:.2f} GiB)")
