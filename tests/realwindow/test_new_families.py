@@ -29,7 +29,7 @@ def test_the_new_families_presets_fit_their_cards_with_the_real_pointer(main_win
         _choose_preset(main_window, xin, name, family)
         open_page(main_window, xin, "Model & Precision")
         meter = main_window.findChild(VramMeter)
-        wait_for(lambda: meter.breakdown is not None and meter.breakdown.family == family, 20, f"the {family} estimate")
+        wait_for(lambda m=meter, f=family: m.breakdown is not None and m.breakdown.family == f, 20, f"the {family} estimate")
         assert meter.breakdown.total <= card * GiB, [(p.key, p.bytes) for p in meter.breakdown.parts]
         assert meter.level != "over", meter.total_label.text()
         main_window.grab().save(str(shots / f"new_families_{family}.png"))
