@@ -103,3 +103,17 @@ def test_the_estimators_table_for_full_size_zimage():
     assert spec.blocks == ((2, 180_910_336, 3_947_520), (2, 176_962_816, 0), (30, 180_910_336, 3_947_520))
     # per rank: 34 blocks x (4 x 7680 attention + 3 x 14080 SwiGLU)
     assert spec.lora_params_per_rank("attention_ff") == 34 * (4 * 7680 + 3 * 14080)
+
+
+def test_a_turbo_base_model_is_warned_about_and_base_is_not(model):
+    from dataclasses import replace
+
+    from guitrainer.engine.families.zimage.family import is_turbo
+
+    said: list[str] = []
+    cfg = config_with(model__family="zimage")
+    FAMILY.prepare(cfg, replace(model, path="/models/z_image_turbo_bf16.safetensors"), said.append)
+    assert len(said) == 1 and "8 steps" in said[0] and "Base" in said[0]
+    FAMILY.prepare(cfg, replace(model, path="/models/z_image_bf16.safetensors"), said.append)
+    assert len(said) == 1
+    assert is_turbo("Tongyi-MAI/Z-Image-Turbo") and not is_turbo("Tongyi-MAI/Z-Image")

@@ -6,7 +6,7 @@ same way, so the loss is the velocity loss every flow family here uses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,20 @@ from guitrainer.engine.families.zimage.spec import BLOCK_LISTS
 from guitrainer.engine.models.types import LoadedModel
 
 
+#: Turbo and Base are one architecture: only the name says which (``Z-Image-Turbo``, ``z_image_turbo_bf16``)
+TURBO_NOTE = (
+    "this looks like Z-Image-Turbo, which is distilled to sample in 8 steps without guidance: a LoRA trained on it "
+    "directly wears that off (DiffSynth-Studio's Z-Image docs), so musubi-tuner and ai-toolkit train on Z-Image Base, "
+    "or on Turbo with a de-distilling training adapter. The Z-Image preset uses Base. Samples of Turbo need about 8 "
+    "steps and guidance 0"
+)
+
+
+def is_turbo(base: str) -> bool:
+    """Whether a base model's path or hub id names Z-Image-Turbo."""
+    return "turbo" in Path(str(base)).name.lower() or "turbo" in str(base).lower().rsplit("/", 1)[-1]
+
+
 class Zimage(FlowFamily):
     """Z-Image Turbo and Z-Image Base (one architecture)."""
 
@@ -35,6 +49,11 @@ class Zimage(FlowFamily):
     block_lists: tuple[str, ...] = BLOCK_LISTS
     #: the original layout, fused qkv: ComfyUI reads Z-Image as a Lumina 2 (:mod:`.client_keys`)
     client_layout = client_keys.LAYOUT
+
+    def prepare(self, config: TrainingConfig, model: LoadedModel, warn: Callable[[str], None]) -> None:
+        """A base model named Turbo: say what training it does to its 8-step sampling (the file cannot tell)."""
+        if is_turbo(model.path or str(config.model.base)):
+            warn(TURBO_NOTE)
 
     def meta_model(self, config: TrainingConfig, blocks: Sequence[int] | None = None) -> LoadedModel:
         """Full-size Z-Image on ``meta``; ``blocks``' last entry the main layers kept, if given."""
