@@ -23,7 +23,6 @@ from guitrainer.engine.families.zimage import text as text_encoding
 from guitrainer.engine.families.zimage.spec import BLOCK_LISTS
 from guitrainer.engine.models.types import LoadedModel
 
-
 #: Turbo and Base are one architecture: only the name says which (``Z-Image-Turbo``, ``z_image_turbo_bf16``)
 TURBO_NOTE = (
     "this looks like Z-Image-Turbo, which is distilled to sample in 8 steps without guidance: a LoRA trained on it "
