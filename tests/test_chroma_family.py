@@ -39,29 +39,44 @@ def test_the_conditioning_is_what_chroma_pipeline_computes(model):
     assert lengths == [len(model.tokenizers[0](c).input_ids) + 1 for c in captions]
 
 
-def test_the_transformer_gets_sigma_and_the_pipelines_mask(model):
+def test_the_transformer_gets_sigma_and_each_caption_cut_to_its_tokens_and_one_pad(model):
+    """Not the pipeline's float mask (SDPA adds it; diffusers #12116): each caption cut to its real tokens and one
+    padding token, as ComfyUI and sd-scripts feed Chroma; a batch of captions of different lengths gives each
+    image what it gets alone."""
     cfg = config_with(model__family="chroma")
-    seen = {}
-
-    def spy(_m, args, kwargs):
-        seen.update(kwargs)
-
+    seen: list[dict] = []
     latents = torch.randn(2, 16, 8, 8)
     draw = FAMILY.draw(cfg, model, latents, torch.tensor([0.25, 0.75]))
     sigma = torch.tensor([0.25, 0.75]).view(2, 1, 1, 1)
     assert isinstance(draw, Draw) and torch.allclose(draw.noisy, (1 - sigma) * latents + sigma * draw.noise)
     assert torch.allclose(draw.target, draw.noise - latents)  # raw: the velocity
-    text = FAMILY.encode_text(model, model.text_encoders, ["a photo", "a cat"], torch.device("cpu"))
-    hook = model.denoiser.register_forward_pre_hook(spy, with_kwargs=True)
+    captions = ["a photo", "a red square on a blue dog sitting"]
+    text = FAMILY.encode_text(model, model.text_encoders, captions, torch.device("cpu"))
+    hook = model.denoiser.register_forward_pre_hook(lambda _m, _a, kw: seen.append(dict(kw)), with_kwargs=True)
     with torch.no_grad():
-        out = FAMILY.predict(cfg, model.denoiser, model, draw, text, {})
+        both = FAMILY.predict(cfg, model.denoiser, model, draw, text, {})
     hook.remove()
-    assert out.shape == latents.shape
-    assert torch.equal(seen["timestep"], torch.tensor([0.25, 0.75]))
-    pipe = _pipe(model)
-    expected = pipe._prepare_attention_mask(2, 16, torch.float32, text["mask"])  # 4x4 packed image tokens
-    assert torch.equal(seen["attention_mask"], expected)
-    assert "guidance" not in seen and "pooled_projections" not in seen
+    want = [len(model.tokenizers[0](c).input_ids) + 1 for c in captions]
+    assert sorted(kw["encoder_hidden_states"].shape[1] for kw in seen) == sorted(want)
+    assert all(kw.get("attention_mask") is None for kw in seen) and "guidance" not in seen[0]
+    assert sorted(kw["timestep"].tolist() for kw in seen) == [[0.25], [0.75]]
+    for i in range(2):  # each image alone gives what it got in the batch
+        alone = Draw(draw.noise[i:i + 1], draw.timesteps[i:i + 1], draw.noisy[i:i + 1], draw.target[i:i + 1])
+        with torch.no_grad():
+            one = FAMILY.predict(cfg, model.denoiser, model, alone, {k: v[i:i + 1] for k, v in text.items()}, {})
+        torch.testing.assert_close(one, both[i:i + 1], rtol=0, atol=1e-6)
+    # the cut is what a bool mask over the padded sequence computes (what ComfyUI's Chroma does), not the float one
+    t5, mask = text["t5"][:1], text["mask"][:1].bool()
+    tokens = (latents[:1].shape[-1] // 2) ** 2
+    joint = torch.cat([mask, torch.ones(1, tokens, dtype=torch.bool)], dim=1)
+    from guitrainer.engine.families.flux1 import latents as packing
+
+    with torch.no_grad():
+        masked = model.denoiser(hidden_states=packing.pack(draw.noisy[:1]), encoder_hidden_states=t5,
+                                timestep=draw.timesteps[:1], img_ids=packing.image_ids(8, 8, "cpu", torch.float32),
+                                txt_ids=packing.text_ids(t5.shape[1], "cpu", torch.float32), attention_mask=joint,
+                                return_dict=False)[0]
+    torch.testing.assert_close(packing.unpack(masked, 8, 8), both[:1], rtol=0, atol=1e-5)
 
 
 def test_samples_come_from_chroma_pipeline_and_leave_the_training_scheduler_alone(model):
@@ -74,8 +89,15 @@ def test_samples_come_from_chroma_pipeline_and_leave_the_training_scheduler_alon
     def sample(seed: int) -> np.ndarray:
         return np.asarray(FAMILY.sample(pipe, model, prompt, 32, 32, torch.Generator().manual_seed(seed)))
 
+    seen: list[torch.Tensor] = []
+    hook = model.denoiser.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["encoder_hidden_states"]),
+                                                    with_kwargs=True)
     first, again, other = sample(0), sample(0), sample(1)
+    hook.remove()
     assert first.shape == (32, 32, 3) and (first == again).all() and not (first == other).all()
+    # the prompt cut as in training (its tokens and one pad), and the empty negative prompt likewise
+    assert {t.shape[1] for t in seen} == {len(model.tokenizers[0]("a photo of sks").input_ids) + 1,
+                                          len(model.tokenizers[0]("").input_ids) + 1}
     after = model.noise_scheduler.timesteps
     assert (before is None and after is None) or torch.equal(torch.as_tensor(after), before)
 

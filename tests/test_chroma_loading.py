@@ -136,3 +136,26 @@ def test_the_transformer_file_alone_as_the_base_model_is_refused_naming_the_file
     with pytest.raises(ModelLoadError) as err:
         FAMILY.load_single_file(tmp_path / "chroma-tiny.safetensors", state, config_dir=config_dir)
     assert "t5xxl_fp16.safetensors" in str(err.value) and "ae.safetensors" in str(err.value)
+
+
+def test_a_scaled_fp8_file_is_refused_by_name(tiny, tmp_path, config_dir):
+    from helpers import tiny_chroma
+
+    files = tiny_chroma.save_split(tiny, tmp_path / "split")
+    state = tiny_chroma.bfl_transformer(tiny)
+    state["scaled_fp8"] = torch.zeros(0)
+    scaled = tmp_path / "scaled_fp8.safetensors"
+    save_file(state, str(scaled))
+    with pytest.raises(ModelLoadError, match="scaled fp8"):
+        FAMILY.load_parts(ModelParts(scaled, (files["t5"],), files["vae"]), config_dir=config_dir)
+
+
+def test_a_tokenizer_folder_of_another_kind_beside_the_files_is_passed_over(tiny, tmp_path, config_dir):
+    """A ComfyUI models folder shared with Z-Image: Qwen's tokenizer in tokenizer/ beside Chroma's files is not T5's;
+    the loader looks on (here: the config folder's) instead of failing."""
+    from helpers import tiny_chroma, tiny_zimage
+
+    files = tiny_chroma.save_split(tiny, tmp_path / "shared")
+    tiny_zimage.tokenizer().save_pretrained(str(tmp_path / "shared" / "tokenizer"))
+    model = FAMILY.load_parts(ModelParts(files["transformer"], (files["t5"],), files["vae"]), config_dir=config_dir)
+    assert model.tokenizers[0]("a photo of sks").input_ids == tiny.tokenizer("a photo of sks").input_ids

@@ -53,7 +53,7 @@ def test_the_transformer_gets_one_minus_sigma_and_its_output_is_negated(model):
     with torch.no_grad():
         ours = FAMILY.predict(cfg, model.denoiser, model, draw, text, {})
     hook.remove()
-    assert torch.equal(seen["t"], torch.tensor([0.75, 0.25]))
+    assert torch.equal(seen["t"], torch.tensor([0.75, 0.25])) and seen["t"].dtype == torch.float32  # as the pipeline
     with torch.no_grad():
         raw = model.denoiser(list(draw.noisy.unsqueeze(2).unbind(0)), torch.tensor([0.75, 0.25]), captions_of(text),
                              return_dict=False)[0]
@@ -117,3 +117,14 @@ def test_a_turbo_base_model_is_warned_about_and_base_is_not(model):
     FAMILY.prepare(cfg, replace(model, path="/models/z_image_bf16.safetensors"), said.append)
     assert len(said) == 1
     assert is_turbo("Tongyi-MAI/Z-Image-Turbo") and not is_turbo("Tongyi-MAI/Z-Image")
+
+
+def test_a_long_caption_is_cut_at_its_length_from_a_bf16_mask():
+    """The text cache keeps the mask in the training dtype; bf16 holds only even numbers above 256."""
+    hidden = torch.randn(2, 512, 4, dtype=torch.bfloat16)
+    mask = torch.zeros(2, 512, dtype=torch.bfloat16)
+    mask[0, :301] = 1  # right padded
+    mask[1, 512 - 257:] = 1  # left padded
+    first, second = captions_of({"hidden": hidden, "mask": mask})
+    assert first.shape[0] == 301 and torch.equal(first, hidden[0, :301])
+    assert second.shape[0] == 257 and torch.equal(second, hidden[1, 512 - 257:])

@@ -146,3 +146,15 @@ def test_the_transformer_file_alone_as_the_base_model_is_refused_naming_the_file
     with pytest.raises(ModelLoadError) as err:
         FAMILY.load_single_file(tmp_path / "z_image_tiny.safetensors", state, config_dir=config_dir)
     assert "qwen_3_4b.safetensors" in str(err.value) and "ae.safetensors" in str(err.value)
+
+
+def test_a_scaled_fp8_file_is_refused_by_name(tiny, tmp_path, config_dir):
+    from helpers import tiny_zimage
+
+    files = tiny_zimage.save_split(tiny, tmp_path / "split")
+    state = tiny_zimage.original_transformer(tiny)
+    state["scaled_fp8"] = torch.zeros(0)
+    scaled = tmp_path / "scaled_fp8.safetensors"
+    save_file(state, str(scaled))
+    with pytest.raises(ModelLoadError, match="scaled fp8"):
+        FAMILY.load_parts(ModelParts(scaled, (files["qwen3"],), files["vae"]), config_dir=config_dir)

@@ -87,8 +87,8 @@ VAE_ENCODE_FIT: dict[str, float] = {'demo': 520.8242, 'sd15': 610.7426, 'sdxl': 
 #: are in bench/RESULTS.md, "VRAM estimate for Flux.1 and SD 3.5 (issue 29)"); checked there at full size.
 # >>> fitted by bench/transformer_vram.py --write
 TRANSFORMER_ACTIVATION_FIT: dict[tuple[str, bool], tuple[tuple[float, ...], float, tuple[float, ...]]] = {
-    ('chroma', False): ((125660.9, 108485.1), 82152.1, (-7785939.5, -4371597.7)),
-    ('chroma', True): ((6043.3, 6113.6), 192349.9, (-7603997.8, -2896545.0)),
+    ('chroma', False): ((121204.2, 104020.2), 82133.5, (-5487013.8, -2067570.2)),
+    ('chroma', True): ((6043.3, 6113.6), 192347.8, (-7603977.3, -2896538.9)),
     ('flux1', False): ((122153.5, 104389.6), 85255.5, (-6552026.3, -2452760.6)),
     ('flux1', True): ((6041.1, 6113.2), 192551.4, (-7749957.3, -2914710.3)),
     ('sd35', False): ((116095.8,), 20322.0, (-13082749.7,)),

@@ -115,3 +115,12 @@ def load_checkpoint(
                              "diffusers folder.")
     states = {part: part_state(part, state, prefix) for part, (_file, prefix) in report.sources.items()}
     return build_all(states, [Path(path)], path=str(path), identity=model_identity(path), source="single_file")
+
+
+def refuse_scaled_fp8(state: Mapping[str, torch.Tensor], part: str, instead: str) -> None:
+    """A "scaled fp8" file (ComfyUI's ``*_fp8_scaled``: ``scale_weight`` tensors beside fp8 weights, to be multiplied
+    in) is refused by name, with the plain file to choose instead: its weights are not the model's until scaled, and
+    the trainers (sd-scripts, musubi-tuner, diffusion-pipe) refuse it the same way."""
+    if "scaled_fp8" in state or any(k.endswith((".scale_weight", ".scale_input")) for k in state):
+        raise ModelLoadError(f"this {part} file is a 'scaled fp8' one (scale_weight tensors beside the weights), which "
+                             f"training cannot use as it is; choose {instead} instead")

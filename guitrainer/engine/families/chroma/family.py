@@ -53,22 +53,32 @@ class Chroma(FlowFamily):
         batch: Mapping[str, Any],
     ) -> torch.Tensor:
         """The velocity the transformer predicts, as latents: packed 2x2 tokens in, 2-D position ids, σ itself as the
-        timestep (the transformer multiplies by 1000, as ChromaPipeline passes ``t / 1000``), the joint attention
-        mask of :mod:`.text`; unpacked out."""
+        timestep (the transformer multiplies by 1000, as ChromaPipeline passes ``t / 1000``), each caption cut to the
+        tokens it attends to (:func:`.text.lengths`; captions of different lengths go through in groups of equal
+        length); unpacked out."""
         noisy = draw.noisy
         _b, _, h, w = noisy.shape
         tokens = packing.pack(noisy)
         t5 = text["t5"]
-        mask = text_encoding.joint_mask(text["mask"].to(device=noisy.device, dtype=t5.dtype), tokens.shape[1])
-        out = denoiser(
-            hidden_states=tokens,
-            encoder_hidden_states=t5,
-            timestep=draw.timesteps.to(device=noisy.device, dtype=noisy.dtype),
-            img_ids=packing.image_ids(h, w, noisy.device, noisy.dtype),
-            txt_ids=packing.text_ids(t5.shape[1], noisy.device, noisy.dtype),
-            attention_mask=mask,
-            return_dict=False,
-        )[0]
+        timestep = draw.timesteps.to(device=noisy.device, dtype=noisy.dtype)
+        img_ids = packing.image_ids(h, w, noisy.device, noisy.dtype)
+        counts = text_encoding.lengths(text["mask"])
+        out = torch.empty_like(tokens) if len(set(counts)) > 1 else None
+        for length in sorted(set(counts)):
+            rows = [i for i, n in enumerate(counts) if n == length]
+            pick = slice(None) if out is None else torch.tensor(rows, device=noisy.device)
+            part = denoiser(
+                hidden_states=tokens[pick],
+                encoder_hidden_states=t5[pick, :length],
+                timestep=timestep[pick],
+                img_ids=img_ids,
+                txt_ids=packing.text_ids(length, noisy.device, noisy.dtype),
+                return_dict=False,
+            )[0]
+            if out is None:
+                return packing.unpack(part, h, w)
+            out[pick] = part
+        assert out is not None
         return packing.unpack(out, h, w)
 
     # ------------------------------------------------------------------ network

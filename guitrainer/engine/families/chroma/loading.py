@@ -97,6 +97,7 @@ def build_transformer(state: Mapping[str, torch.Tensor], config_dir: Path, dtype
     from accelerate import init_empty_weights
     from diffusers import ChromaTransformer2DModel
 
+    split_install.refuse_scaled_fp8(state, "Chroma transformer", "the bf16 file (Chroma1-HD.safetensors) or an unscaled fp8 one")
     try:
         named = dict(state) if facts.is_diffusers_transformer(state) else convert.bfl_to_diffusers(state)
     except KeyError as e:

@@ -10,6 +10,13 @@ per caption):
   embedding", the pipeline's comment), and the transformer sees every real token and the first padding token
   only ("chroma requires that all except the first padding token are masked out"): ``mask[i] = i ≤ length``.
   sd-scripts trains Chroma with ``--apply_t5_attn_mask`` for the same reason.
+
+**The transformer gets each caption cut to those tokens, not a mask.** ChromaPipeline hands the transformer that mask
+as a float tensor, which scaled-dot-product attention *adds* to the scores (+1 for a kept token, +0 for padding)
+instead of masking: the ~500 padding tokens stay in (diffusers issues #12116, #11724, #13619). ComfyUI, lodestones'
+trainer and sd-scripts keep the real tokens and one padding token, so that is what training sees here
+(:func:`lengths`, the family's ``predict``) and what samples are made with (:mod:`.sampling` passes the cut
+embeddings to the pipeline): the conditioning a LoRA is used with in ComfyUI.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 #: T5 tokens per caption (ChromaPipeline's default ``max_sequence_length``)
 T5_MAX_LENGTH = 512
@@ -43,8 +51,10 @@ def encode(
     return {"t5": hidden, "mask": mask}
 
 
-def joint_mask(text_mask: torch.Tensor, image_tokens: int) -> torch.Tensor:
-    """The transformer's ``attention_mask`` over [text tokens, image tokens]: the text mask, then every image token
-    attended — ChromaPipeline's ``_prepare_attention_mask``, in the text mask's dtype."""
-    ones = torch.ones(text_mask.shape[0], image_tokens, device=text_mask.device, dtype=torch.bool)
-    return torch.cat([text_mask, ones], dim=1)
+def lengths(mask: torch.Tensor) -> list[int]:
+    """Each caption's tokens the transformer sees (its real tokens and one padding token), counted exactly whatever
+    the mask's dtype (a bf16 sum rounds above 256). A mask without values — the memory measurement's fake tensors —
+    keeps every token: the estimator counts Chroma's 512."""
+    if is_fake(mask) or mask.is_meta:
+        return [int(mask.shape[1])] * int(mask.shape[0])
+    return [int(n) for n in (mask > 0.5).sum(dim=1).tolist()]

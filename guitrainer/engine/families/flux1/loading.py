@@ -253,7 +253,8 @@ def _tokenizer_in(folder: Path) -> Any | None:
         return None
     try:
         tokenizer = T5TokenizerFast.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - another kind of tokenizer there (a Qwen or CLIP one) raises anything
+        # from TypeError to ValueError: not a T5 tokenizer, look on
         log.warning("%s holds a T5 tokenizer that cannot be read: %s", folder, first_line(e))
         return None
     if not has_vocabulary(tokenizer):

@@ -76,7 +76,8 @@ class Zimage(FlowFamily):
         """The velocity, as ZImagePipeline computes it: ``−transformer([x_i as C x 1 x H x W], 1 − σ, captions)``."""
         noisy = draw.noisy
         images = list(noisy.unsqueeze(2).unbind(dim=0))
-        time = (1.0 - draw.timesteps).to(device=noisy.device, dtype=noisy.dtype)
+        # in fp32, as the pipeline passes it (the scheduler's): bf16 would move 1000·t by up to 4 steps
+        time = (1.0 - draw.timesteps).to(device=noisy.device, dtype=torch.float32)
         out = denoiser(images, time, text_encoding.captions_of(text), return_dict=False)[0]
         return -torch.stack(list(out), dim=0).squeeze(2)
 

@@ -86,6 +86,7 @@ def build_transformer(state: Mapping[str, torch.Tensor], config_dir: Path, dtype
     from accelerate import init_empty_weights
     from diffusers import ZImageTransformer2DModel
 
+    split_install.refuse_scaled_fp8(state, "Z-Image transformer", "z_image_turbo_bf16.safetensors / z_image_bf16.safetensors")
     try:
         named = dict(state) if facts.is_diffusers_transformer(state) else convert.original_to_diffusers(state)
         cfg = transformer_config(named, config_dir)
@@ -104,6 +105,7 @@ def build_qwen3(state: Mapping[str, torch.Tensor], config_dir: Path, dtype: torc
     from transformers import Qwen3Config, Qwen3Model
 
     cfg = {k: v for k, v in split_install.read_config(config_dir, "text_encoder").items() if not k.startswith("_") and k != "architectures"}
+    split_install.refuse_scaled_fp8(state, "Qwen3-4B", "qwen_3_4b.safetensors (bf16)")
     prefix = facts.qwen3_prefix(state) or ""
     own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix) and not k[len(prefix):].startswith("lm_head.")}
     own.pop("lm_head.weight", None)
@@ -126,7 +128,7 @@ def _tokenizer_in(folder: Path) -> Any | None:
         return None
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign tokenizer folder raises anything: look on
         log.warning("%s holds a tokenizer that cannot be read: %s", folder, first_line(e))
         return None
     if not getattr(tokenizer, "chat_template", None) or not flux_loading.has_vocabulary(tokenizer):

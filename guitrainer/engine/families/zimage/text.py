@@ -55,7 +55,7 @@ def captions_of(text: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         if is_fake(mask) or mask.is_meta:  # the memory measurement: no values, so the caption the estimator counts
             out.append(hidden[: min(mask.shape[0], FACTS.text_tokens)])
             continue
-        n = int(mask.sum())
+        n = int((mask > 0.5).sum())  # counted exactly: a bf16 mask (the text cache's) sums inexactly above 256
         left_padded = n < mask.shape[0] and bool(mask[0] == 0)
         out.append(hidden[mask.shape[0] - n:] if left_padded else hidden[:n])
     return out
