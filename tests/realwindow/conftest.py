@@ -10,6 +10,7 @@ Without Xvfb, openbox, xdotool or ImageMagick the suite skips with the reason, e
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -163,3 +164,9 @@ def main_window(qapp, xin: XInput, tmp_path: Path):  # noqa: ANN001, ANN201
     yield w
     if w.isVisible():
         close_discarding(w, xin)
+    # the window's Python-backed Qt objects that are garbage in cycles are collected here, in the GUI thread: left
+    # for a later test's worker thread to collect (the precision lab's free_memory calls gc.collect), a QObject's
+    # destructor there needs the GIL while holding Qt's signal-slot mutex that the GUI thread, holding the GIL,
+    # waits for — a deadlock seen once as a hung CI run (both threads in futex waits)
+    pump(50)
+    gc.collect()
