@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 from helpers import comfy_reader, tiny_chroma
+from helpers.random_lora import random_lora
 
 from guitrainer.base.paths import resources_dir
 from guitrainer.engine.families.chroma import FAMILY, convert, export, network
@@ -18,16 +19,6 @@ from guitrainer.engine.network.lora import ADAPTER, inject_lora, lora_layers, lo
 
 pytestmark = pytest.mark.slow
 R = 2
-
-
-def _random_lora(model: torch.nn.Module, seed: int, on_meta: bool = False) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    for layer in lora_layers(model).values():
-        for sub in (layer.lora_A[ADAPTER], layer.lora_B[ADAPTER]):
-            if on_meta:
-                sub.to_empty(device="cpu")
-            with torch.no_grad():
-                sub.weight.copy_(torch.randn(sub.weight.shape, generator=gen) * 0.01)
 
 
 def _full_on_meta() -> torch.nn.Module:
@@ -46,7 +37,7 @@ def test_full_size_files_have_kohyas_names_and_comfyui_and_diffusers_take_them()
     h, m = 3072, 12288
     full = _full_on_meta()
     full.add_adapter(LoraConfig(r=R, lora_alpha=float(R), target_modules=list(network.TARGETS["attention_ff"])))
-    _random_lora(full, 0, on_meta=True)
+    random_lora(full, 0, on_meta=True)
     sd = export.kohya_state_dict(full)
     # 19 double blocks x 8 modules + 38 single blocks x 2, three tensors each; no modulation modules
     assert len(sd) == 3 * (19 * 8 + 38 * 2)
@@ -82,7 +73,7 @@ def tiny():
 def _trained(tiny, seed: int, targets: str = "attention_ff") -> torch.nn.Module:
     transformer = copy.deepcopy(tiny.transformer)
     inject_lora(transformer, 4, 4.0, 0.0, network.TARGETS[targets])
-    _random_lora(transformer, seed)
+    random_lora(transformer, seed)
     return transformer
 
 

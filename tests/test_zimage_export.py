@@ -11,6 +11,7 @@ import copy
 import pytest
 import torch
 from helpers import tiny_zimage
+from helpers.random_lora import random_lora
 
 from guitrainer.engine.families.zimage import FAMILY, client_keys, convert, export, network
 from guitrainer.engine.network.lora import ADAPTER, inject_lora, lora_layers, lora_parameters
@@ -18,16 +19,6 @@ from guitrainer.engine.verify import comfy_rules
 
 pytestmark = pytest.mark.slow
 R = 2
-
-
-def _random_lora(model: torch.nn.Module, seed: int, on_meta: bool = False) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    for layer in lora_layers(model).values():
-        for sub in (layer.lora_A[ADAPTER], layer.lora_B[ADAPTER]):
-            if on_meta:
-                sub.to_empty(device="cpu")
-            with torch.no_grad():
-                sub.weight.copy_(torch.randn(sub.weight.shape, generator=gen) * 0.01)
 
 
 def _full_on_meta() -> torch.nn.Module:
@@ -44,7 +35,7 @@ def test_full_size_files_of_both_layouts_are_read_whole_by_comfyui_and_diffusers
     h, m = 3840, 10240
     full = _full_on_meta()
     full.add_adapter(LoraConfig(r=R, lora_alpha=float(R), target_modules=list(network.TARGETS["attention_ff_proj"])))
-    _random_lora(full, 0, on_meta=True)
+    random_lora(full, 0, on_meta=True)
     ours = lora_layers(full)
     assert len(ours) == 32 * 8 + 2 * 7  # layers + noise refiners: q k v out w1 w2 w3 mod; context refiners: no mod
     kohya = export.kohya_state_dict(full)
@@ -84,7 +75,7 @@ def tiny():
 def _trained(tiny, seed: int, targets: str = "attention_ff_proj") -> torch.nn.Module:
     transformer = copy.deepcopy(tiny.transformer)
     inject_lora(transformer, 4, 8.0, 0.0, network.TARGETS[targets])
-    _random_lora(transformer, seed)
+    random_lora(transformer, seed)
     return transformer
 
 

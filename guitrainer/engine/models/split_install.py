@@ -124,3 +124,17 @@ def refuse_scaled_fp8(state: Mapping[str, torch.Tensor], part: str, instead: str
     if "scaled_fp8" in state or any(k.endswith((".scale_weight", ".scale_input")) for k in state):
         raise ModelLoadError(f"this {part} file is a 'scaled fp8' one (scale_weight tensors beside the weights), which "
                              f"training cannot use as it is; choose {instead} instead")
+
+
+def assemble(
+    family: str, transformer: nn.Module, vae: nn.Module, text_encoders: list[nn.Module], tokenizers: list[Any],
+    scheduler: Any, *, path: str, identity: str, source: str,
+) -> LoadedModel:
+    """The :class:`LoadedModel` of a transformer family's parts, every part frozen and in eval mode."""
+    for module in (transformer, vae, *text_encoders):
+        module.requires_grad_(False)
+        module.eval()
+    return LoadedModel(
+        denoiser=transformer, vae=vae, text_encoders=text_encoders, tokenizers=tokenizers, noise_scheduler=scheduler,
+        family=family, path=path, identity=identity, source=source,
+    )

@@ -49,20 +49,6 @@ def denoiser_of(model: LoadedModel) -> nn.Module:
     return model.denoiser
 
 
-def _assemble(
-    transformer: nn.Module, vae: nn.Module, t5: nn.Module, tokenizer: Any, scheduler: Any,
-    *, path: str, identity: str, source: str,
-) -> LoadedModel:
-    """The :class:`LoadedModel` of Chroma's parts (the one call that constructs it), frozen and in eval mode."""
-    for module in (transformer, vae, t5):
-        module.requires_grad_(False)
-        module.eval()
-    return LoadedModel(
-        denoiser=transformer, vae=vae, text_encoders=[t5], tokenizers=[tokenizer], noise_scheduler=scheduler,
-        family="chroma", path=path, identity=identity, source=source,
-    )
-
-
 def transformer_config(state: Mapping[str, torch.Tensor], config_dir: Path) -> dict[str, Any]:
     """The shipped transformer config with everything the weights say put in: widths, block and approximator
     counts, the text width. Only the RoPE axes (no weights) come from the config alone."""
@@ -160,7 +146,7 @@ def load_folder(
         raise ModelLoadError(f"{src} is not a complete Chroma diffusers folder ({part}/ is missing or broken): "
                              f"{first_line(e)}") from e
     ident = model_identity(src) if Path(src).is_dir() else hashlib.sha256(src.encode()).hexdigest()[:24]
-    return _assemble(transformer, vae, t5, tokenizer, scheduler, path=src, identity=ident, source="folder")
+    return split_install.assemble("chroma", transformer, vae, [t5], [tokenizer], scheduler, path=src, identity=ident, source="folder")
 
 
 def part_state(part: str, state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -177,5 +163,5 @@ def build_all(
     transformer = build_transformer(states["transformer"], config_dir, dtype)
     vae = flux_loading.build_vae(states["vae"], config_dir, vae_dtype or dtype)
     t5 = flux_loading.build_t5(states["t5"], config_dir, dtype, part=T5_PART)
-    return _assemble(transformer, vae, t5, t5_tokenizer(near, config_dir), _scheduler(config_dir),
+    return split_install.assemble("chroma", transformer, vae, [t5], [t5_tokenizer(near, config_dir)], _scheduler(config_dir),
                      path=path, identity=identity, source=source)

@@ -45,19 +45,6 @@ def denoiser_of(model: LoadedModel) -> nn.Module:
     return model.denoiser
 
 
-def _assemble(
-    transformer: nn.Module, vae: nn.Module, qwen3: nn.Module, tokenizer: Any, scheduler: Any,
-    *, path: str, identity: str, source: str,
-) -> LoadedModel:
-    for module in (transformer, vae, qwen3):
-        module.requires_grad_(False)
-        module.eval()
-    return LoadedModel(
-        denoiser=transformer, vae=vae, text_encoders=[qwen3], tokenizers=[tokenizer], noise_scheduler=scheduler,
-        family="zimage", path=path, identity=identity, source=source,
-    )
-
-
 def transformer_config(state: Mapping[str, torch.Tensor], config_dir: Path) -> dict[str, Any]:
     """The shipped transformer config with what the weights say put in: width, heads, layer counts, caption width."""
     cfg = split_install.read_config(config_dir, "transformer")
@@ -199,7 +186,7 @@ def load_folder(
         raise ModelLoadError(f"{src} is not a complete Z-Image diffusers folder ({part}/ is missing or broken): "
                              f"{first_line(e)}") from e
     ident = model_identity(src) if Path(src).is_dir() else hashlib.sha256(src.encode()).hexdigest()[:24]
-    return _assemble(transformer, vae, qwen3, tokenizer, scheduler, path=src, identity=ident, source="folder")
+    return split_install.assemble("zimage", transformer, vae, [qwen3], [tokenizer], scheduler, path=src, identity=ident, source="folder")
 
 
 def part_state(part: str, state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -217,5 +204,5 @@ def build_all(
     transformer = build_transformer(states["transformer"], config_dir, dtype)
     vae = flux_loading.build_vae(states["vae"], config_dir, vae_dtype or dtype)
     qwen3 = build_qwen3(states["qwen3"], config_dir, dtype)
-    return _assemble(transformer, vae, qwen3, tokenizer_for(near, config_dir), _scheduler(config_dir),
+    return split_install.assemble("zimage", transformer, vae, [qwen3], [tokenizer_for(near, config_dir)], _scheduler(config_dir),
                      path=path, identity=identity, source=source)
