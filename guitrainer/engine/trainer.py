@@ -18,7 +18,6 @@ the main process reports and saves). Gradient accumulation is done by hand with 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import math
 import time
@@ -52,6 +51,7 @@ from guitrainer.engine.errors import (
     is_oom,
 )
 from guitrainer.engine.feedback import Feedback
+from guitrainer.engine.lab.meters import collect_garbage
 from guitrainer.engine.models.types import ModelLoadError
 from guitrainer.engine.network import lora
 from guitrainer.engine.numerics import StepWatch, monitor_for
@@ -175,7 +175,7 @@ class Trainer:
         self.session = self.caches = self.step = None
         if self.saver is not None:
             self.saver.session = None
-        gc.collect()
+        collect_garbage()  # not on a worker thread: see its docstring
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

@@ -44,9 +44,20 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+def collect_garbage() -> None:
+    """``gc.collect()``, in the main thread only. In the app the lab and the trainer run on worker threads, and a
+    collection there also destroys the GUI's Python-backed Qt objects that are garbage in cycles; such a destructor
+    needs the GIL while it holds Qt's signal-slot mutex, which the GUI thread (holding the GIL) waits for: both hang
+    (seen in the real-window suite, the training and the lab threads each in a futex wait). On a worker thread the
+    garbage is left to the collections the main thread makes."""
+    if threading.current_thread() is threading.main_thread():
+        gc.collect()
+
+
 def free_memory(device: torch.device | None = None) -> None:
-    """Return what the last candidate left: Python garbage, the GPU caches, glibc's free lists."""
-    gc.collect()
+    """Return what the last candidate left: Python garbage (:func:`collect_garbage`), the GPU caches, glibc's free
+    lists."""
+    collect_garbage()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     if hasattr(torch, "xpu") and torch.xpu.is_available():
