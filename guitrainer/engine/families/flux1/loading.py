@@ -30,6 +30,7 @@ from guitrainer.base.errors import first_line
 from guitrainer.core.families import flux1 as facts
 from guitrainer.engine.families.base import ModelParts
 from guitrainer.engine.families.flux1 import convert
+from guitrainer.engine.models import split_install
 from guitrainer.engine.models.state_dicts import in_dtype
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, model_identity
 
@@ -412,23 +413,6 @@ def load_single_file(
                       path=str(path), identity=model_identity(path), source="single_file", vae_dtype=vae_dtype)
 
 
-def _read(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(header, tensors) of one part's .safetensors file."""
-    from safetensors.torch import load_file
-
-    from guitrainer.core.model.checkpoint import CheckpointError, read_safetensors_header
-
-    if path.suffix.lower() != ".safetensors":
-        raise ModelLoadError(f"{path.name}: the files of a split Flux model are read as .safetensors only")
-    try:
-        header, _meta = read_safetensors_header(path)
-        return header, load_file(str(path))
-    except CheckpointError as e:
-        raise ModelLoadError(str(e)) from e
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise ModelLoadError(f"{path.name} cannot be read as .safetensors: {first_line(e)}") from e
-
-
 def _part_state(part: str, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """One part's tensors from the file that holds it (a split file as is; a checkpoint's under its prefix)."""
     if part == "transformer":
@@ -446,7 +430,7 @@ def load_parts(
     for f in files:
         if not f.is_file():
             raise ModelLoadError(f"{f}: the file does not exist. Check the path, or choose the file again.")
-    read = {f: _read(f) for f in files}
+    read = {f: split_install.read_part(f, "Flux") for f in files}
     problems = facts.split_install_problems([(f.name, read[f][0]) for f in files])
     if problems:
         raise ModelLoadError(" ".join(problems))
