@@ -47,6 +47,9 @@ def create_app(argv: list[str] | None = None):
     icon = paths.resources_dir() / "icons" / "guitrainer.png"
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))
+    from guitrainer.ui import gui_gc
+
+    gui_gc.install(app)  # garbage is collected on the GUI thread only (see gui_gc)
     return app
 
 

@@ -35,6 +35,34 @@ def _fixed_machine_ram(request, monkeypatch):
         monkeypatch.setattr(system_ram, "machine_ram", lambda: TEST_MACHINE_RAM)
 
 
+@pytest.fixture(scope="session")
+def qapp(qapp_args, qapp_cls, pytestconfig):  # noqa: ANN001, ANN201 - pytest-qt's own fixtures
+    """pytest-qt's QApplication, with the app's garbage collection on the GUI thread (guitrainer.ui.gui_gc): a test's
+    worker threads (training, the lab, the dataset's) never collect the GUI's garbage, as in the app."""
+    from PySide6.QtWidgets import QApplication
+
+    from guitrainer.ui import gui_gc
+
+    app = QApplication.instance() or qapp_cls(qapp_args)
+    app.setApplicationName(pytestconfig.getini("qt_qapp_name"))
+    gui_gc.install(app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _collect_like_python():
+    """After each test, the collections Python would have made automatically (once the app's collector has turned
+    automatic collection off, a test that never runs the event loop would otherwise keep all its cyclic garbage)."""
+    yield
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    if app is not None:
+        from guitrainer.ui import gui_gc
+
+        gui_gc.install(app).check()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """Every test gets its own user data folder (presets, demo model cache) under tmp."""
