@@ -1,4 +1,4 @@
-"""The VRAM estimate of issue 32's families at full size (Chroma1-HD, Z-Image), at their presets' settings and at the
+"""The VRAM estimate of issue 32's families at full size (Chroma1-HD, Z-Image, Qwen-Image), at their presets' settings and at the
 settings the peers publish figures for, part by part (GiB, CUDA context and allocator slack included: what a card
 must hold). The estimator's accuracy against the memory tracker is ``bench/transformer_vram.py --family …``.
 
@@ -22,7 +22,7 @@ from guitrainer.config import TrainingConfig  # noqa: E402
 from guitrainer.config.presets import PresetStore  # noqa: E402
 from guitrainer.core.memory.estimate import estimate  # noqa: E402
 
-PRESETS = {"chroma": "Chroma1-HD — 16 GB", "zimage": "Z-Image — 12 GB"}
+PRESETS = {"chroma": "Chroma1-HD — 16 GB", "zimage": "Z-Image — 12 GB", "qwenimage": "Qwen-Image — 24 GB"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ ROWS = [
     ("zimage", "int8, 1024 px", dict(resolution=1024, base_weights="int8")),
     ("zimage", "nf4, 1024 px", dict(resolution=1024, base_weights="nf4")),
     ("zimage", "fp8, 512 px, batch 2", dict(resolution=512, base_weights="fp8", batch=2)),
+    ("qwenimage", "preset (1024 px, nf4)", dict(resolution=1024, base_weights="nf4")),
+    ("qwenimage", "fp8, 1024 px (musubi-tuner's 30 GB row)", dict(resolution=1024, base_weights="fp8")),
+    ("qwenimage", "bf16 frozen weights, 1024 px (musubi-tuner's 42 GB row)", dict(resolution=1024, base_weights="auto")),
+    ("qwenimage", "int8, 1024 px", dict(resolution=1024, base_weights="int8")),
+    ("qwenimage", "fp8, 512 px (OneTrainer's presets' size)", dict(resolution=512, base_weights="fp8")),
+    ("qwenimage", "nf4, 512 px", dict(resolution=512, base_weights="nf4")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The VRAM estimate of full-size Flux.1 dev and SD 3.5 Large against the memory tracker (issue 29).
+"""The VRAM estimate of the full-size transformer families against the memory tracker (issue 29, issue 32).
 
 Every point is measured by :func:`guitrainer.engine.memory.measure.measure_training_step` — the trainer's step
 through the family seam on tracked fake tensors (:mod:`guitrainer.engine.memory.family_step`: no GPU, no weights,
@@ -38,12 +38,14 @@ from guitrainer.core.families.registry import facts  # noqa: E402
 from guitrainer.core.memory import estimate  # noqa: E402
 
 GiB = 2**30
-LABELS = {"flux1": "Flux.1 dev", "sd35": "SD 3.5 Large", "chroma": "Chroma1-HD", "zimage": "Z-Image"}
+LABELS = {"flux1": "Flux.1 dev", "sd35": "SD 3.5 Large", "chroma": "Chroma1-HD", "zimage": "Z-Image",
+          "qwenimage": "Qwen-Image"}
 #: the fit's reduced depths: Flux (double, single) blocks, SD 3.5 joint blocks
 FIT_DEPTHS: dict[str, list[tuple[int, ...]]] = {
     "flux1": [(1, 1), (3, 1), (1, 4), (3, 4), (6, 8)], "sd35": [(1,), (3,), (6,), (10,)],
     "chroma": [(1, 1), (3, 1), (1, 4), (3, 4), (6, 8)],
     "zimage": [(2, 2, 1), (2, 2, 3), (2, 2, 6), (2, 2, 10)],  # the refiners kept, fewer main layers
+    "qwenimage": [(1,), (3,), (6,), (10,)],
 }
 FIT_RESOLUTIONS = (256, 384, 512)
 Fit = tuple[tuple[float, ...], float, tuple[float, ...]]
@@ -96,6 +98,10 @@ def spec_at(family: str, blocks: tuple[int, ...] | None) -> ModelSpec:
         from guitrainer.engine.families.zimage.spec import as_model_spec as zimage_spec
 
         return zimage_spec(blocks[-1])
+    if family == "qwenimage":
+        from guitrainer.engine.families.qwenimage.spec import as_model_spec as qwenimage_spec
+
+        return qwenimage_spec(blocks[-1])
     from guitrainer.engine.families.sd35.spec import parameter_table
 
     return parameter_table("5-large", blocks[0]).spec

@@ -99,13 +99,14 @@ def qtbot_click(button) -> None:
     QTest.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-@pytest.mark.parametrize(("family", "text_part", "file_word"), [("chroma", "t5", "t5xxl"), ("zimage", "qwen3", "qwen_3")])
+@pytest.mark.parametrize(("family", "text_part", "file_word"), [("chroma", "t5", "t5xxl"), ("zimage", "qwen3", "qwen_3"),
+                                                             ("qwenimage", "qwen25vl", "qwen_2.5_vl")])
 def test_a_new_familys_files_dropped_together_make_one_model(page, tmp_path, family, text_part, file_word):
-    """Chroma's and Z-Image's split installs (three files each) go where their tensors say, the family is
+    """Chroma's, Z-Image's and Qwen-Image's split installs (three files each) go where their tensors say, the family is
     detected, and a set without its text encoder blocks the start naming the file to add."""
-    from helpers import tiny_chroma, tiny_zimage
+    from helpers import tiny_chroma, tiny_qwenimage, tiny_zimage
 
-    helper = {"chroma": tiny_chroma, "zimage": tiny_zimage}[family]
+    helper = {"chroma": tiny_chroma, "zimage": tiny_zimage, "qwenimage": tiny_qwenimage}[family]
     files = helper.save_split(helper.build(), tmp_path / family)
     binding = page.binding
     enter, ev = drop(page.model_picker.edit, [files["vae"], files[text_part], files["transformer"]])

@@ -16,10 +16,11 @@ FAMILY_LABELS: dict[str, str] = {
     "sd35": "SD 3.5",
     "chroma": "Chroma",
     "zimage": "Z-Image",
+    "qwenimage": "Qwen-Image",
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_LABELS)
 #: the families trained with flow matching (the ``[flow]`` settings apply to them)
-FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35", "chroma", "zimage")
+FLOW_FAMILIES: tuple[str, ...] = ("flux1", "sd35", "chroma", "zimage", "qwenimage")
 #: the families trained on a DDPM schedule (epsilon / v-prediction: min-SNR-γ, noise offset and the like apply)
 DIFFUSION_FAMILIES: tuple[str, ...] = ("demo", "sd15", "sdxl")
 #: the layouts each family's LoRA can be written in (``output.format``), the first the default. kohya's layout is
@@ -34,4 +35,5 @@ LORA_FORMATS: dict[str, tuple[str, ...]] = {
     "sd35": ("kohya", "diffusers"),
     "chroma": ("kohya",),
     "zimage": ("kohya", "diffusers"),
+    "qwenimage": ("kohya", "diffusers"),
 }

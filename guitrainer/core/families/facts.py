@@ -151,6 +151,8 @@ class FamilyFacts:
         spec: the estimator's parameter counts and LoRA layer tables (:class:`ModelSpec`); ``spec_for_base`` the
             table of the model a base path names, for a family of several sizes (SD 3.5 Large / Medium).
         check_parts: for families kept as split files, what a set of files provides and lacks.
+        vae_file: which of a split install's files is the VAE, for a family whose VAE is not the flow families'
+            2-D one (Qwen-Image's 3-D VAE); None: the file holding only a 2-D flow VAE.
         conv_table / text_encoder_mlp_tables: the layers the network variants add (UNet convs, CLIP MLPs).
     """
 
@@ -176,6 +178,7 @@ class FamilyFacts:
     spec: ModelSpec | None = None
     spec_for_base: Callable[[str], ModelSpec | None] | None = None
     check_parts: PartsChecker | None = None
+    vae_file: Callable[[Mapping[str, Any]], bool] | None = None
     conv_table: ConvTable = ()
     text_encoder_mlp_tables: MlpTables = ()
 

@@ -60,7 +60,8 @@ def arrange(paths: Sequence[str]) -> SplitChoice:
     family = _family_of(denoiser[1])
     assert family is not None
     rest = [(p, t) for p, t in tables if p != denoiser[0]]
-    vae = next(((p, t) for p, t in rest if set(components(t[1])) == {"vae"}), None)
+    is_vae = facts(family).vae_file or (lambda tensors: set(components(tensors)) == {"vae"})
+    vae = next(((p, t) for p, t in rest if is_vae(t[1])), None)
     text_encoders = [(p, t) for p, t in rest if vae is None or p != vae[0]]
     checker = facts(family).check_parts
     problems: tuple[str, ...] = ()

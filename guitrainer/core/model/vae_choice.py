@@ -162,6 +162,21 @@ def _strip_prefix(keys: list[str]) -> list[str]:
     return keys
 
 
+#: (encoder's first conv, decoder's first conv) in diffusers' names, and in Wan's original names (the 3-D VAE of
+#: Qwen-Image, as ComfyUI's ``qwen_image_vae.safetensors`` keeps it)
+_CONV_IN_NAMES = (("encoder.conv_in.weight", "decoder.conv_in.weight"), ("encoder.conv1.weight", "decoder.conv1.weight"))
+
+
+def _decoder_conv_in(names: dict[str, Any]) -> dict[str, Any] | None:
+    """The decoder's first convolution's header entry (its input channels are the latent channels) of a 2-D VAE
+    (4-D kernels) or a 3-D one (5-D kernels), None when the file has no encoder and decoder."""
+    for encoder, decoder in _CONV_IN_NAMES:
+        conv_in = names.get(decoder)
+        if conv_in and encoder in names and len(conv_in.get("shape", ())) in (4, 5):
+            return conv_in
+    return None
+
+
 def _file_facts(p: Path, shown: str) -> VaeFacts:
     if p.suffix.lower() != ".safetensors":
         return VaeFacts("file", str(p), problem=f"{shown} is not a .safetensors file: a VAE is read from .safetensors "
@@ -176,8 +191,8 @@ def _file_facts(p: Path, shown: str) -> VaeFacts:
         return VaeFacts("file", str(p), problem=f"{shown} is a whole model checkpoint, not a VAE: choose it as the "
                                                 "base model, or choose a VAE file or folder here")
     names = dict(zip(_strip_prefix(list(header)), header.values()))
-    conv_in = names.get("decoder.conv_in.weight")
-    if not conv_in or "encoder.conv_in.weight" not in names or len(conv_in.get("shape", ())) != 4:
+    conv_in = _decoder_conv_in(names)
+    if conv_in is None:
         return VaeFacts("file", str(p), problem=f"{shown} is not a VAE (it has no encoder and decoder weights)")
     side = read_vae_config(p.parent)  # a hub snapshot holds config.json beside the weights
     upcast = force_upcast_of(side) if side is not None else None

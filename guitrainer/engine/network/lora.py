@@ -241,16 +241,21 @@ def lora_weights_file(path: str | Path) -> Path:
     return p
 
 
-def read_lora_as_kohya(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """A LoRA file (kohya or diffusers format, file or folder) as kohya-keyed tensors, plus its metadata."""
-    import json
-
+def read_lora_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A LoRA file or folder's tensors and metadata as stored; anything unreadable is a LoraFormatError naming it."""
     try:
-        sd, meta = read_lora(lora_weights_file(path))
+        return read_lora(lora_weights_file(path))
     except LoraFormatError:
         raise
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
+
+
+def read_lora_as_kohya(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A LoRA file (kohya or diffusers format, file or folder) as kohya-keyed tensors, plus its metadata."""
+    import json
+
+    sd, meta = read_lora_file(path)
     if is_diffusers_format(sd):
         raw = meta.get("lora_adapter_metadata")
         sd = kohya_from_diffusers(sd, json.loads(raw) if raw else None)

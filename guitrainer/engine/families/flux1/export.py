@@ -49,8 +49,7 @@ from guitrainer.engine.network.lora import (
     LoraFormatError,
     kohya_module_name,
     lora_layers,
-    lora_weights_file,
-    read_lora,
+    read_lora_file,
 )
 
 UNET_PREFIX = "lora_unet"
@@ -269,12 +268,7 @@ def load_lora_file(
     if network.type != "lora":
         raise LoraFormatError(f"{label} LoRAs are plain LoRA here: set network.type to lora (not {network.type}) to "
                               "continue from a file")
-    try:
-        sd, _meta = read_lora(lora_weights_file(path))
-    except LoraFormatError:
-        raise
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
+    sd, _meta = read_lora_file(path)
     if sd and all(k.startswith(("transformer.", "text_encoder.")) for k in sd):
         raise LoraFormatError(f"{Path(path).name} is a diffusers-format {label} LoRA; continue from a kohya-format file "
                               "(lora_unet_double_blocks_… names, as this app, sd-scripts and ComfyUI write)")

@@ -49,7 +49,12 @@ from torch import nn
 
 from guitrainer.config import NetworkConfig
 from guitrainer.engine.families.sd35 import convert
-from guitrainer.engine.network.lora import ADAPTER, LoraFormatError, lora_layers, lora_weights_file, read_lora
+from guitrainer.engine.network.lora import (
+    ADAPTER,
+    LoraFormatError,
+    lora_layers,
+    read_lora_file,
+)
 
 DENOISER_PREFIX = "lora_unet"
 #: kohya's prefix of each text encoder, by index (CLIP-L, CLIP-G, T5)
@@ -357,10 +362,5 @@ def load_file(
     trained layer go to ``skipped``)."""
     if network.type != "lora":
         raise LoraFormatError(f"SD 3.5 trains plain LoRA only: set network.type to 'lora' (it is {network.type!r})")
-    try:
-        sd = read_lora(lora_weights_file(path))[0]
-    except LoraFormatError:
-        raise
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise LoraFormatError(f"{path}: not a readable .safetensors LoRA ({e})") from e
+    sd = read_lora_file(path)[0]
     return load_into(sd, denoiser, text_encoders, strict=False, skipped=skipped)

@@ -28,6 +28,7 @@ from guitrainer.core.families import zimage as facts
 from guitrainer.engine.families.flux1 import loading as flux_loading
 from guitrainer.engine.families.zimage import convert
 from guitrainer.engine.models import split_install
+from guitrainer.engine.models.tokenizer_lookup import TokenizerSource, find_tokenizer
 from guitrainer.engine.models.types import LoadedModel, ModelLoadError, model_identity
 
 log = logging.getLogger(__name__)
@@ -108,43 +109,20 @@ def _scheduler(config_dir: Path) -> Any:
     return FlowMatchEulerDiscreteScheduler.from_config(split_install.read_config(config_dir, "scheduler"))
 
 
-def _tokenizer_in(folder: Path) -> Any | None:
-    from transformers import AutoTokenizer
+def accepts_tokenizer(tokenizer: Any) -> bool:
+    """A real vocabulary (not transformers' lone special tokens) with Qwen3's chat template."""
+    return bool(getattr(tokenizer, "chat_template", None)) and flux_loading.has_vocabulary(tokenizer)
 
-    if not folder.is_dir() or not any((folder / f).is_file() for f in ("tokenizer.json", "vocab.json")):
-        return None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as e:  # noqa: BLE001 - a damaged or foreign tokenizer folder raises anything: look on
-        log.warning("%s holds a tokenizer that cannot be read: %s", folder, first_line(e))
-        return None
-    if not getattr(tokenizer, "chat_template", None) or not flux_loading.has_vocabulary(tokenizer):
-        log.warning("%s holds a tokenizer without Qwen3's vocabulary or chat template", folder)
-        return None
-    return tokenizer
+
+TOKENIZER = TokenizerSource(
+    name="Qwen3", family="Z-Image", folders=TOKENIZER_FOLDERS, repos=TOKENIZER_REPOS, command=TOKENIZER_COMMAND,
+    accepts=accepts_tokenizer, missing="Qwen3's vocabulary or chat template",
+)
 
 
 def tokenizer_for(near: Sequence[Path], config_dir: Path) -> Any:
     """The Qwen3 tokenizer (see the module docstring for where it is looked for)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    places = [*(p.parent if p.is_file() else p for p in near), config_dir]
-    for place in dict.fromkeys(places):
-        for name in TOKENIZER_FOLDERS:
-            found = _tokenizer_in(place / name)
-            if found is not None:
-                return found
-    for repo, subfolder in TOKENIZER_REPOS:
-        cached = try_to_load_from_cache(repo, f"{subfolder}/tokenizer_config.json" if subfolder else "tokenizer_config.json")
-        if isinstance(cached, str):
-            found = _tokenizer_in(Path(cached).parent)
-            if found is not None:
-                return found
-    raise ModelLoadError(
-        "the Qwen3 tokenizer is missing: Z-Image's files do not include it and it is not in a tokenizer/ folder beside "
-        f"them, nor in the Hugging Face cache. Download it once (a few MB) with:  {TOKENIZER_COMMAND}",
-        (f"run: {TOKENIZER_COMMAND}", "or put Qwen3's tokenizer folder, named tokenizer, beside the model files"),
-    )
+    return find_tokenizer(near, config_dir, TOKENIZER)
 
 
 # --------------------------------------------------------------------------- the three ways in
