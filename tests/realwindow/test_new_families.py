@@ -1,11 +1,13 @@
-"""Issue 32's presets in a real window: "Z-Image — 12 GB" and "Chroma1-HD — 16 GB" chosen in the tool bar with the real
-pointer; the Model & Precision page shows each family, the VRAM meter's estimate fits the preset's card and says so;
-for Z-Image, Fit to card on an 8 GB card changes settings (each with its reason) and Apply makes it fit. Screenshots
-in artifacts/screenshots/new_families_<family>.png."""
+"""Issue 32's presets in a real window: "Z-Image — 12 GB", "Chroma1-HD — 16 GB" and "Qwen-Image — 24 GB" chosen in
+the tool bar with the real pointer; the Model & Precision page shows each family, the VRAM meter's estimate fits the
+preset's card and says so; for Z-Image, Fit to card on an 8 GB card changes settings (each with its reason) and
+Apply makes it fit; Qwen-Image's three split files dragged from another application onto the base model field go
+where their tensors say (its 3-D VAE to VAE). Screenshots in artifacts/screenshots/new_families_<family>.png."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QTableWidget
+from test_new_user import drag_from_another_app
 from xinput import ModalAnswerer, choose_in_combo, click_discard, open_page, wait_for
 
 from guitrainer.base.units import GiB
@@ -25,7 +27,8 @@ def _choose_preset(main_window, xin, name: str, family: str) -> None:
 def test_the_new_families_presets_fit_their_cards_with_the_real_pointer(main_window, xin, artifacts_dir):
     shots = artifacts_dir / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
-    for name, family, card in (("Z-Image — 12 GB", "zimage", 12), ("Chroma1-HD — 16 GB", "chroma", 16)):
+    presets = (("Z-Image — 12 GB", "zimage", 12), ("Chroma1-HD — 16 GB", "chroma", 16), ("Qwen-Image — 24 GB", "qwenimage", 24))
+    for name, family, card in presets:
         _choose_preset(main_window, xin, name, family)
         open_page(main_window, xin, "Model & Precision")
         meter = main_window.findChild(VramMeter)
@@ -52,3 +55,22 @@ def test_the_new_families_presets_fit_their_cards_with_the_real_pointer(main_win
     wait_for(lambda: meter.fit_dialog is None, 10, "the dialog to close")
     wait_for(lambda: meter.breakdown is not None and meter.breakdown.total <= 8 * GiB, 20,
              lambda: f"the estimate after Fit ({meter.breakdown.total / GiB if meter.breakdown else None:.2f} GiB)")
+
+
+def test_qwen_images_split_files_dragged_from_another_app_make_one_model(main_window, xin, artifacts_dir, tmp_path):
+    from helpers import tiny_qwenimage
+
+    files = tiny_qwenimage.save_split(tiny_qwenimage.build(seed=0), tmp_path / "qwen")
+    open_page(main_window, xin, "Model & Precision")
+    page = main_window.model_page
+    out = drag_from_another_app(xin, page.model_picker.edit, [files["vae"], files["qwen25vl"], files["transformer"]])
+    assert "DROPPED" in out, out
+    binding = page.binding
+    wait_for(lambda: binding.get("model.family") == "qwenimage", 10, lambda: f"the family ({binding.get('model.family')})")
+    assert binding.get("model.base") == str(files["transformer"])
+    assert binding.get("model.text_encoders") == [str(files["qwen25vl"])] and binding.get("model.vae") == str(files["vae"])
+    wait_for(lambda: not page.has_errors(), 10, lambda: page.error_text())
+    assert page.text_encoders.isVisible() and "qwen_2.5_vl" in page.text_encoders.files_label.text()
+    shots = artifacts_dir / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    main_window.grab().save(str(shots / "new_families_qwenimage_split.png"))

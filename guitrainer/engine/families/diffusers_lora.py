@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from guitrainer.config import NetworkConfig
+from guitrainer.engine.families.flow_family import unwrapped
 from guitrainer.engine.families.flux1 import export as flux_export
 from guitrainer.engine.families.flux1.convert import Piece
 from guitrainer.engine.network.lora import (
@@ -26,10 +27,6 @@ from guitrainer.engine.network.lora import (
 #: the prefixes a diffusers-layout file's module names may start with (ours and ai-toolkit's; diffusers' own)
 PREFIXES = ("diffusion_model.", "transformer.")
 _PEFT_PREFIXES = ("base_model.model.", "module.")
-
-
-def unwrapped(model: nn.Module) -> nn.Module:
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
 def own_name(name: str) -> str:

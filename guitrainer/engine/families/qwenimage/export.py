@@ -23,6 +23,7 @@ from torch import nn
 from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.engine import flow_matching
 from guitrainer.engine.families import diffusers_lora
+from guitrainer.engine.families.flow_family import unwrapped
 from guitrainer.engine.families.flux1 import export as flux_export
 from guitrainer.engine.families.flux1.convert import Piece
 
@@ -31,7 +32,7 @@ IMPLEMENTATION = "https://github.com/QwenLM/Qwen-Image"  # musubi-tuner's models
 
 def pieces_of(denoiser: nn.Module) -> tuple[Piece, ...]:
     """Every Linear of the blocks as a module of its own (the LoRA's modules in kohya's file: nothing is fused)."""
-    names = (diffusers_lora.own_name(n).removesuffix(".base_layer") for n, m in diffusers_lora.unwrapped(denoiser).named_modules()
+    names = (diffusers_lora.own_name(n).removesuffix(".base_layer") for n, m in unwrapped(denoiser).named_modules()
              if isinstance(m, nn.Linear) and ".lora_" not in n)  # a LoRA-wrapped layer's Linear is its base_layer
     return tuple(Piece(n, (n,)) for n in dict.fromkeys(names) if n.startswith("transformer_blocks."))
 

@@ -26,6 +26,7 @@ from torch import nn
 from guitrainer.config import NetworkConfig, TrainingConfig
 from guitrainer.engine import flow_matching
 from guitrainer.engine.families import diffusers_lora
+from guitrainer.engine.families.flow_family import unwrapped
 from guitrainer.engine.families.flux1 import export as flux_export
 from guitrainer.engine.families.flux1.convert import Piece
 from guitrainer.engine.families.zimage.convert import BLOCK_LISTS
@@ -36,7 +37,7 @@ IMPLEMENTATION = "https://github.com/Tongyi-MAI/Z-Image"  # musubi-tuner's and O
 def pieces_of(denoiser: nn.Module) -> tuple[Piece, ...]:
     """The original layout's Linears of every block (the LoRA's modules, in kohya's file), from the built model."""
     pieces: list[Piece] = []
-    modules = dict(diffusers_lora.unwrapped(denoiser).named_modules())
+    modules = dict(unwrapped(denoiser).named_modules())
     for blocks in BLOCK_LISTS:
         for i in range(len(modules.get(blocks, ()))):
             b = f"{blocks}.{i}"
